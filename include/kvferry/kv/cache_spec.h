@@ -1,0 +1,101 @@
+// CacheSpec: the shape of one instance's KV cache, and the regions it is made of.
+//
+// A cache is a set of *regions*, each one contiguous, block-major memory area:
+//   standard attention: 2 regions per layer, K then V, region index = 2*layer + {0 for K, 1 for V}
+//   MLA:                1 region per layer (the latent), region index = layer
+// Within a region, kernel block b occupies bytes [b*bytes_per_kernel_block, (b+1)*...), laid out
+//   NHD: [token][head][dim]   (MLA: [token][latent], head count 1, head_dim = latent dim)
+//   HND: [head][token][dim]
+// so a logical block's R kernel blocks are one contiguous byte range in every region.
+//
+// GeometryOf(allocated memory) derives the spec from what was actually allocated: the connector
+// uses it, never the user's config (the seed's lesson).
+//
+// Thread-safety: values; KvCache is a plain owner of memory, externally synchronized.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvferry/common/status.h"
+
+namespace kvferry::kv {
+
+enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
+enum class Layout : uint8_t { kNHD = 0, kHND = 1 };
+enum class AttentionKind : uint8_t { kStandard = 0, kMLA = 1 };
+
+size_t DTypeBytes(DType dtype);
+std::string_view DTypeName(DType dtype);      // "f32" | "f16" | "bf16"
+std::string_view LayoutName(Layout layout);   // "NHD" | "HND"
+StatusOr<DType> ParseDType(std::string_view name);
+StatusOr<Layout> ParseLayout(std::string_view name);
+
+struct CacheSpec {
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;   // 1 for MLA
+  int32_t head_dim = 0;       // latent dim for MLA
+  DType dtype = DType::kF32;
+  AttentionKind kind = AttentionKind::kStandard;
+  Layout layout = Layout::kNHD;
+  int32_t block_size_kernel = 0;  // tokens per kernel block
+  int32_t num_blocks_kernel = 0;  // kernel blocks per region
+
+  // InvalidArgument naming the field when something is zero/negative or inconsistent.
+  Status Validate() const;
+
+  int32_t num_regions() const;            // 2*layers (standard) or layers (MLA)
+  size_t bytes_per_token_slot() const;    // heads * head_dim * dtype bytes (one region, one token)
+  size_t bytes_per_kernel_block() const;  // block_size_kernel * bytes_per_token_slot()
+  size_t region_bytes() const;            // num_blocks_kernel * bytes_per_kernel_block()
+
+  // Element shape and strides (in elements) of one region, outermost first:
+  //   NHD: {num_blocks_kernel, block_size_kernel, num_kv_heads, head_dim}
+  //   HND: {num_blocks_kernel, num_kv_heads, block_size_kernel, head_dim}
+  std::vector<int64_t> RegionShape() const;
+  std::vector<int64_t> RegionStrides() const;
+
+  // Element offset, within a region, of (kernel block, token in block, head, dim 0).
+  size_t ElementOffset(int32_t kernel_block, int32_t token_in_block, int32_t head) const;
+
+  friend bool operator==(const CacheSpec&, const CacheSpec&) = default;
+};
+
+// One region of allocated memory.
+struct RegionView {
+  std::byte* base = nullptr;
+  size_t size_bytes = 0;
+};
+
+// An allocated cache: the memory of all regions, owned, zero-initialised, 64-byte aligned.
+// Not copyable (its regions' addresses are registered with transports); movable only before
+// registration — callers keep it in a unique_ptr.
+class KvCache {
+ public:
+  static StatusOr<std::unique_ptr<KvCache>> Allocate(const CacheSpec& spec);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  const CacheSpec& spec() const { return spec_; }
+  int32_t num_regions() const { return static_cast<int32_t>(regions_.size()); }
+  RegionView region(int32_t index) const { return regions_[index]; }
+  // Standard attention only: the K / V region of a layer.
+  RegionView key_region(int32_t layer) const { return regions_[2 * layer]; }
+  RegionView value_region(int32_t layer) const { return regions_[2 * layer + 1]; }
+
+ private:
+  explicit KvCache(const CacheSpec& spec);
+  CacheSpec spec_;
+  std::vector<RegionView> regions_;
+  std::byte* memory_ = nullptr;
+};
+
+// Derives the geometry from what was allocated: regions' sizes must agree with each other and
+// with `layers/heads/head_dim/dtype/kind/layout` as declared by the model; the kernel block size
+// and block count are read off the allocation. Returns InvalidArgument when they do not agree.
+StatusOr<CacheSpec> GeometryOf(const KvCache& cache);
+
+}  // namespace kvferry::kv

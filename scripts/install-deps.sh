@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvferry needs to build, test and benchmark.
+# Idempotent: installs only what is missing. Needs root (or sudo) only when
+# something is missing; otherwise it says so and exits 0.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config git
+  clang clang-format clang-tidy libclang-rt-14-dev
+  libucx-dev ucx-utils                     # data plane (transfer/backends/ucx)
+  libzmq3-dev cppzmq-dev                   # control plane (connector side channel)
+  libmsgpack-cxx-dev                       # handshake encoding
+  nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libcpp-httplib-dev
+  libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libopenblas-dev                          # benchmark-only peer for the matmul
+  iperf3 iproute2 procps psmisc curl       # benchmark ceilings, netns fault tests, e2e scripts
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} Debian packages present"
+  exit 0
+fi
+
+echo "install-deps: missing: ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+  else
+    echo "install-deps: not root and no sudo; install these as root:" >&2
+    echo "  apt-get install -y ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "install-deps: done"
