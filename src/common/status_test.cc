@@ -72,7 +72,9 @@ TEST(UniqueHandleTest, DestroysOnce) {
 
 TEST(ScopeExitTest, RunsUnlessDismissed) {
   int n = 0;
-  { ScopeExit e([&] { ++n; }); }
+  {
+    ScopeExit e([&] { ++n; });
+  }
   {
     ScopeExit e([&] { ++n; });
     e.Dismiss();

@@ -103,13 +103,12 @@ class [[nodiscard]] StatusOr {
   StatusOr(Status&& status) : status_(std::move(status)) {  // NOLINT
     if (status_.ok()) status_ = InternalError("StatusOr constructed from OK status");
   }
-  StatusOr(const T& value) : value_(value) {}  // NOLINT
+  StatusOr(const T& value) : value_(value) {}        // NOLINT
   StatusOr(T&& value) : value_(std::move(value)) {}  // NOLINT
-  template <typename U,
-            typename = std::enable_if_t<std::is_constructible_v<T, U&&> &&
-                                        !std::is_same_v<std::decay_t<U>, Status> &&
-                                        !std::is_same_v<std::decay_t<U>, StatusOr<T>> &&
-                                        !std::is_same_v<std::decay_t<U>, T>>>
+  template <typename U, typename = std::enable_if_t<std::is_constructible_v<T, U&&> &&
+                                                    !std::is_same_v<std::decay_t<U>, Status> &&
+                                                    !std::is_same_v<std::decay_t<U>, StatusOr<T>> &&
+                                                    !std::is_same_v<std::decay_t<U>, T>>>
   StatusOr(U&& value) : value_(std::forward<U>(value)) {}  // NOLINT
 
   bool ok() const { return value_.has_value(); }
@@ -144,10 +143,10 @@ class [[nodiscard]] StatusOr {
 #define KVF_CONCAT_(a, b) KVF_CONCAT_INNER_(a, b)
 
 // Returns the status from the enclosing function if `expr` is not OK.
-#define KVF_RETURN_IF_ERROR(expr)                     \
-  do {                                                \
-    ::kvferry::Status kvf_status_ = (expr);           \
-    if (!kvf_status_.ok()) return kvf_status_;        \
+#define KVF_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::kvferry::Status kvf_status_ = (expr);    \
+    if (!kvf_status_.ok()) return kvf_status_; \
   } while (0)
 
 // `lhs` = value of the StatusOr `rexpr`, or return its error.

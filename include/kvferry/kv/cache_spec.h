@@ -28,15 +28,15 @@ enum class Layout : uint8_t { kNHD = 0, kHND = 1 };
 enum class AttentionKind : uint8_t { kStandard = 0, kMLA = 1 };
 
 size_t DTypeBytes(DType dtype);
-std::string_view DTypeName(DType dtype);      // "f32" | "f16" | "bf16"
-std::string_view LayoutName(Layout layout);   // "NHD" | "HND"
+std::string_view DTypeName(DType dtype);     // "f32" | "f16" | "bf16"
+std::string_view LayoutName(Layout layout);  // "NHD" | "HND"
 StatusOr<DType> ParseDType(std::string_view name);
 StatusOr<Layout> ParseLayout(std::string_view name);
 
 struct CacheSpec {
   int32_t num_layers = 0;
-  int32_t num_kv_heads = 0;   // 1 for MLA
-  int32_t head_dim = 0;       // latent dim for MLA
+  int32_t num_kv_heads = 0;  // 1 for MLA
+  int32_t head_dim = 0;      // latent dim for MLA
   DType dtype = DType::kF32;
   AttentionKind kind = AttentionKind::kStandard;
   Layout layout = Layout::kNHD;
