@@ -1,0 +1,130 @@
+// The KV connector contract between the engine and a KV transfer implementation, after vLLM's
+// KVConnectorBase_V1 (DESIGN.md §6, docs/connector.md). Two halves that talk only through the
+// per-step ConnectorMetadata and the worker's ConnectorOutput:
+//
+//   ConnectorScheduler  lives in the scheduler: decides what to load and what to hold.
+//   ConnectorWorker     lives beside the model runner: registers the cache, moves bytes.
+//
+// Id spaces: everything here is LOGICAL (kv::LogicalBlockId, in this engine's
+// block_size_logical) — block lists, remote block ids, failure reports. Kernel ids appear only
+// inside the worker half, where it turns logical ids into descriptors with kv::BlockGeometry.
+//
+// Per engine step, in this order (all on the engine thread):
+//   scheduler: GetNumNewMatchedTokens / UpdateStateAfterAlloc for newly scheduled requests,
+//              RequestFinished for finished ones, then BuildConnectorMeta()
+//   worker:    BindMetadata(meta), StartLoadKv()   (non-blocking)
+//              ... forward pass ...
+//              AfterForward()                      (host-buffer staging of computed chunks)
+//              GetFinished()                       -> ConnectorOutput
+//   scheduler: UpdateConnectorOutput(output)
+//
+// Thread-safety: both halves are called from the engine thread only; implementations may run
+// their own background threads (handshakes, progress) and must synchronise internally.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvferry/common/status.h"
+#include "kvferry/connector/kv_transfer_params.h"
+#include "kvferry/kv/block_id.h"
+
+namespace kvferry::kv {
+class KvCache;
+}
+
+namespace kvferry::connector {
+
+// What the connector may see of a request. Filled by the engine.
+struct RequestView {
+  std::string request_id;
+  std::span<const int32_t> prompt_tokens;
+  int32_t num_tokens = 0;  // prompt + generated so far
+  const KvTransferParams* kv_transfer_params = nullptr;  // null when the request carried none
+};
+
+// Answer of GetNumNewMatchedTokens.
+struct MatchResult {
+  int32_t num_external_tokens = 0;  // tokens beyond the local prefix hit that come from remote KV
+  bool load_async = false;          // true: park the request in WAITING_FOR_REMOTE_KV
+};
+
+// Answer of RequestFinished.
+struct FinishResult {
+  bool delay_free_blocks = false;  // true: keep the blocks until GetFinished reports the id
+  std::optional<KvTransferParams> kv_transfer_params;  // returned to the client (P -> proxy)
+};
+
+// One remote load: fill `local_block_ids` (D's logical ids, the tail D's prefix cache lacks)
+// from `remote.remote_block_ids` (P's logical ids). `num_local_computed_tokens` tokens are
+// already in D's cache; `num_external_tokens` come from P.
+struct LoadSpec {
+  std::string request_id;
+  KvTransferParams remote;
+  std::vector<kv::LogicalBlockId> local_block_ids;  // all of the request's blocks on D
+  int32_t num_local_computed_tokens = 0;
+  int32_t num_external_tokens = 0;
+};
+
+// Host-buffer staging on P: after this step's forward pass, copy the kernel blocks covering
+// tokens [token_begin, token_end) of the request into the registered host buffer.
+struct SaveSpec {
+  std::string request_id;
+  std::vector<kv::LogicalBlockId> block_ids;  // all of the request's blocks on P
+  int32_t token_begin = 0;
+  int32_t token_end = 0;
+};
+
+struct ConnectorMetadata {
+  std::vector<LoadSpec> loads;
+  std::vector<SaveSpec> saves;
+  std::vector<std::string> requests_to_hold;  // P: finished requests whose blocks are now leased
+};
+
+struct ConnectorOutput {
+  std::vector<std::string> finished_sending;   // P: blocks may be freed now (read, or lease out)
+  std::vector<std::string> finished_recving;   // D: load finished (successfully or not)
+  std::vector<kv::LogicalBlockId> invalid_block_ids;  // D: local logical blocks that failed
+};
+
+class ConnectorScheduler {
+ public:
+  virtual ~ConnectorScheduler() = default;
+
+  // Side-effect free; may be called several times for a request.
+  virtual MatchResult GetNumNewMatchedTokens(const RequestView& request,
+                                             int32_t num_local_computed_tokens) = 0;
+  // After the pool allocated the request's blocks (all of them, logical ids, in order).
+  virtual void UpdateStateAfterAlloc(const RequestView& request,
+                                     std::span<const kv::LogicalBlockId> block_ids,
+                                     int32_t num_external_tokens) = 0;
+  // After a forward pass computed tokens [token_begin, token_end) of a request (for staging).
+  virtual void OnTokensComputed(const RequestView& request,
+                                std::span<const kv::LogicalBlockId> block_ids, int32_t token_begin,
+                                int32_t token_end) = 0;
+  // Exactly once per request, before its blocks are freed.
+  virtual FinishResult RequestFinished(const RequestView& request,
+                                       std::span<const kv::LogicalBlockId> block_ids) = 0;
+  // Once per step; resets the pending state it drained.
+  virtual ConnectorMetadata BuildConnectorMeta() = 0;
+  virtual void UpdateConnectorOutput(const ConnectorOutput& output) = 0;
+};
+
+class ConnectorWorker {
+ public:
+  virtual ~ConnectorWorker() = default;
+
+  // Once, after the cache is allocated. The connector derives the geometry from `cache`
+  // (kv::GeometryOf), never from configuration. `block_size_logical` is the scheduler's.
+  virtual Status RegisterKvCache(kv::KvCache* cache, int32_t block_size_logical) = 0;
+  virtual void BindMetadata(const ConnectorMetadata& metadata) = 0;
+  virtual void StartLoadKv() = 0;   // non-blocking
+  virtual void AfterForward() = 0;  // stages SaveSpecs into the host buffer when configured
+  virtual ConnectorOutput GetFinished() = 0;
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace kvferry::connector

@@ -1,0 +1,48 @@
+// KvTransferParams: the per-request hand-off record between P, the proxy and D, with vLLM's
+// field names so vLLM-style proxies can drive kvferry (DESIGN.md §6, docs/connector.md).
+//
+//   proxy -> P : {"do_remote_decode": true}
+//   P -> proxy : {"do_remote_prefill": true, "remote_engine_id": ..., "remote_request_id": ...,
+//                 "remote_block_ids": [...logical ids...], "remote_host": ..., "remote_port": ...,
+//                 "tp_size": 1}
+//   proxy -> D : the same object, copied verbatim
+//
+// remote_block_ids are LOGICAL block ids of P, in P's block_size_logical.
+//
+// Thread-safety: values.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvferry/common/status.h"
+#include "kvferry/kv/block_id.h"
+
+namespace kvferry::connector {
+
+struct KvTransferParams {
+  bool do_remote_decode = false;   // P: hold the blocks for a remote reader
+  bool do_remote_prefill = false;  // D: the prompt's KV is on a remote engine
+  std::string remote_engine_id;
+  std::string remote_request_id;
+  std::vector<kv::LogicalBlockId> remote_block_ids;  // P's logical ids, in P's geometry
+  std::string remote_host;
+  int32_t remote_port = 0;
+  int32_t tp_size = 1;
+
+  friend bool operator==(const KvTransferParams&, const KvTransferParams&) = default;
+};
+
+// Parses a request's "kv_transfer_params" object. Unknown keys are ignored (vLLM adds fields over
+// versions); wrong types, negative ids or ports out of range are InvalidArgument naming the field.
+// With do_remote_prefill, the fields D needs (remote_engine_id, remote_request_id,
+// remote_block_ids, remote_host, remote_port) must all be present.
+StatusOr<KvTransferParams> ParseKvTransferParams(const nlohmann::json& j);
+
+// The JSON object P returns (or the proxy forwards). Round-trips with ParseKvTransferParams.
+nlohmann::json ToJson(const KvTransferParams& params);
+
+}  // namespace kvferry::connector
