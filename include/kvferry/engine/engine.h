@@ -1,0 +1,162 @@
+// Engine: a small, real, batch-invariant CPU inference engine (DESIGN.md §7, docs/engine.md).
+//
+// One Engine owns a model (built-in or checkpoint), its paged KV cache (kv::KvCache laid out in
+// kernel blocks), a block pool in logical blocks, a scheduler (continuous batching under a token
+// budget, chunked prefill, prefix caching, preemption by recompute, remote KV loads through a
+// connector) and a sampler.
+//
+// Usage (one engine thread):
+//   KVF_ASSIGN_OR_RETURN(auto engine, Engine::Create(config));
+//   KVF_RETURN_IF_ERROR(engine->AddRequest("r1", engine->tokenizer().Encode("hi"), params));
+//   while (engine->HasWork()) for (auto& out : engine->Step()) { ... }
+//
+// Determinism contract: the logits of a token depend only on the model and the token's sequence
+// (its prefix), never on batch composition, chunking, kernel block size, layout or thread
+// count; sampling with a seed depends only on (seed, token index). Hence a request's tokens and
+// logprobs are identical colocated, disaggregated, alone or batched (docs/engine.md).
+//
+// Thread-safety: NOT thread-safe. Every method must be called from one thread (the server's
+// engine thread). The engine runs its own worker threads inside Step() only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvferry/common/status.h"
+#include "kvferry/connector/connector.h"
+#include "kvferry/connector/kv_transfer_params.h"
+#include "kvferry/engine/model_config.h"
+#include "kvferry/engine/sampling_params.h"
+#include "kvferry/engine/tokenizer.h"
+#include "kvferry/kv/cache_spec.h"
+
+namespace kvferry::engine {
+
+// What to do with a request whose remote KV load failed (connector reported invalid blocks).
+enum class KvLoadFailurePolicy : uint8_t {
+  kRecompute = 0,  // roll back to the last valid prefix and compute the rest locally
+  kFail = 1,       // finish the request with FinishReason::kError
+};
+StatusOr<KvLoadFailurePolicy> ParseKvLoadFailurePolicy(std::string_view name);  // recompute|fail
+
+struct EngineConfig {
+  std::string model = "tiny";  // built-in name ("tiny" | "small") or path to a checkpoint
+  int32_t block_size = 16;     // LOGICAL block size in tokens (scheduler, prefix cache, wire)
+  std::string attention_backend = "paged";  // "flash" (kernel 16/32/64) | "paged" (x16)
+  kv::Layout kv_cache_layout = kv::Layout::kNHD;
+  kv::DType kv_cache_dtype = kv::DType::kF32;
+  int32_t num_kv_blocks = 0;                   // logical blocks; 0: from the memory budget
+  int64_t kv_cache_memory_bytes = 64ll << 20;  // used when num_kv_blocks == 0
+  int32_t max_num_batched_tokens = 256;        // token budget of one Step()
+  int32_t max_num_seqs = 64;                   // running requests at most
+  int32_t max_model_len = 0;                   // 0: the model's max_position
+  int32_t num_threads = 2;                     // worker threads of the kernels (>= 1)
+  bool enable_prefix_caching = true;
+  uint64_t seed = 0;  // seeds unseeded requests (see SamplingParams)
+  // Optional connector (DESIGN.md §6). Not owned; must outlive the engine. Both or neither.
+  // Null: colocated. Create() calls connector_worker->RegisterKvCache().
+  connector::ConnectorScheduler* connector_scheduler = nullptr;
+  connector::ConnectorWorker* connector_worker = nullptr;
+  KvLoadFailurePolicy kv_load_failure_policy = KvLoadFailurePolicy::kRecompute;
+};
+
+enum class FinishReason : uint8_t {
+  kNone = 0,  // still running
+  kStop,      // eos or a stop token
+  kLength,    // max_tokens reached, or max_model_len
+  kAbort,     // Abort() was called
+  kError,     // see RequestOutput::error (e.g. remote KV load failed with policy fail)
+};
+std::string_view FinishReasonName(FinishReason reason);  // "stop" | "length" | "abort" | ...
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  float logprob = 0.0f;
+};
+
+// What one Step() produced for one request. A request appears in a Step's result when it got
+// new tokens or finished; its final appearance has finished == true (exactly once).
+struct RequestOutput {
+  std::string request_id;
+  std::vector<int32_t> new_token_ids;
+  std::vector<float> new_logprobs;                      // log p of each new token, same order
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // per new token, when top_logprobs > 0
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  Status error;                                                   // set with kError
+  std::optional<connector::KvTransferParams> kv_transfer_params;  // from the connector, at finish
+  int32_t num_prompt_tokens = 0;
+  int32_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache or remote KV
+};
+
+// Pool and scheduler counters, for /metrics. Blocks are logical blocks.
+struct EngineStats {
+  int32_t num_blocks_total = 0;
+  int32_t num_blocks_free = 0;    // free, not caching a prefix
+  int32_t num_blocks_cached = 0;  // free but holding a reusable prefix (evictable)
+  int32_t num_blocks_used = 0;    // referenced by requests
+  int32_t num_blocks_held = 0;    // held for a remote reader (delayed free)
+  int32_t num_waiting = 0;
+  int32_t num_running = 0;
+  int32_t num_waiting_for_remote_kv = 0;
+  int64_t num_preemptions = 0;
+  int64_t num_prompt_tokens_computed = 0;
+  int64_t num_prefix_cache_hit_tokens = 0;
+  int64_t num_generated_tokens = 0;
+  int64_t num_steps = 0;
+};
+
+class Engine {
+ public:
+  // Builds the model, allocates the KV cache (kernel block size selected by the attention
+  // backend for `block_size`), registers it with the connector. InvalidArgument / NotFound
+  // naming the bad field (unknown model, unsupported block size, ...).
+  static StatusOr<std::unique_ptr<Engine>> Create(const EngineConfig& config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. InvalidArgument for: empty prompt, token id out of vocab, prompt longer
+  // than max_model_len - 1, bad sampling params; AlreadyExists for a live request id.
+  // kv_transfer_params are handed to the connector (ignored without one).
+  Status AddRequest(std::string request_id, std::vector<int32_t> prompt_token_ids,
+                    const SamplingParams& params,
+                    std::optional<connector::KvTransferParams> kv_transfer_params = std::nullopt);
+
+  // One scheduler step: schedule under the token budget, run the forward pass, sample, poll the
+  // connector. Returns the outputs of requests that advanced or finished. Cheap when there is
+  // nothing to compute (then it only polls the connector).
+  std::vector<RequestOutput> Step();
+
+  // Aborts a request: its blocks are freed, and the next Step() reports it finished with kAbort.
+  // NotFound when no live request has that id.
+  Status Abort(std::string_view request_id);
+
+  // True while a request is unfinished or blocks are held for a remote reader (call Step()).
+  bool HasWork() const;
+  // True while some request can compute (not only waiting for transfers); when HasWork() but not
+  // this, the caller should sleep briefly between Step()s.
+  bool HasComputableWork() const;
+
+  EngineStats stats() const;
+  const EngineConfig& config() const;
+  const ModelConfig& model_config() const;
+  const Tokenizer& tokenizer() const;
+  int32_t max_model_len() const;
+  int32_t block_size_logical() const;
+  int32_t block_size_kernel() const;
+  // The allocated cache (for the connector); its spec is the real geometry.
+  kv::KvCache* kv_cache();
+
+ private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvferry::engine

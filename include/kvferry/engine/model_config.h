@@ -1,0 +1,50 @@
+// ModelConfig: the shape of a Llama-family decoder (RMSNorm, RoPE, grouped-query attention,
+// SwiGLU MLP, tied or untied embeddings), and the built-in configurations.
+//
+// Built-ins (weights generated deterministically from `weight_seed`, no files):
+//   "tiny"  : byte-level vocab (256 bytes + 4 specials), dim 128, 4 layers, 4 heads / 2 KV heads.
+//             The default; fast enough for unit tests.
+//   "small" : same vocab, dim 512, 8 layers, 8 heads / 4 KV heads; for benchmarks.
+// A checkpoint file (docs/engine.md, "Checkpoint format") carries its own ModelConfig.
+//
+// Thread-safety: values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kvferry/common/status.h"
+
+namespace kvferry::engine {
+
+struct ModelConfig {
+  std::string name;        // "tiny", "small", or the checkpoint's name
+  int32_t vocab_size = 0;  // includes the special tokens
+  int32_t hidden_dim = 0;  // model width
+  int32_t num_layers = 0;
+  int32_t num_heads = 0;     // query heads
+  int32_t num_kv_heads = 0;  // divides num_heads (grouped-query attention)
+  int32_t head_dim = 0;      // even (RoPE rotates pairs (i, i + head_dim/2))
+  int32_t ffn_dim = 0;       // SwiGLU intermediate width
+  int32_t max_position = 0;  // longest sequence the model accepts (max_model_len ceiling)
+  float rope_theta = 10000.0f;
+  float rms_norm_eps = 1e-5f;
+  bool tie_embeddings = false;  // lm_head = embed_tokens^T
+  int32_t bos_token_id = -1;    // -1: none
+  int32_t eos_token_id = -1;    // -1: none
+  uint64_t weight_seed = 0;     // built-ins only: seed of the generated weights
+
+  // InvalidArgument naming the field when the shape is inconsistent.
+  Status Validate() const;
+
+  // Parameter count (embeddings counted once when tied).
+  int64_t NumParameters() const;
+
+  friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
+};
+
+// The built-in config `name` ("tiny" | "small"); NotFound listing the known names otherwise.
+StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name);
+
+}  // namespace kvferry::engine
