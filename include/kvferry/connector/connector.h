@@ -42,7 +42,7 @@ namespace kvferry::connector {
 struct RequestView {
   std::string request_id;
   std::span<const int32_t> prompt_tokens;
-  int32_t num_tokens = 0;  // prompt + generated so far
+  int32_t num_tokens = 0;                                // prompt + generated so far
   const KvTransferParams* kv_transfer_params = nullptr;  // null when the request carried none
 };
 
@@ -85,8 +85,8 @@ struct ConnectorMetadata {
 };
 
 struct ConnectorOutput {
-  std::vector<std::string> finished_sending;   // P: blocks may be freed now (read, or lease out)
-  std::vector<std::string> finished_recving;   // D: load finished (successfully or not)
+  std::vector<std::string> finished_sending;  // P: blocks may be freed now (read, or lease out)
+  std::vector<std::string> finished_recving;  // D: load finished (successfully or not)
   std::vector<kv::LogicalBlockId> invalid_block_ids;  // D: local logical blocks that failed
 };
 

@@ -4,17 +4,19 @@
 //   proxy -> P : {"do_remote_decode": true}
 //   P -> proxy : {"do_remote_prefill": true, "remote_engine_id": ..., "remote_request_id": ...,
 //                 "remote_block_ids": [...logical ids...], "remote_host": ..., "remote_port": ...,
-//                 "tp_size": 1}
+//                 "tp_size": 1, "remote_block_generations": [...]}
 //   proxy -> D : the same object, copied verbatim
 //
 // remote_block_ids are LOGICAL block ids of P, in P's block_size_logical.
+// remote_block_generations (kvferry's addition; vLLM ignores unknown keys) are the lease
+// generations of those blocks when P granted the lease, one per id: D re-reads P's generation
+// table after its data read and treats any difference as a load failure (docs/connector.md).
 //
 // Thread-safety: values.
 #pragma once
 
-#include <nlohmann/json_fwd.hpp>
-
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -32,6 +34,7 @@ struct KvTransferParams {
   std::string remote_host;
   int32_t remote_port = 0;
   int32_t tp_size = 1;
+  std::vector<uint64_t> remote_block_generations;  // empty, or one per remote_block_ids entry
 
   friend bool operator==(const KvTransferParams&, const KvTransferParams&) = default;
 };

@@ -1,0 +1,72 @@
+// KvTransferConfig: the `--kv-transfer-config` JSON of a kvferry instance, with vLLM's field
+// names (docs/connector.md):
+//
+//   {"kv_connector": "FerryConnector", "kv_role": "kv_both", "kv_buffer_device": "cpu",
+//    "engine_id": "prefill-0", "kv_load_failure_policy": "recompute",
+//    "kv_connector_extra_config": {"side_channel_host": "127.0.0.1", "side_channel_port": 5600,
+//        "lease_ms": 30000, "handshake_timeout_ms": 5000, "transfer_timeout_ms": 30000,
+//        "backend": "ucx", "auth_token": "..."}}
+//
+// Thread-safety: values.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+
+#include "kvferry/common/status.h"
+
+namespace kvferry::connector {
+
+// kv_producer: only prefills for remote readers; kv_consumer: only pulls; kv_both: either, the
+// per-request kv_transfer_params decide (as in vLLM, the proxy chooses the role).
+enum class KvRole : uint8_t { kProducer, kConsumer, kBoth };
+// What the scheduler does with a request whose remote KV could not be loaded.
+enum class KvLoadFailurePolicy : uint8_t { kRecompute, kFail };
+// Data-plane backend of the transfer agent.
+enum class TransferBackendKind : uint8_t { kUcx, kLoopback };
+
+std::string_view KvRoleName(KvRole role);                            // "kv_producer" ...
+std::string_view KvLoadFailurePolicyName(KvLoadFailurePolicy p);     // "recompute" | "fail"
+std::string_view TransferBackendKindName(TransferBackendKind kind);  // "ucx" | "loopback"
+
+struct KvTransferConfig {
+  std::string kv_connector = "FerryConnector";
+  KvRole kv_role = KvRole::kBoth;
+  // "cpu": the KV cache is not registered with the transport; P stages every computed chunk
+  // into a registered host buffer and D reads into a registered host buffer and copies into its
+  // cache. Anything else ("cuda", "direct", empty): the cache itself is registered.
+  std::string kv_buffer_device = "direct";
+  std::string engine_id;  // empty: CreateFerryConnector makes a unique one
+  KvLoadFailurePolicy kv_load_failure_policy = KvLoadFailurePolicy::kRecompute;
+
+  // kv_connector_extra_config
+  std::string side_channel_host = "127.0.0.1";
+  int32_t side_channel_port = 0;  // 0: an ephemeral port, see FerryConnector::side_channel_port()
+  int64_t lease_ms = 30000;       // P frees held blocks after this if D never notified
+  int64_t handshake_timeout_ms = 5000;
+  int64_t transfer_timeout_ms = 30000;  // one pull, from post to completion
+  TransferBackendKind backend = TransferBackendKind::kUcx;
+  std::string auth_token;  // when set, the side channel answers only requests carrying it
+
+  bool use_host_buffer() const { return kv_buffer_device == "cpu"; }
+
+  friend bool operator==(const KvTransferConfig&, const KvTransferConfig&) = default;
+};
+
+// Parses the JSON object. Unknown keys are ignored (vLLM configs carry more); a kv_connector
+// other than "FerryConnector" (or "NixlConnector", accepted as an alias), wrong types, unknown
+// enum names, ports outside [0, 65535] and non-positive timeouts are InvalidArgument naming the
+// field.
+StatusOr<KvTransferConfig> ParseKvTransferConfig(const nlohmann::json& j);
+// Same, from the command-line string.
+StatusOr<KvTransferConfig> ParseKvTransferConfig(std::string_view json_text);
+inline StatusOr<KvTransferConfig> ParseKvTransferConfig(const char* json_text) {
+  return ParseKvTransferConfig(std::string_view(json_text));
+}
+
+// Round-trips with ParseKvTransferConfig.
+nlohmann::json ToJson(const KvTransferConfig& config);
+
+}  // namespace kvferry::connector

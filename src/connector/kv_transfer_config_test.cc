@@ -1,0 +1,70 @@
+#include "kvferry/connector/kv_transfer_config.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace kvferry::connector {
+namespace {
+
+TEST(KvTransferConfigTest, DefaultsFromMinimalConfig) {
+  auto c = ParseKvTransferConfig(R"({"kv_connector": "FerryConnector", "kv_role": "kv_both"})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kv_role, KvRole::kBoth);
+  EXPECT_EQ(c->kv_load_failure_policy, KvLoadFailurePolicy::kRecompute);
+  EXPECT_EQ(c->lease_ms, 30000);
+  EXPECT_EQ(c->backend, TransferBackendKind::kUcx);
+  EXPECT_FALSE(c->use_host_buffer());
+}
+
+TEST(KvTransferConfigTest, ParsesEveryField) {
+  auto c = ParseKvTransferConfig(R"({"kv_connector": "FerryConnector",
+      "kv_role": "kv_producer", "kv_buffer_device": "cpu", "engine_id": "p0",
+      "kv_load_failure_policy": "fail",
+      "kv_connector_extra_config": {"side_channel_host": "10.1.2.3", "side_channel_port": 5601,
+        "lease_ms": 1500, "handshake_timeout_ms": 200, "transfer_timeout_ms": 900,
+        "backend": "loopback", "auth_token": "s3cret", "num_threads": 4}})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->kv_role, KvRole::kProducer);
+  EXPECT_TRUE(c->use_host_buffer());
+  EXPECT_EQ(c->engine_id, "p0");
+  EXPECT_EQ(c->kv_load_failure_policy, KvLoadFailurePolicy::kFail);
+  EXPECT_EQ(c->side_channel_host, "10.1.2.3");
+  EXPECT_EQ(c->side_channel_port, 5601);
+  EXPECT_EQ(c->lease_ms, 1500);
+  EXPECT_EQ(c->handshake_timeout_ms, 200);
+  EXPECT_EQ(c->transfer_timeout_ms, 900);
+  EXPECT_EQ(c->backend, TransferBackendKind::kLoopback);
+  EXPECT_EQ(c->auth_token, "s3cret");
+  auto again = ParseKvTransferConfig(ToJson(*c));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *c);
+}
+
+TEST(KvTransferConfigTest, RejectsBadValuesNamingTheField) {
+  struct Case {
+    const char* json;
+    const char* field;
+  };
+  const Case cases[] = {
+      {R"({"kv_connector": "LMCacheConnector"})", "kv_connector"},
+      {R"({"kv_role": "kv_decoder"})", "kv_role"},
+      {R"({"kv_load_failure_policy": "retry"})", "kv_load_failure_policy"},
+      {R"({"kv_connector_extra_config": {"side_channel_port": 65536}})", "side_channel_port"},
+      {R"({"kv_connector_extra_config": {"lease_ms": 0}})", "lease_ms"},
+      {R"({"kv_connector_extra_config": {"backend": "rdma"}})", "backend"},
+      {R"({"kv_connector_extra_config": {"transfer_timeout_ms": "5s"}})", "transfer_timeout_ms"},
+      {R"({"kv_connector_extra_config": 3})", "kv_connector_extra_config"},
+  };
+  for (const Case& c : cases) {
+    auto parsed = ParseKvTransferConfig(std::string_view(c.json));
+    ASSERT_FALSE(parsed.ok()) << c.json;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find(c.field), std::string_view::npos)
+        << parsed.status() << " should name " << c.field;
+  }
+  EXPECT_FALSE(ParseKvTransferConfig(std::string_view("{not json")).ok());
+}
+
+}  // namespace
+}  // namespace kvferry::connector

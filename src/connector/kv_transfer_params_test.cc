@@ -1,0 +1,76 @@
+#include "kvferry/connector/kv_transfer_params.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace kvferry::connector {
+namespace {
+
+using kv::LogicalBlockId;
+
+TEST(KvTransferParamsTest, RoundTripsPrefillParams) {
+  KvTransferParams p;
+  p.do_remote_prefill = true;
+  p.remote_engine_id = "prefill-0";
+  p.remote_request_id = "req-7";
+  p.remote_block_ids = {LogicalBlockId(3), LogicalBlockId(0), LogicalBlockId(9)};
+  p.remote_host = "10.0.0.2";
+  p.remote_port = 5600;
+  p.tp_size = 1;
+  p.remote_block_generations = {4, 1, 77};
+  auto parsed = ParseKvTransferParams(ToJson(p));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, p);
+}
+
+TEST(KvTransferParamsTest, ParsesVllmProxyRequestAndIgnoresUnknownKeys) {
+  auto j = nlohmann::json::parse(R"({"do_remote_decode": true, "do_remote_prefill": false,
+      "remote_engine_id": null, "remote_block_ids": null, "remote_host": null,
+      "remote_port": null, "something_new": [1, 2]})");
+  auto parsed = ParseKvTransferParams(j);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->do_remote_decode);
+  EXPECT_FALSE(parsed->do_remote_prefill);
+  EXPECT_TRUE(parsed->remote_block_ids.empty());
+}
+
+TEST(KvTransferParamsTest, AcceptsRemoteTpSizeAlias) {
+  auto j = nlohmann::json::parse(R"({"do_remote_prefill": true, "remote_engine_id": "e",
+      "remote_request_id": "r", "remote_block_ids": [1], "remote_host": "h", "remote_port": 1,
+      "remote_tp_size": 2})");
+  auto parsed = ParseKvTransferParams(j);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->tp_size, 2);
+}
+
+TEST(KvTransferParamsTest, RejectsBadFieldsNamingThem) {
+  struct Case {
+    const char* json;
+    const char* field;
+  };
+  const Case cases[] = {
+      {R"({"do_remote_decode": "yes"})", "do_remote_decode"},
+      {R"({"remote_block_ids": [1, -2]})", "remote_block_ids"},
+      {R"({"remote_block_ids": [1, 3000000000]})", "remote_block_ids"},
+      {R"({"remote_block_ids": "1,2"})", "remote_block_ids"},
+      {R"({"remote_port": 70000})", "remote_port"},
+      {R"({"remote_host": 5})", "remote_host"},
+      {R"({"remote_block_ids": [1, 2], "remote_block_generations": [1]})",
+       "remote_block_generations"},
+      {R"({"do_remote_prefill": true, "remote_engine_id": "e", "remote_request_id": "r",
+           "remote_block_ids": [1], "remote_port": 1})",
+       "remote_host"},
+  };
+  for (const Case& c : cases) {
+    auto parsed = ParseKvTransferParams(nlohmann::json::parse(c.json));
+    ASSERT_FALSE(parsed.ok()) << c.json;
+    EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(parsed.status().message().find(c.field), std::string_view::npos)
+        << parsed.status() << " should name " << c.field;
+  }
+  EXPECT_FALSE(ParseKvTransferParams(nlohmann::json::array()).ok());
+}
+
+}  // namespace
+}  // namespace kvferry::connector
