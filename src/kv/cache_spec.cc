@@ -1,0 +1,192 @@
+#include "kvferry/kv/cache_spec.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+namespace kvferry::kv {
+namespace {
+
+constexpr size_t kAlignment = 64;
+
+size_t RoundUp(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+Status Positive(std::string_view field, int32_t value) {
+  if (value > 0) return Status::Ok();
+  return InvalidArgumentError("cache spec: " + std::string(field) + " must be positive, got " +
+                              std::to_string(value));
+}
+
+}  // namespace
+
+size_t DTypeBytes(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return 4;
+    case DType::kF16:
+    case DType::kBF16:
+      return 2;
+  }
+  return 0;
+}
+
+std::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "f32";
+    case DType::kF16:
+      return "f16";
+    case DType::kBF16:
+      return "bf16";
+  }
+  return "?";
+}
+
+std::string_view LayoutName(Layout layout) {
+  switch (layout) {
+    case Layout::kNHD:
+      return "NHD";
+    case Layout::kHND:
+      return "HND";
+  }
+  return "?";
+}
+
+StatusOr<DType> ParseDType(std::string_view name) {
+  if (name == "f32" || name == "float32") return DType::kF32;
+  if (name == "f16" || name == "float16" || name == "half") return DType::kF16;
+  if (name == "bf16" || name == "bfloat16") return DType::kBF16;
+  return InvalidArgumentError("unknown dtype '" + std::string(name) + "' (known: f32, f16, bf16)");
+}
+
+StatusOr<Layout> ParseLayout(std::string_view name) {
+  if (name == "NHD" || name == "nhd") return Layout::kNHD;
+  if (name == "HND" || name == "hnd") return Layout::kHND;
+  return InvalidArgumentError("unknown layout '" + std::string(name) + "' (known: NHD, HND)");
+}
+
+Status CacheSpec::Validate() const {
+  KVF_RETURN_IF_ERROR(Positive("num_layers", num_layers));
+  KVF_RETURN_IF_ERROR(Positive("num_kv_heads", num_kv_heads));
+  KVF_RETURN_IF_ERROR(Positive("head_dim", head_dim));
+  KVF_RETURN_IF_ERROR(Positive("block_size_kernel", block_size_kernel));
+  KVF_RETURN_IF_ERROR(Positive("num_blocks_kernel", num_blocks_kernel));
+  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
+    return InvalidArgumentError("cache spec: unknown dtype");
+  }
+  if (layout != Layout::kNHD && layout != Layout::kHND) {
+    return InvalidArgumentError("cache spec: unknown layout");
+  }
+  if (kind != AttentionKind::kStandard && kind != AttentionKind::kMLA) {
+    return InvalidArgumentError("cache spec: unknown attention kind");
+  }
+  if (kind == AttentionKind::kMLA && num_kv_heads != 1) {
+    return InvalidArgumentError("cache spec: MLA needs num_kv_heads 1, got " +
+                                std::to_string(num_kv_heads));
+  }
+  // Keep every byte count well inside size_t and element offsets inside int64.
+  const double total = static_cast<double>(num_regions()) * num_blocks_kernel * block_size_kernel *
+                       num_kv_heads * head_dim * DTypeBytes(dtype);
+  if (total > static_cast<double>(int64_t{1} << 46)) {
+    return InvalidArgumentError("cache spec: " + std::to_string(total) + " bytes is too large");
+  }
+  return Status::Ok();
+}
+
+int32_t CacheSpec::num_regions() const {
+  return kind == AttentionKind::kMLA ? num_layers : 2 * num_layers;
+}
+
+size_t CacheSpec::bytes_per_token_slot() const {
+  return static_cast<size_t>(num_kv_heads) * head_dim * DTypeBytes(dtype);
+}
+
+size_t CacheSpec::bytes_per_kernel_block() const {
+  return static_cast<size_t>(block_size_kernel) * bytes_per_token_slot();
+}
+
+size_t CacheSpec::region_bytes() const {
+  return static_cast<size_t>(num_blocks_kernel) * bytes_per_kernel_block();
+}
+
+std::vector<int64_t> CacheSpec::RegionShape() const {
+  if (layout == Layout::kNHD) return {num_blocks_kernel, block_size_kernel, num_kv_heads, head_dim};
+  return {num_blocks_kernel, num_kv_heads, block_size_kernel, head_dim};
+}
+
+std::vector<int64_t> CacheSpec::RegionStrides() const {
+  const int64_t d = head_dim;
+  const int64_t block = static_cast<int64_t>(block_size_kernel) * num_kv_heads * d;
+  if (layout == Layout::kNHD) return {block, num_kv_heads * d, d, 1};
+  return {block, block_size_kernel * d, d, 1};
+}
+
+size_t CacheSpec::ElementOffset(int32_t kernel_block, int32_t token_in_block, int32_t head) const {
+  const size_t b = static_cast<size_t>(kernel_block);
+  const size_t t = static_cast<size_t>(token_in_block);
+  const size_t h = static_cast<size_t>(head);
+  const size_t bs = static_cast<size_t>(block_size_kernel);
+  const size_t nh = static_cast<size_t>(num_kv_heads);
+  const size_t d = static_cast<size_t>(head_dim);
+  if (layout == Layout::kNHD) return ((b * bs + t) * nh + h) * d;
+  return ((b * nh + h) * bs + t) * d;
+}
+
+KvCache::KvCache(const CacheSpec& spec) : spec_(spec) {}
+
+KvCache::~KvCache() { std::free(memory_); }
+
+StatusOr<std::unique_ptr<KvCache>> KvCache::Allocate(const CacheSpec& spec) {
+  KVF_RETURN_IF_ERROR(spec.Validate());
+  const size_t region_stride = RoundUp(spec.region_bytes(), kAlignment);
+  const size_t total = region_stride * static_cast<size_t>(spec.num_regions());
+  std::unique_ptr<KvCache> cache(new KvCache(spec));
+  cache->memory_ = static_cast<std::byte*>(std::aligned_alloc(kAlignment, total));
+  if (cache->memory_ == nullptr) {
+    return ResourceExhaustedError("KvCache: cannot allocate " + std::to_string(total) + " bytes");
+  }
+  std::memset(cache->memory_, 0, total);
+  cache->regions_.reserve(spec.num_regions());
+  for (int32_t r = 0; r < spec.num_regions(); ++r) {
+    cache->regions_.push_back(RegionView{cache->memory_ + r * region_stride, spec.region_bytes()});
+  }
+  return cache;
+}
+
+StatusOr<CacheSpec> GeometryOf(const KvCache& cache) {
+  const CacheSpec& declared = cache.spec();
+  KVF_RETURN_IF_ERROR(declared.Validate());
+  if (cache.num_regions() != declared.num_regions()) {
+    return InvalidArgumentError("GeometryOf: " + std::to_string(cache.num_regions()) +
+                                " regions allocated, spec needs " +
+                                std::to_string(declared.num_regions()));
+  }
+  const size_t region_bytes = cache.region(0).size_bytes;
+  const size_t per_block = declared.bytes_per_kernel_block();
+  if (region_bytes == 0 || region_bytes % per_block != 0) {
+    return InvalidArgumentError("GeometryOf: region of " + std::to_string(region_bytes) +
+                                " bytes is not a whole number of " + std::to_string(per_block) +
+                                "-byte kernel blocks");
+  }
+  for (int32_t r = 0; r < cache.num_regions(); ++r) {
+    const RegionView v = cache.region(r);
+    if (v.base == nullptr || v.size_bytes != region_bytes) {
+      return InvalidArgumentError("GeometryOf: region " + std::to_string(r) + " has " +
+                                  std::to_string(v.size_bytes) + " bytes, region 0 has " +
+                                  std::to_string(region_bytes));
+    }
+    if (reinterpret_cast<uintptr_t>(v.base) % kAlignment != 0) {
+      return InvalidArgumentError("GeometryOf: region " + std::to_string(r) +
+                                  " is not 64-byte aligned");
+    }
+  }
+  CacheSpec spec = declared;
+  const size_t blocks = region_bytes / per_block;
+  if (blocks > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return InvalidArgumentError("GeometryOf: too many kernel blocks");
+  }
+  spec.num_blocks_kernel = static_cast<int32_t>(blocks);
+  return spec;
+}
+
+}  // namespace kvferry::kv

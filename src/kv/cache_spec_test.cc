@@ -1,0 +1,118 @@
+#include "kvferry/kv/cache_spec.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+
+namespace kvferry::kv {
+namespace {
+
+CacheSpec Spec(Layout layout) {
+  CacheSpec s;
+  s.num_layers = 3;
+  s.num_kv_heads = 4;
+  s.head_dim = 8;
+  s.dtype = DType::kBF16;
+  s.layout = layout;
+  s.block_size_kernel = 16;
+  s.num_blocks_kernel = 10;
+  return s;
+}
+
+TEST(CacheSpecTest, ValidateNamesTheField) {
+  CacheSpec s = Spec(Layout::kNHD);
+  EXPECT_TRUE(s.Validate().ok());
+  s.head_dim = 0;
+  EXPECT_EQ(s.Validate().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.Validate().message().find("head_dim"), std::string_view::npos);
+  s = Spec(Layout::kNHD);
+  s.kind = AttentionKind::kMLA;
+  EXPECT_EQ(s.Validate().code(), StatusCode::kInvalidArgument);  // MLA needs 1 head
+  s.num_kv_heads = 1;
+  EXPECT_TRUE(s.Validate().ok());
+  s = Spec(Layout::kNHD);
+  s.num_blocks_kernel = -1;
+  EXPECT_NE(s.Validate().message().find("num_blocks_kernel"), std::string_view::npos);
+}
+
+TEST(CacheSpecTest, BytesAndRegions) {
+  const CacheSpec s = Spec(Layout::kNHD);
+  EXPECT_EQ(s.num_regions(), 6);
+  EXPECT_EQ(s.bytes_per_token_slot(), 4u * 8 * 2);
+  EXPECT_EQ(s.bytes_per_kernel_block(), 16u * 64);
+  EXPECT_EQ(s.region_bytes(), 10u * 1024);
+  CacheSpec mla = s;
+  mla.kind = AttentionKind::kMLA;
+  mla.num_kv_heads = 1;
+  EXPECT_EQ(mla.num_regions(), 3);
+}
+
+TEST(CacheSpecTest, ShapesStridesAndOffsetsAgree) {
+  for (Layout layout : {Layout::kNHD, Layout::kHND}) {
+    const CacheSpec s = Spec(layout);
+    const std::vector<int64_t> shape = s.RegionShape();
+    const std::vector<int64_t> strides = s.RegionStrides();
+    ASSERT_EQ(shape.size(), 4u);
+    EXPECT_EQ(shape[0] * strides[0] * static_cast<int64_t>(DTypeBytes(s.dtype)),
+              static_cast<int64_t>(s.region_bytes()));
+    for (int32_t b : {0, 3, 9}) {
+      for (int32_t t : {0, 5, 15}) {
+        for (int32_t h : {0, 3}) {
+          const int64_t token_axis = layout == Layout::kNHD ? 1 : 2;
+          const int64_t head_axis = layout == Layout::kNHD ? 2 : 1;
+          const int64_t expected =
+              b * strides[0] + t * strides[token_axis] + h * strides[head_axis];
+          EXPECT_EQ(static_cast<int64_t>(s.ElementOffset(b, t, h)), expected);
+        }
+      }
+    }
+  }
+  const CacheSpec nhd = Spec(Layout::kNHD);
+  EXPECT_EQ(nhd.RegionShape(), (std::vector<int64_t>{10, 16, 4, 8}));
+  EXPECT_EQ(nhd.RegionStrides(), (std::vector<int64_t>{512, 32, 8, 1}));
+  const CacheSpec hnd = Spec(Layout::kHND);
+  EXPECT_EQ(hnd.RegionShape(), (std::vector<int64_t>{10, 4, 16, 8}));
+  EXPECT_EQ(hnd.RegionStrides(), (std::vector<int64_t>{512, 128, 8, 1}));
+}
+
+TEST(CacheSpecTest, AllocateIsAlignedZeroedAndGeometryRoundTrips) {
+  CacheSpec s = Spec(Layout::kHND);
+  s.head_dim = 3;  // region bytes not a multiple of 64: regions must still be aligned
+  auto cache = KvCache::Allocate(s);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  ASSERT_EQ((*cache)->num_regions(), 6);
+  for (int32_t r = 0; r < 6; ++r) {
+    const RegionView v = (*cache)->region(r);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(v.base) % 64, 0u);
+    EXPECT_EQ(v.size_bytes, s.region_bytes());
+    for (size_t i = 0; i < v.size_bytes; ++i) ASSERT_EQ(v.base[i], std::byte{0});
+  }
+  EXPECT_EQ((*cache)->key_region(1).base, (*cache)->region(2).base);
+  EXPECT_EQ((*cache)->value_region(1).base, (*cache)->region(3).base);
+  auto geo = GeometryOf(**cache);
+  ASSERT_TRUE(geo.ok()) << geo.status();
+  EXPECT_EQ(*geo, s);
+}
+
+TEST(CacheSpecTest, AllocateRejectsInvalidSpec) {
+  CacheSpec s = Spec(Layout::kNHD);
+  s.num_layers = 0;
+  EXPECT_EQ(KvCache::Allocate(s).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(CacheSpecTest, ParseNames) {
+  EXPECT_EQ(*ParseDType("f32"), DType::kF32);
+  EXPECT_EQ(*ParseDType("f16"), DType::kF16);
+  EXPECT_EQ(*ParseDType("bf16"), DType::kBF16);
+  EXPECT_EQ(ParseDType("fp8").status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseLayout("NHD"), Layout::kNHD);
+  EXPECT_EQ(*ParseLayout("HND"), Layout::kHND);
+  EXPECT_EQ(ParseLayout("NDH").status().code(), StatusCode::kInvalidArgument);
+  for (DType d : {DType::kF32, DType::kF16, DType::kBF16}) EXPECT_EQ(*ParseDType(DTypeName(d)), d);
+  for (Layout l : {Layout::kNHD, Layout::kHND}) EXPECT_EQ(*ParseLayout(LayoutName(l)), l);
+  EXPECT_EQ(DTypeBytes(DType::kF32), 4u);
+  EXPECT_EQ(DTypeBytes(DType::kBF16), 2u);
+}
+
+}  // namespace
+}  // namespace kvferry::kv

@@ -1,0 +1,175 @@
+#include "kvferry/kv/relayout.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+namespace kvferry::kv {
+namespace {
+
+Status CheckSide(const char* side, const CacheSpec& spec, size_t num_region_ptrs, bool any_null,
+                 std::span<const KernelBlockId> table, int64_t token_begin, int64_t token_end) {
+  KVF_RETURN_IF_ERROR(spec.Validate().WithContext(side));
+  if (num_region_ptrs != static_cast<size_t>(spec.num_regions()) || any_null) {
+    return InvalidArgumentError(std::string(side) + ": " + std::to_string(num_region_ptrs) +
+                                " region pointers (null ones not allowed), spec has " +
+                                std::to_string(spec.num_regions()) + " regions");
+  }
+  if (token_begin == token_end) return Status::Ok();
+  const int64_t bs = spec.block_size_kernel;
+  const int64_t first = token_begin / bs;
+  const int64_t last = (token_end - 1) / bs;
+  if (last >= static_cast<int64_t>(table.size())) {
+    return OutOfRangeError(std::string(side) + ": token " + std::to_string(token_end - 1) +
+                           " beyond block table of " + std::to_string(table.size()) +
+                           " kernel blocks of " + std::to_string(bs));
+  }
+  for (int64_t i = first; i <= last; ++i) {
+    const int32_t k = table[i].value();
+    if (k < 0 || k >= spec.num_blocks_kernel) {
+      return OutOfRangeError(std::string(side) + ": kernel block " + std::to_string(k) +
+                             " outside cache of " + std::to_string(spec.num_blocks_kernel));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Validate(const KvSourceView& src, const KvDestView& dst, int64_t token_begin,
+                int64_t token_end) {
+  if (token_begin < 0 || token_end < token_begin) {
+    return InvalidArgumentError("relayout: bad token range [" + std::to_string(token_begin) + ", " +
+                                std::to_string(token_end) + ")");
+  }
+  KVF_RETURN_IF_ERROR(CheckRelayoutCompatible(src.spec, dst.spec));
+  const bool src_null =
+      std::find(src.regions.begin(), src.regions.end(), nullptr) != src.regions.end();
+  const bool dst_null =
+      std::find(dst.regions.begin(), dst.regions.end(), nullptr) != dst.regions.end();
+  KVF_RETURN_IF_ERROR(CheckSide("relayout source", src.spec, src.regions.size(), src_null,
+                                src.block_table, token_begin, token_end));
+  return CheckSide("relayout destination", dst.spec, dst.regions.size(), dst_null, dst.block_table,
+                   token_begin, token_end);
+}
+
+}  // namespace
+
+KvSourceView SourceViewOf(const KvCache& cache, std::span<const KernelBlockId> block_table) {
+  KvSourceView v{cache.spec(), {}, block_table};
+  for (int32_t r = 0; r < cache.num_regions(); ++r) v.regions.push_back(cache.region(r).base);
+  return v;
+}
+
+KvDestView DestViewOf(KvCache& cache, std::span<const KernelBlockId> block_table) {
+  KvDestView v{cache.spec(), {}, block_table};
+  for (int32_t r = 0; r < cache.num_regions(); ++r) v.regions.push_back(cache.region(r).base);
+  return v;
+}
+
+Status CheckRelayoutCompatible(const CacheSpec& src, const CacheSpec& dst) {
+  auto mismatch = [](const char* field, const std::string& a, const std::string& b) {
+    return InvalidArgumentError(std::string("relayout: ") + field + " differs (source " + a +
+                                ", destination " + b + ")");
+  };
+  if (src.dtype != dst.dtype) {
+    return mismatch("dtype", std::string(DTypeName(src.dtype)), std::string(DTypeName(dst.dtype)));
+  }
+  if (src.kind != dst.kind) {
+    return mismatch("attention kind", std::to_string(static_cast<int>(src.kind)),
+                    std::to_string(static_cast<int>(dst.kind)));
+  }
+  if (src.num_layers != dst.num_layers) {
+    return mismatch("num_layers", std::to_string(src.num_layers), std::to_string(dst.num_layers));
+  }
+  if (src.num_kv_heads != dst.num_kv_heads) {
+    return mismatch("num_kv_heads", std::to_string(src.num_kv_heads),
+                    std::to_string(dst.num_kv_heads));
+  }
+  if (src.head_dim != dst.head_dim) {
+    return mismatch("head_dim", std::to_string(src.head_dim), std::to_string(dst.head_dim));
+  }
+  return Status::Ok();
+}
+
+Status RelayoutTokensReference(const KvSourceView& src, const KvDestView& dst, int64_t token_begin,
+                               int64_t token_end) {
+  KVF_RETURN_IF_ERROR(Validate(src, dst, token_begin, token_end));
+  const CacheSpec& s = src.spec;
+  const CacheSpec& d = dst.spec;
+  const size_t es = DTypeBytes(s.dtype);
+  const size_t row_bytes = static_cast<size_t>(s.head_dim) * es;
+  for (int32_t r = 0; r < s.num_regions(); ++r) {
+    for (int64_t t = token_begin; t < token_end; ++t) {
+      const int32_t sb = src.block_table[t / s.block_size_kernel].value();
+      const int32_t so = static_cast<int32_t>(t % s.block_size_kernel);
+      const int32_t db = dst.block_table[t / d.block_size_kernel].value();
+      const int32_t doff = static_cast<int32_t>(t % d.block_size_kernel);
+      for (int32_t h = 0; h < s.num_kv_heads; ++h) {
+        std::memcpy(dst.regions[r] + d.ElementOffset(db, doff, h) * es,
+                    src.regions[r] + s.ElementOffset(sb, so, h) * es, row_bytes);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status RelayoutTokens(const KvSourceView& src, const KvDestView& dst, int64_t token_begin,
+                      int64_t token_end) {
+  KVF_RETURN_IF_ERROR(Validate(src, dst, token_begin, token_end));
+  const CacheSpec& s = src.spec;
+  const CacheSpec& d = dst.spec;
+  const size_t es = DTypeBytes(s.dtype);
+  const int32_t heads = s.num_kv_heads;
+  const size_t row_bytes = static_cast<size_t>(s.head_dim) * es;
+  const size_t slot_bytes = s.bytes_per_token_slot();
+  const bool same_geometry = s.layout == d.layout && s.block_size_kernel == d.block_size_kernel;
+
+  // Split the range into chunks that stay inside one kernel block on both sides.
+  struct Chunk {
+    int32_t sb, so, db, doff, n;
+  };
+  std::vector<Chunk> chunks;
+  for (int64_t t = token_begin; t < token_end;) {
+    const int64_t s_end = (t / s.block_size_kernel + 1) * s.block_size_kernel;
+    const int64_t d_end = (t / d.block_size_kernel + 1) * d.block_size_kernel;
+    const int64_t end = std::min({token_end, s_end, d_end});
+    chunks.push_back(Chunk{src.block_table[t / s.block_size_kernel].value(),
+                           static_cast<int32_t>(t % s.block_size_kernel),
+                           dst.block_table[t / d.block_size_kernel].value(),
+                           static_cast<int32_t>(t % d.block_size_kernel),
+                           static_cast<int32_t>(end - t)});
+    t = end;
+  }
+
+  for (int32_t r = 0; r < s.num_regions(); ++r) {
+    const std::byte* sbase = src.regions[r];
+    std::byte* dbase = dst.regions[r];
+    for (const Chunk& c : chunks) {
+      if (same_geometry && c.n == s.block_size_kernel) {  // whole block, same byte order
+        std::memcpy(dbase + static_cast<size_t>(c.db) * s.bytes_per_kernel_block(),
+                    sbase + static_cast<size_t>(c.sb) * s.bytes_per_kernel_block(),
+                    s.bytes_per_kernel_block());
+      } else if (s.layout == Layout::kNHD && d.layout == Layout::kNHD) {  // token slots
+        std::memcpy(dbase + d.ElementOffset(c.db, c.doff, 0) * es,
+                    sbase + s.ElementOffset(c.sb, c.so, 0) * es, c.n * slot_bytes);
+      } else if (s.layout == Layout::kHND && d.layout == Layout::kHND) {  // per-head runs
+        for (int32_t h = 0; h < heads; ++h) {
+          std::memcpy(dbase + d.ElementOffset(c.db, c.doff, h) * es,
+                      sbase + s.ElementOffset(c.sb, c.so, h) * es, c.n * row_bytes);
+        }
+      } else {  // transpose between NHD and HND: one row per (token, head)
+        const size_t s_tok = (s.layout == Layout::kNHD ? slot_bytes : row_bytes);
+        const size_t d_tok = (d.layout == Layout::kNHD ? slot_bytes : row_bytes);
+        for (int32_t h = 0; h < heads; ++h) {
+          const std::byte* sp = sbase + s.ElementOffset(c.sb, c.so, h) * es;
+          std::byte* dp = dbase + d.ElementOffset(c.db, c.doff, h) * es;
+          for (int32_t i = 0; i < c.n; ++i) {
+            std::memcpy(dp + i * d_tok, sp + i * s_tok, row_bytes);
+          }
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace kvferry::kv

@@ -1,0 +1,211 @@
+#include "kvferry/kv/relayout.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace kvferry::kv {
+namespace {
+
+constexpr int64_t kTokens = 300;  // tokens in the sequence; ~2.3 blocks of 128
+
+CacheSpec Spec(int32_t block_size_kernel, Layout layout, DType dtype) {
+  CacheSpec s;
+  s.num_layers = 2;
+  s.num_kv_heads = 2;
+  s.head_dim = 4;
+  s.dtype = dtype;
+  s.layout = layout;
+  s.block_size_kernel = block_size_kernel;
+  // Room for the sequence plus spare blocks, so tables can be scattered.
+  s.num_blocks_kernel =
+      static_cast<int32_t>((kTokens + block_size_kernel - 1) / block_size_kernel) + 3;
+  return s;
+}
+
+struct Side {
+  std::unique_ptr<KvCache> cache;
+  std::vector<KernelBlockId> table;
+};
+
+// A cache filled with random bytes and a random (permuted) block table for the sequence.
+Side MakeSide(const CacheSpec& spec, std::mt19937& rng) {
+  Side side;
+  side.cache = std::move(KvCache::Allocate(spec)).value();
+  for (int32_t r = 0; r < spec.num_regions(); ++r) {
+    RegionView v = side.cache->region(r);
+    for (size_t i = 0; i < v.size_bytes; ++i) v.base[i] = static_cast<std::byte>(rng());
+  }
+  std::vector<int32_t> ids(spec.num_blocks_kernel);
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  const int64_t needed = (kTokens + spec.block_size_kernel - 1) / spec.block_size_kernel;
+  for (int64_t i = 0; i < needed; ++i) side.table.emplace_back(ids[i]);
+  return side;
+}
+
+// Copies all region bytes of `from` into a fresh cache of the same spec.
+std::unique_ptr<KvCache> Clone(const KvCache& from) {
+  auto c = std::move(KvCache::Allocate(from.spec())).value();
+  for (int32_t r = 0; r < from.num_regions(); ++r) {
+    std::memcpy(c->region(r).base, from.region(r).base, from.region(r).size_bytes);
+  }
+  return c;
+}
+
+bool SameBytes(const KvCache& a, const KvCache& b) {
+  for (int32_t r = 0; r < a.num_regions(); ++r) {
+    if (std::memcmp(a.region(r).base, b.region(r).base, a.region(r).size_bytes) != 0) return false;
+  }
+  return true;
+}
+
+// The bytes of (region, token, head) of a sequence, read with the cache's own geometry.
+std::vector<std::byte> Row(const KvCache& c, std::span<const KernelBlockId> table, int32_t region,
+                           int64_t t, int32_t h) {
+  const CacheSpec& s = c.spec();
+  const size_t es = DTypeBytes(s.dtype);
+  const size_t off = s.ElementOffset(table[t / s.block_size_kernel].value(),
+                                     static_cast<int32_t>(t % s.block_size_kernel), h) *
+                     es;
+  const std::byte* p = c.region(region).base + off;
+  return std::vector<std::byte>(p, p + s.head_dim * es);
+}
+
+struct Range {
+  int64_t begin, end;
+};
+
+TEST(RelayoutTest, FastEqualsReferenceOverEveryGeometryPair) {
+  std::mt19937 rng(2024);
+  const std::vector<Range> ranges{{0, kTokens}, {37, 291}, {5, 9}, {64, 128}, {130, 131}, {77, 77}};
+  int combos = 0;
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    for (int32_t bs_a : {16, 32, 64, 128}) {
+      for (int32_t bs_b : {16, 32, 64, 128}) {
+        for (Layout la : {Layout::kNHD, Layout::kHND}) {
+          for (Layout lb : {Layout::kNHD, Layout::kHND}) {
+            SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " " << bs_a << LayoutName(la)
+                                            << " -> " << bs_b << LayoutName(lb));
+            const CacheSpec sa = Spec(bs_a, la, dtype);
+            const CacheSpec sb = Spec(bs_b, lb, dtype);
+            Side a = MakeSide(sa, rng);
+            Side b = MakeSide(sb, rng);
+            for (const Range& range : ranges) {
+              // A -> B, fast and reference into identical copies of B.
+              auto b_fast = Clone(*b.cache);
+              auto b_ref = Clone(*b.cache);
+              ASSERT_TRUE(RelayoutTokens(SourceViewOf(*a.cache, a.table),
+                                         DestViewOf(*b_fast, b.table), range.begin, range.end)
+                              .ok());
+              ASSERT_TRUE(RelayoutTokensReference(SourceViewOf(*a.cache, a.table),
+                                                  DestViewOf(*b_ref, b.table), range.begin,
+                                                  range.end)
+                              .ok());
+              ASSERT_TRUE(SameBytes(*b_fast, *b_ref)) << range.begin << ".." << range.end;
+              // Every token of the range now reads the same in B as in A; tokens outside kept.
+              for (int32_t r = 0; r < sa.num_regions(); ++r) {
+                for (int64_t t :
+                     {range.begin, (range.begin + range.end) / 2, range.end - 1, range.end}) {
+                  if (t < 0 || t >= kTokens) continue;
+                  for (int32_t h = 0; h < sa.num_kv_heads; ++h) {
+                    const bool inside = t >= range.begin && t < range.end;
+                    const KvCache& want = inside ? *a.cache : *b.cache;
+                    const auto& want_table = inside ? a.table : b.table;
+                    EXPECT_EQ(Row(*b_fast, b.table, r, t, h), Row(want, want_table, r, t, h));
+                  }
+                }
+              }
+              // Round trip B -> fresh A': the range comes back bit-identical.
+              auto a_back = Clone(*a.cache);
+              for (int32_t r = 0; r < sa.num_regions(); ++r) {
+                std::memset(a_back->region(r).base, 0, a_back->region(r).size_bytes);
+              }
+              ASSERT_TRUE(RelayoutTokens(SourceViewOf(*b_fast, b.table),
+                                         DestViewOf(*a_back, a.table), range.begin, range.end)
+                              .ok());
+              for (int32_t r = 0; r < sa.num_regions(); ++r) {
+                for (int64_t t = range.begin; t < range.end; ++t) {
+                  for (int32_t h = 0; h < sa.num_kv_heads; ++h) {
+                    ASSERT_EQ(Row(*a_back, a.table, r, t, h), Row(*a.cache, a.table, r, t, h));
+                  }
+                }
+              }
+            }
+            ++combos;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(combos, 3 * 16 * 4);
+}
+
+TEST(RelayoutTest, WorksOnRawRegionPointers) {
+  // A staging buffer holding only the kernel blocks of tokens [128, 256) of P (kernel 64, HND),
+  // copied into D's cache (kernel 16, NHD).
+  std::mt19937 rng(5);
+  CacheSpec staging = Spec(64, Layout::kHND, DType::kBF16);
+  staging.num_blocks_kernel = 2;
+  std::vector<std::vector<std::byte>> buffers(staging.num_regions(),
+                                              std::vector<std::byte>(staging.region_bytes()));
+  KvSourceView src{staging, {}, {}};
+  for (auto& buf : buffers) {
+    for (auto& byte : buf) byte = static_cast<std::byte>(rng());
+    src.regions.push_back(buf.data());
+  }
+  // Entries for tokens [0, 128) are never read: any value will do.
+  const std::vector<KernelBlockId> src_table{KernelBlockId(-1), KernelBlockId(-1), KernelBlockId(0),
+                                             KernelBlockId(1)};
+  src.block_table = src_table;
+  Side d = MakeSide(Spec(16, Layout::kNHD, DType::kBF16), rng);
+  auto d_ref = Clone(*d.cache);
+  ASSERT_TRUE(RelayoutTokens(src, DestViewOf(*d.cache, d.table), 128, 256).ok());
+  ASSERT_TRUE(RelayoutTokensReference(src, DestViewOf(*d_ref, d.table), 128, 256).ok());
+  EXPECT_TRUE(SameBytes(*d.cache, *d_ref));
+  // Token 200, head 1 of layer 0's V: staging block 1, token 8.
+  const size_t es = 2;
+  const std::byte* want = buffers[1].data() + staging.ElementOffset(1, 8, 1) * es;
+  EXPECT_EQ(Row(*d.cache, d.table, 1, 200, 1), std::vector<std::byte>(want, want + 4 * es));
+}
+
+TEST(RelayoutTest, RejectsMismatchedModelsAndBadRanges) {
+  std::mt19937 rng(9);
+  Side a = MakeSide(Spec(16, Layout::kNHD, DType::kF16), rng);
+  Side b = MakeSide(Spec(32, Layout::kHND, DType::kBF16), rng);
+  const Status dtype =
+      RelayoutTokens(SourceViewOf(*a.cache, a.table), DestViewOf(*b.cache, b.table), 0, 10);
+  EXPECT_EQ(dtype.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(dtype.message().find("dtype"), std::string_view::npos);
+
+  CacheSpec heads = Spec(32, Layout::kHND, DType::kF16);
+  heads.num_kv_heads = 4;
+  EXPECT_NE(CheckRelayoutCompatible(a.cache->spec(), heads).message().find("num_kv_heads"),
+            std::string_view::npos);
+  CacheSpec layers = a.cache->spec();
+  layers.num_layers = 3;
+  EXPECT_EQ(CheckRelayoutCompatible(a.cache->spec(), layers).code(), StatusCode::kInvalidArgument);
+
+  Side c = MakeSide(Spec(32, Layout::kHND, DType::kF16), rng);
+  auto c_before = Clone(*c.cache);
+  const auto src = SourceViewOf(*a.cache, a.table);
+  const auto dst = DestViewOf(*c.cache, c.table);
+  EXPECT_EQ(RelayoutTokens(src, dst, 10, 5).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RelayoutTokens(src, dst, -1, 5).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(RelayoutTokens(src, dst, 0, kTokens + 100).code(), StatusCode::kOutOfRange);
+  std::vector<KernelBlockId> bad_table = c.table;
+  bad_table[3] = KernelBlockId(1000);
+  EXPECT_EQ(RelayoutTokens(src, DestViewOf(*c.cache, bad_table), 0, kTokens).code(),
+            StatusCode::kOutOfRange);
+  KvDestView missing = dst;
+  missing.regions.pop_back();
+  EXPECT_EQ(RelayoutTokens(src, missing, 0, 10).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(SameBytes(*c.cache, *c_before));  // nothing written on error
+}
+
+}  // namespace
+}  // namespace kvferry::kv
