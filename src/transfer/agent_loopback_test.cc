@@ -1,0 +1,160 @@
+// The Agent's contract over the loopback backend: validation before posting, merging,
+// READ/WRITE, notifications, fault injection.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "kvferry/transfer/agent.h"
+#include "kvferry/transfer/loopback.h"
+
+namespace kvferry::transfer {
+namespace {
+
+struct Pair {
+  std::unique_ptr<Agent> a, b;
+  std::vector<uint8_t> abuf, bbuf;
+  RegionHandle ar, br;
+  PeerHandle b_from_a;
+};
+
+Pair MakePair(const std::string& tag, size_t bytes = 1 << 16) {
+  Pair p;
+  p.a = std::move(*Agent::Create({.name = tag + "-a", .backend = BackendKind::kLoopback}));
+  p.b = std::move(*Agent::Create({.name = tag + "-b", .backend = BackendKind::kLoopback}));
+  p.abuf.resize(bytes);
+  p.bbuf.resize(bytes);
+  std::iota(p.abuf.begin(), p.abuf.end(), 0);
+  std::iota(p.bbuf.begin(), p.bbuf.end(), 100);
+  p.ar = *p.a->RegisterMemory(p.abuf.data(), bytes, MemoryKind::kHost);
+  p.br = *p.b->RegisterMemory(p.bbuf.data(), bytes, MemoryKind::kHost);
+  p.b_from_a = *p.a->LoadRemoteMetadata(*p.b->GetLocalMetadata());
+  return p;
+}
+
+TEST(AgentLoopbackTest, CreateRejectsEmptyName) {
+  EXPECT_EQ(Agent::Create({.name = "", .backend = BackendKind::kLoopback}).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(AgentLoopbackTest, DeviceMemoryIsUnimplemented) {
+  auto a = *Agent::Create({.name = "dev", .backend = BackendKind::kLoopback});
+  char buf[16];
+  EXPECT_EQ(a->RegisterMemory(buf, 16, MemoryKind::kDevice).status().code(),
+            StatusCode::kUnimplemented);
+}
+
+TEST(AgentLoopbackTest, GarbageMetadataIsInvalidArgument) {
+  auto a = *Agent::Create({.name = "garbage", .backend = BackendKind::kLoopback});
+  EXPECT_EQ(a->LoadRemoteMetadata("not a blob").status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(AgentLoopbackTest, WriteAndReadMoveExactBytesAndNotify) {
+  Pair p = MakePair("rw");
+  auto w = p.a->PrepareTransfer({.op = XferOp::kWrite,
+                                 .peer = p.b_from_a,
+                                 .local = {{p.ar, 0, 100}, {p.ar, 100, 100}, {p.ar, 500, 8}},
+                                 .remote = {{p.br, 1000, 100}, {p.br, 1100, 100}, {p.br, 0, 8}},
+                                 .notification = "wrote"});
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(p.a->GetXferInfo(*w)->num_descriptors_merged, 2u);
+  EXPECT_EQ(p.a->GetXferInfo(*w)->total_bytes, 208u);
+  ASSERT_TRUE(p.a->Post(*w).ok());
+  ASSERT_TRUE(p.a->Wait(*w, Deadline::AfterMs(5000)).ok());
+  EXPECT_EQ(0, std::memcmp(&p.bbuf[1000], &p.abuf[0], 200));
+  EXPECT_EQ(0, std::memcmp(&p.bbuf[0], &p.abuf[500], 8));
+  auto n = p.b->WaitNotifications(Deadline::AfterMs(1000));
+  ASSERT_EQ(n.size(), 1u);
+  EXPECT_EQ(n[0].peer_name, "rw-a");
+  EXPECT_EQ(n[0].message, "wrote");
+  ASSERT_TRUE(p.a->Release(*w).ok());
+
+  auto r = p.a->PrepareTransfer({.op = XferOp::kRead,
+                                 .peer = p.b_from_a,
+                                 .local = {{p.ar, 4096, 64}},
+                                 .remote = {{p.br, 8192, 64}}});
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(p.a->Post(*r).ok());
+  ASSERT_TRUE(p.a->Wait(*r, Deadline::AfterMs(5000)).ok());
+  EXPECT_EQ(0, std::memcmp(&p.abuf[4096], &p.bbuf[8192], 64));
+  EXPECT_TRUE(p.b->GetNotifications().empty());
+}
+
+TEST(AgentLoopbackTest, DescriptorOutOfRangeIsInvalidArgumentBeforePosting) {
+  Pair p = MakePair("oor", 4096);
+  auto x = p.a->PrepareTransfer({.op = XferOp::kWrite,
+                                 .peer = p.b_from_a,
+                                 .local = {{p.ar, 0, 64}},
+                                 .remote = {{p.br, 4090, 64}}});
+  EXPECT_EQ(x.status().code(), StatusCode::kInvalidArgument);
+  x = p.a->PrepareTransfer({.op = XferOp::kWrite,
+                            .peer = p.b_from_a,
+                            .local = {{p.ar, 4095, 2}},
+                            .remote = {{p.br, 0, 2}}});
+  EXPECT_EQ(x.status().code(), StatusCode::kInvalidArgument);
+  x = p.a->PrepareTransfer({.op = XferOp::kWrite,
+                            .peer = p.b_from_a,
+                            .local = {{p.ar, 0, 64}},
+                            .remote = {{p.br, 0, 63}}});
+  EXPECT_EQ(x.status().code(), StatusCode::kInvalidArgument);
+  x = p.a->PrepareTransfer(
+      {.op = XferOp::kWrite, .peer = p.b_from_a, .local = {{p.ar, 0, 64}}, .remote = {}});
+  EXPECT_EQ(x.status().code(), StatusCode::kInvalidArgument);
+  x = p.a->PrepareTransfer({.op = XferOp::kWrite,
+                            .peer = p.b_from_a,
+                            .local = {{p.ar, 0, 64}},
+                            .remote = {{RegionHandle{99}, 0, 64}}});
+  EXPECT_EQ(x.status().code(), StatusCode::kNotFound);
+}
+
+TEST(AgentLoopbackTest, InjectedFailureAndStall) {
+  Pair p = MakePair("fault");
+  auto x = *p.a->PrepareTransfer({.op = XferOp::kWrite,
+                                  .peer = p.b_from_a,
+                                  .local = {{p.ar, 0, 64}},
+                                  .remote = {{p.br, 0, 64}},
+                                  .notification = "n",
+                                  .timeout_ms = 300});
+  ASSERT_TRUE(loopback::InjectFault("fault-a", loopback::Fault::kFailNext).ok());
+  ASSERT_TRUE(p.a->Post(x).ok());
+  EXPECT_EQ(p.a->Wait(x, Deadline::AfterMs(5000)).code(), StatusCode::kUnavailable);
+  ASSERT_TRUE(loopback::InjectFault("fault-a", loopback::Fault::kStallNext).ok());
+  ASSERT_TRUE(p.a->Post(x).ok());
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(p.a->Wait(x, Deadline::AfterMs(5000)).code(), StatusCode::kDeadlineExceeded);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(3));
+  EXPECT_TRUE(p.b->GetNotifications().empty());
+  ASSERT_TRUE(p.a->Post(x).ok());
+  EXPECT_TRUE(p.a->Wait(x, Deadline::AfterMs(5000)).ok());
+  EXPECT_EQ(p.b->GetNotifications().size(), 1u);
+}
+
+TEST(AgentLoopbackTest, PostWhileInFlightIsFailedPrecondition) {
+  Pair p = MakePair("inflight");
+  auto x = *p.a->PrepareTransfer({.op = XferOp::kWrite,
+                                  .peer = p.b_from_a,
+                                  .local = {{p.ar, 0, 64}},
+                                  .remote = {{p.br, 0, 64}},
+                                  .timeout_ms = 5000});
+  ASSERT_TRUE(loopback::InjectFault("inflight-a", loopback::Fault::kStallNext).ok());
+  ASSERT_TRUE(p.a->Post(x).ok());
+  EXPECT_EQ(p.a->Post(x).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(*p.a->Poll(x), XferState::kInProgress);
+  EXPECT_TRUE(p.a->Release(x).ok());
+  EXPECT_EQ(p.a->Poll(x).status().code(), StatusCode::kNotFound);
+}
+
+TEST(AgentLoopbackTest, PeerGoneIsUnavailable) {
+  Pair p = MakePair("gone");
+  auto x = *p.a->PrepareTransfer({.op = XferOp::kWrite,
+                                  .peer = p.b_from_a,
+                                  .local = {{p.ar, 0, 64}},
+                                  .remote = {{p.br, 0, 64}}});
+  p.b.reset();
+  EXPECT_EQ(p.a->Post(x).code(), StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace kvferry::transfer

@@ -1,0 +1,342 @@
+// UCX backend: one ucp context + worker per agent, owned by a progress thread.
+//
+// Every UCX call after start-up runs on the progress thread; other threads hand it commands
+// through a queue and an eventfd. Data paths per peer (docs/transfer.md):
+//   RMA: ucp_put_nbx / ucp_get_nbx per segment, then ucp_ep_flush_nbx; flush success means the
+//        bytes are visible at the destination. Used over shared memory.
+//   AM:  WRITE sends each segment as an active message into the target's registered memory
+//        (rendezvous for large ones, received straight into place); the target acknowledges once
+//        all segments of the transfer landed. READ sends one request; the target answers with
+//        one active message per segment, received straight into the initiator's memory. Used
+//        over TCP, where UCX 1.13 only emulates put/get (~1 GB/s) but moves AM at link speed.
+// Notifications are eager active messages sent after the transfer completed.
+// Failure: each transfer has a deadline; a peer on the same host is checked for death by pid;
+// on failure the endpoint is force-closed and the peer marked failed.
+#include "transfer/backends/ucx/ucx_backend.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <msgpack.hpp>
+#include <set>
+#include <thread>
+
+#include "kvferry/common/logging.h"
+#include "transfer/backend.h"
+
+namespace kvferry::transfer::ucx {
+
+// ---- start / stop --------------------------------------------------------------------------
+
+Status UcxBackend::Start() {
+  // Shared memory transports drop out under UCP_ERR_HANDLING_MODE_PEER unless told otherwise
+  // (UCX 1.13); the user's own settings win (overwrite = 0).
+  setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+  setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+  ucp_config_t* raw_cfg = nullptr;
+  KVF_RETURN_IF_ERROR(FromUcs(ucp_config_read(nullptr, nullptr, &raw_cfg), "ucp_config_read"));
+  UcpConfig cfg(raw_cfg);
+  if (getenv("UCX_TLS") == nullptr) {
+    const char* tls = ctx_.ucx.transport == UcxTransport::kTcp   ? "tcp"
+                      : ctx_.ucx.transport == UcxTransport::kShm ? "shm,self"
+                                                                 : "all";
+    KVF_RETURN_IF_ERROR(FromUcs(ucp_config_modify(cfg.get(), "TLS", tls), "set UCX TLS"));
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.name = ctx_.agent_name.c_str();
+  ucp_context_h raw_ctx = nullptr;
+  KVF_RETURN_IF_ERROR(FromUcs(ucp_init(&params, cfg.get(), &raw_ctx), "ucp_init"));
+  context_.reset(raw_ctx);
+  ucp_worker_params_t wp{};
+  wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucp_worker_h raw_w = nullptr;
+  KVF_RETURN_IF_ERROR(FromUcs(ucp_worker_create(context_.get(), &wp, &raw_w), "ucp_worker_create"));
+  worker_.reset(raw_w);
+  ucp_address_t* addr = nullptr;
+  size_t addr_len = 0;
+  KVF_RETURN_IF_ERROR(
+      FromUcs(ucp_worker_get_address(worker_.get(), &addr, &addr_len), "ucp_worker_get_address"));
+  worker_address_.assign(reinterpret_cast<const char*>(addr), addr_len);
+  ucp_worker_release_address(worker_.get(), addr);
+  KVF_RETURN_IF_ERROR(FromUcs(ucp_worker_get_efd(worker_.get(), &ucp_fd_), "ucp_worker_get_efd"));
+  struct Handler {
+    unsigned id;
+    ucp_am_recv_callback_t cb;
+  };
+  for (Handler h : {Handler{kAmNotify, OnNotify}, Handler{kAmWriteData, OnWriteData},
+                    Handler{kAmWriteAck, OnWriteAck}, Handler{kAmReadReq, OnReadReq},
+                    Handler{kAmReadData, OnReadData}}) {
+    ucp_am_handler_param_t hp{};
+    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                    UCP_AM_HANDLER_PARAM_FIELD_ARG;
+    hp.id = h.id;
+    hp.cb = h.cb;
+    hp.arg = this;
+    KVF_RETURN_IF_ERROR(
+        FromUcs(ucp_worker_set_am_recv_handler(worker_.get(), &hp), "set AM handler"));
+  }
+  host_id_ = HostIdentity();
+  event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (event_fd_ < 0) return UnavailableError("eventfd failed");
+  thread_ = std::thread([this] { Loop(); });
+  return Status::Ok();
+}
+
+void UcxBackend::Stop() {
+  if (thread_.joinable()) {
+    stop_ = true;
+    Enqueue([] {});
+    thread_.join();
+  }
+  if (event_fd_ >= 0) close(event_fd_);
+  event_fd_ = -1;
+  // Remaining handles go in order: rkeys (inside peers), then memory, worker, context.
+  peers_.clear();
+  for (auto& [id, r] : regions_) ucp_mem_unmap(context_.get(), r.memh);
+  regions_.clear();
+  worker_.reset();
+  context_.reset();
+}
+
+void UcxBackend::Loop() {
+  Clock::time_point last_busy = Clock::now();
+  while (true) {
+    std::deque<std::function<void()>> cmds;
+    {
+      MutexLock l(&mu_);
+      cmds.swap(commands_);
+    }
+    for (auto& c : cmds) c();
+    unsigned n = 0;
+    for (int i = 0; i < 64 && ucp_worker_progress(worker_.get()) != 0; ++i) ++n;
+    while (!deferred_.empty()) {
+      auto fn = std::move(deferred_.front());
+      deferred_.pop_front();
+      fn();
+      ++n;
+    }
+    auto now = Clock::now();
+    if (now - last_housekeeping_ > std::chrono::milliseconds(1)) {
+      last_housekeeping_ = now;
+      Housekeeping();
+    }
+    if (stop_) break;
+    bool busy = n > 0 || !cmds.empty() || !xfers_.empty() || !inbound_.empty() || !closing_.empty();
+    if (busy) {
+      last_busy = now;
+      continue;
+    }
+    if (now - last_busy < std::chrono::microseconds(500)) continue;
+    ucs_status_t st = ucp_worker_arm(worker_.get());
+    if (st == UCS_ERR_BUSY) continue;
+    pollfd fds[2] = {{event_fd_, POLLIN, 0}, {ucp_fd_, POLLIN, 0}};
+    poll(fds, 2, 50);
+    uint64_t v;
+    while (read(event_fd_, &v, sizeof(v)) > 0) {
+    }
+  }
+  // Shutdown: fail what is left, force-close every endpoint, wait (bounded) for the closes.
+  for (auto& [id, p] : peers_) FailPeer(id, AbortedError("agent shutting down"));
+  auto until = Clock::now() + std::chrono::milliseconds(500);
+  while (!closing_.empty() && Clock::now() < until) {
+    ucp_worker_progress(worker_.get());
+    Housekeeping();
+  }
+}
+
+void UcxBackend::Housekeeping() {
+  for (auto it = closing_.begin(); it != closing_.end();) {
+    if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
+      ucp_request_free(*it);
+      it = closing_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  std::vector<std::pair<uint64_t, uint32_t>> expired;
+  std::set<uint32_t> active_peers;
+  for (auto& [token, x] : xfers_) {
+    if (x->completion->deadline().Expired()) expired.push_back({token, x->peer_id});
+    active_peers.insert(x->peer_id);
+  }
+  for (auto [token, peer_id] : expired) {
+    CompleteXfer(token, DeadlineExceededError("transfer deadline passed (peer hung or slow)"));
+    FailPeer(peer_id, DeadlineExceededError("a transfer to this peer timed out"));
+  }
+  auto now = Clock::now();
+  if (now - last_liveness_ > std::chrono::milliseconds(100)) {
+    last_liveness_ = now;
+    for (uint32_t id : active_peers) {
+      auto it = peers_.find(id);
+      if (it != peers_.end() && it->second->same_host && ProcessIsDead(it->second->pid)) {
+        FailPeer(id, UnavailableError("peer process " + std::to_string(it->second->pid) +
+                                      " on this host died"));
+      }
+    }
+  }
+}
+
+// ---- memory and metadata -------------------------------------------------------------------
+
+Status UcxBackend::DoRegister(uint32_t id, void* addr, uint64_t length) {
+  ucp_mem_map_params_t mp{};
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  mp.address = addr;
+  mp.length = length;
+  ucp_mem_h memh = nullptr;
+  KVF_RETURN_IF_ERROR(FromUcs(ucp_mem_map(context_.get(), &mp, &memh), "ucp_mem_map"));
+  void* rkey_buf = nullptr;
+  size_t rkey_len = 0;
+  Status s = FromUcs(ucp_rkey_pack(context_.get(), memh, &rkey_buf, &rkey_len), "ucp_rkey_pack");
+  if (!s.ok()) {
+    ucp_mem_unmap(context_.get(), memh);
+    return s;
+  }
+  regions_[id] = {static_cast<uint8_t*>(addr), length, memh,
+                  std::string(static_cast<const char*>(rkey_buf), rkey_len)};
+  ucp_rkey_buffer_release(rkey_buf);
+  return Status::Ok();
+}
+
+// Backend blob: msgpack [worker address (bin), host identity, pid, [[id, base, rkey (bin)]...]].
+StatusOr<std::string> UcxBackend::LocalBlob() const {
+  std::string out;
+  Status s = RunSync([&] {
+    msgpack::sbuffer buf;
+    msgpack::packer<msgpack::sbuffer> pk(&buf);
+    pk.pack_array(4);
+    pk.pack_bin(static_cast<uint32_t>(worker_address_.size()));
+    pk.pack_bin_body(worker_address_.data(), static_cast<uint32_t>(worker_address_.size()));
+    pk.pack(host_id_);
+    pk.pack(static_cast<int64_t>(getpid()));
+    pk.pack_array(static_cast<uint32_t>(regions_.size()));
+    for (const auto& [id, r] : regions_) {
+      pk.pack_array(3);
+      pk.pack(id);
+      pk.pack(reinterpret_cast<uint64_t>(r.base));
+      pk.pack_bin(static_cast<uint32_t>(r.rkey.size()));
+      pk.pack_bin_body(r.rkey.data(), static_cast<uint32_t>(r.rkey.size()));
+    }
+    out.assign(buf.data(), buf.size());
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  return out;
+}
+
+Status UcxBackend::AddPeer(uint32_t peer_id, const std::string& name, std::string_view blob) {
+  struct Parsed {
+    std::string address, host;
+    int64_t pid = 0;
+    std::vector<std::tuple<uint32_t, uint64_t, std::string>> regions;
+  } parsed;
+  try {
+    msgpack::object_handle oh = msgpack::unpack(blob.data(), blob.size());
+    const msgpack::object& o = oh.get();
+    if (o.type != msgpack::type::ARRAY || o.via.array.size != 4 ||
+        o.via.array.ptr[0].type != msgpack::type::BIN ||
+        o.via.array.ptr[3].type != msgpack::type::ARRAY) {
+      return InvalidArgumentError("UCX metadata: malformed");
+    }
+    const msgpack::object* f = o.via.array.ptr;
+    parsed.address.assign(f[0].via.bin.ptr, f[0].via.bin.size);
+    parsed.host = f[1].as<std::string>();
+    parsed.pid = f[2].as<int64_t>();
+    for (uint32_t i = 0; i < f[3].via.array.size; ++i) {
+      const msgpack::object& r = f[3].via.array.ptr[i];
+      if (r.type != msgpack::type::ARRAY || r.via.array.size != 3 ||
+          r.via.array.ptr[2].type != msgpack::type::BIN) {
+        return InvalidArgumentError("UCX metadata: malformed region");
+      }
+      parsed.regions.emplace_back(
+          r.via.array.ptr[0].as<uint32_t>(), r.via.array.ptr[1].as<uint64_t>(),
+          std::string(r.via.array.ptr[2].via.bin.ptr, r.via.array.ptr[2].via.bin.size));
+    }
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(std::string("UCX metadata: ") + e.what());
+  }
+  return RunSync([&]() -> Status {
+    auto p = std::make_unique<Peer>();
+    p->id = peer_id;
+    p->name = name;
+    p->pid = parsed.pid;
+    p->same_host = parsed.host == host_id_;
+    switch (ctx_.ucx.data_path) {
+      case UcxDataPath::kRma:
+        p->use_am = false;
+        break;
+      case UcxDataPath::kActiveMessage:
+        p->use_am = true;
+        break;
+      case UcxDataPath::kAuto:
+        p->use_am = !p->same_host || ctx_.ucx.transport == UcxTransport::kTcp;
+        break;
+    }
+    auto* err_arg = new EpErrArg{this, peer_id};  // lives as long as the backend (small)
+    ucp_ep_params_t ep{};
+    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    ep.address = reinterpret_cast<const ucp_address_t*>(parsed.address.data());
+    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    ep.err_handler.cb = OnEpError;
+    ep.err_handler.arg = err_arg;
+    ucs_status_t st = ucp_ep_create(worker_.get(), &ep, &p->ep);
+    if (st != UCS_OK) {
+      delete err_arg;
+      return FromUcs(st, "connect to '" + name + "' (ucp_ep_create)");
+    }
+    for (auto& [id, base, rkey] : parsed.regions) {
+      ucp_rkey_h rk = nullptr;
+      st = ucp_ep_rkey_unpack(p->ep, rkey.data(), &rk);
+      if (st != UCS_OK) {
+        p->regions.clear();
+        ucp_request_param_t cp{};
+        cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+        void* r = ucp_ep_close_nbx(p->ep, &cp);
+        if (UCS_PTR_IS_PTR(r)) closing_.push_back(r);
+        return InvalidArgumentError("invalid remote key of region " + std::to_string(id) +
+                                    " from '" + name + "': " + ucs_status_string(st));
+      }
+      p->regions[id] = RemoteRegion{base, 0, UcpRkey(rk)};
+    }
+    KVF_LOG_INFO("transfer: agent '{}' connected to '{}' ({}, data path {}): {}", ctx_.agent_name,
+                 name, p->same_host ? "same host" : "other host", p->use_am ? "AM" : "RMA",
+                 DescribeLanes(p->ep));
+    {
+      MutexLock l(&mu_);
+      failed_peers_.erase(peer_id);
+    }
+    peers_[peer_id] = std::move(p);
+    return Status::Ok();
+  });
+}
+
+void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  auto* a = static_cast<EpErrArg*>(arg);
+  UcxBackend* self = a->self;
+  uint32_t id = a->peer_id;
+  Status s = FromUcs(status, "connection to peer failed");
+  // Runs inside ucp_worker_progress: defer the close.
+  self->DeferFail(id, s);
+}
+
+}  // namespace kvferry::transfer::ucx
+
+namespace kvferry::transfer {
+StatusOr<std::unique_ptr<Backend>> CreateUcxBackend(BackendContext context) {
+  auto b = std::make_unique<ucx::UcxBackend>(std::move(context));
+  KVF_RETURN_IF_ERROR(b->Start());
+  return std::unique_ptr<Backend>(std::move(b));
+}
+}  // namespace kvferry::transfer

@@ -1,0 +1,262 @@
+// Internal declarations of the UCX backend, shared by ucx_backend.cc (start-up, memory,
+// metadata, progress loop) and ucx_datapath.cc (posting, active-message handlers, failures).
+// See ucx_backend.cc for the design. Thread-safety: the public Backend methods may be called
+// from any thread; everything else runs on the progress thread only.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <set>
+#include <thread>
+
+#include "transfer/backend.h"
+#include "transfer/backends/ucx/ucx_util.h"
+
+namespace kvferry::transfer::ucx {
+
+using Clock = std::chrono::steady_clock;
+
+enum AmId : unsigned { kAmNotify = 11, kAmWriteData, kAmWriteAck, kAmReadReq, kAmReadData };
+
+struct WriteHdr {
+  uint64_t token;
+  uint64_t offset;
+  uint32_t region;
+  uint32_t nsegs;
+};
+struct AckHdr {
+  uint64_t token;
+  int32_t code;
+};
+struct ReadReqHdr {
+  uint64_t token;
+  uint32_t nsegs;
+};
+struct ReadEntry {
+  uint64_t offset;
+  uint64_t length;
+  uint64_t dest;
+  uint32_t region;
+  uint32_t pad;
+};
+struct ReadDataHdr {
+  uint64_t token;
+  uint64_t dest;
+  int32_t code;
+};
+
+struct LocalRegion {
+  uint8_t* base;
+  uint64_t length;
+  ucp_mem_h memh;
+  std::string rkey;
+};
+
+struct RemoteRegion {
+  uint64_t base;
+  uint64_t length;
+  UcpRkey rkey;
+};
+
+struct Peer {
+  uint32_t id;
+  std::string name;
+  ucp_ep_h ep = nullptr;
+  bool same_host = false;
+  int64_t pid = 0;
+  bool use_am = false;
+  bool failed = false;
+  std::map<uint32_t, RemoteRegion> regions;
+};
+
+struct Xfer {
+  uint64_t token;
+  uint32_t peer_id;
+  XferOp op;
+  std::vector<Segment> segs;
+  std::string notification;
+  std::shared_ptr<Completion> completion;
+  uint32_t remaining = 0;  // AM READ: segments still to land
+};
+
+// Target-side state of an AM WRITE in progress, keyed by (reply ep, token).
+struct InboundWrite {
+  uint32_t expected = 0;
+  uint32_t received = 0;
+  int32_t code = 0;
+};
+
+class UcxBackend;
+
+struct RecvCtx {
+  UcxBackend* self;
+  std::function<void(ucs_status_t)> done;
+};
+
+class UcxBackend final : public Backend {
+ public:
+  explicit UcxBackend(BackendContext ctx) : ctx_(std::move(ctx)) {}
+  ~UcxBackend() override { Stop(); }
+
+  Status Start();
+  void Stop();
+  // From the endpoint error callback (inside ucp_worker_progress): fail the peer afterwards.
+  void DeferFail(uint32_t peer_id, Status s) {
+    deferred_.push_back([this, peer_id, s] { FailPeer(peer_id, s); });
+  }
+
+  Status RegisterMemory(uint32_t id, void* addr, uint64_t length) override {
+    return RunSync([&] { return DoRegister(id, addr, length); });
+  }
+  Status DeregisterMemory(uint32_t id) override {
+    return RunSync([&] {
+      auto it = regions_.find(id);
+      if (it != regions_.end()) {
+        ucp_mem_unmap(context_.get(), it->second.memh);
+        regions_.erase(it);
+      }
+      return Status::Ok();
+    });
+  }
+  StatusOr<std::string> LocalBlob() const override;
+  Status AddPeer(uint32_t peer_id, const std::string& name, std::string_view blob) override;
+  void RemovePeer(uint32_t peer_id) override {
+    RunSync([&] {
+      FailPeer(peer_id, AbortedError("peer removed"));
+      peers_.erase(peer_id);
+      return Status::Ok();
+    }).IgnoreError();
+  }
+  Status Post(uint32_t peer_id, XferOp op, std::vector<Segment> segs, std::string notification,
+              std::shared_ptr<Completion> completion) override {
+    {
+      MutexLock l(&mu_);
+      if (failed_peers_.count(peer_id)) {
+        return UnavailableError("connection to peer has failed; load its metadata again");
+      }
+    }
+    auto x = std::make_shared<Xfer>();
+    x->peer_id = peer_id;
+    x->op = op;
+    x->segs = std::move(segs);
+    x->notification = std::move(notification);
+    x->completion = std::move(completion);
+    Enqueue([this, x] { DoPost(x); });
+    return Status::Ok();
+  }
+  void Cancel(const std::shared_ptr<Completion>& c) override {
+    Enqueue([this, c] {
+      for (auto it = xfers_.begin(); it != xfers_.end(); ++it) {
+        if (it->second->completion == c) {
+          xfers_.erase(it);
+          return;
+        }
+      }
+    });
+  }
+  Status SendNotification(uint32_t peer_id, std::string message) override {
+    return RunSync([&] {
+      auto it = peers_.find(peer_id);
+      if (it == peers_.end() || it->second->failed) return UnavailableError("peer not connected");
+      return SendNotif(*it->second, message);
+    });
+  }
+
+ private:
+  // ---- threading ----
+  void Enqueue(std::function<void()> fn) {
+    {
+      MutexLock l(&mu_);
+      commands_.push_back(std::move(fn));
+    }
+    uint64_t one = 1;
+    ssize_t r = write(event_fd_, &one, sizeof(one));
+    (void)r;
+  }
+  Status RunSync(std::function<Status()> fn) const {
+    auto p = std::make_shared<std::promise<Status>>();
+    auto f = p->get_future();
+    const_cast<UcxBackend*>(this)->Enqueue([p, fn = std::move(fn)] { p->set_value(fn()); });
+    if (f.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+      return DeadlineExceededError("UCX progress thread did not answer within 30 s");
+    }
+    return f.get();
+  }
+  void Loop();
+  void Housekeeping();
+
+  // ---- progress-thread work ----
+  Status DoRegister(uint32_t id, void* addr, uint64_t length);
+  void DoPost(const std::shared_ptr<Xfer>& x);
+  void PostRma(Peer& p, const std::shared_ptr<Xfer>& x);
+  void PostAm(Peer& p, const std::shared_ptr<Xfer>& x);
+  void CompleteXfer(uint64_t token, Status s);
+  void FailPeer(uint32_t peer_id, Status s);
+  Status SendNotif(Peer& p, const std::string& message);
+  // Sends an active message whose header (and owned payload, if any) live until completion.
+  // `data` points into `owned` or into registered user memory. on_done may be empty.
+  Status SendAm(ucp_ep_h ep, unsigned id, std::string header, const void* data, size_t length,
+                std::string owned, uint32_t flags, std::function<void(ucs_status_t)> on_done);
+  void DataLanded(uint64_t token);
+  void Receive(void* data, size_t length, const ucp_am_recv_param_t* param, uint8_t* dest,
+               std::function<void(ucs_status_t)> done, ucs_status_t* ret);
+  void SendAck(ucp_ep_h reply_ep, uint64_t token, int32_t code);
+  void FinishInbound(ucp_ep_h reply_ep, uint64_t token, ucs_status_t st);
+  const LocalRegion* FindRegion(uint32_t id, uint64_t offset, uint64_t length) const {
+    auto it = regions_.find(id);
+    if (it == regions_.end() || offset > it->second.length || length > it->second.length - offset) {
+      return nullptr;
+    }
+    return &it->second;
+  }
+
+  static ucs_status_t OnNotify(void* arg, const void* hdr, size_t hlen, void* data, size_t len,
+                               const ucp_am_recv_param_t* param);
+  static ucs_status_t OnWriteData(void* arg, const void* hdr, size_t hlen, void* data, size_t len,
+                                  const ucp_am_recv_param_t* param);
+  static ucs_status_t OnWriteAck(void* arg, const void* hdr, size_t hlen, void* data, size_t len,
+                                 const ucp_am_recv_param_t* param);
+  static ucs_status_t OnReadReq(void* arg, const void* hdr, size_t hlen, void* data, size_t len,
+                                const ucp_am_recv_param_t* param);
+  static ucs_status_t OnReadData(void* arg, const void* hdr, size_t hlen, void* data, size_t len,
+                                 const ucp_am_recv_param_t* param);
+
+  const BackendContext ctx_;
+  UcpContext context_;
+  UcpWorker worker_;
+  std::string worker_address_;
+  std::string host_id_;
+  int event_fd_ = -1;
+  int ucp_fd_ = -1;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+
+  Mutex mu_;
+  std::deque<std::function<void()>> commands_ GUARDED_BY(mu_);
+  std::set<uint32_t> failed_peers_ GUARDED_BY(mu_);
+
+  // Progress-thread only.
+  std::map<uint32_t, LocalRegion> regions_;
+  std::map<uint32_t, std::unique_ptr<Peer>> peers_;
+  std::map<uint64_t, std::shared_ptr<Xfer>> xfers_;
+  std::map<std::pair<ucp_ep_h, uint64_t>, InboundWrite> inbound_;
+  std::deque<std::function<void()>> deferred_;  // sends issued after ucp_worker_progress returns
+  std::vector<void*> closing_;                  // ep close requests
+  uint64_t next_token_ = 1;
+  Clock::time_point last_housekeeping_{};
+  Clock::time_point last_liveness_{};
+};
+
+void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
+
+struct EpErrArg {
+  UcxBackend* self;
+  uint32_t peer_id;
+};
+
+}  // namespace kvferry::transfer::ucx
