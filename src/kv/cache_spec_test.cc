@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <vector>
+
+#include "kvferry/kv/attention_backend.h"
+#include "kvferry/kv/block_geometry.h"
 
 namespace kvferry::kv {
 namespace {
@@ -112,6 +116,45 @@ TEST(CacheSpecTest, ParseNames) {
   for (Layout l : {Layout::kNHD, Layout::kHND}) EXPECT_EQ(*ParseLayout(LayoutName(l)), l);
   EXPECT_EQ(DTypeBytes(DType::kF32), 4u);
   EXPECT_EQ(DTypeBytes(DType::kBF16), 2u);
+}
+
+}  // namespace
+}  // namespace kvferry::kv
+
+namespace kvferry::kv {
+namespace {
+
+// The numbers of docs/kv_layout.md's worked example.
+TEST(CacheSpecTest, DocsWorkedExample) {
+  const int32_t bs_kernel = *SelectKernelBlockSize(128, FlashAttentionBackend());
+  ASSERT_EQ(bs_kernel, 64);
+  const BlockGeometry g = *BlockGeometry::Create(128, bs_kernel);
+  EXPECT_EQ(g.kernel_blocks_per_logical(), 2);
+  CacheSpec s;
+  s.num_layers = 32;
+  s.num_kv_heads = 8;
+  s.head_dim = 128;
+  s.dtype = DType::kBF16;
+  s.layout = Layout::kNHD;
+  s.block_size_kernel = bs_kernel;
+  s.num_blocks_kernel = 2000;
+  ASSERT_TRUE(s.Validate().ok());
+  EXPECT_EQ(s.num_regions(), 64);
+  EXPECT_EQ(s.bytes_per_token_slot(), 2048u);
+  EXPECT_EQ(s.bytes_per_kernel_block(), 131072u);
+  EXPECT_EQ(s.region_bytes(), 262144000u);
+  const KernelBlockRange r = g.KernelBlocksOf(LogicalBlockId(3));
+  EXPECT_EQ(r[0], KernelBlockId(6));
+  EXPECT_EQ(r[1], KernelBlockId(7));
+  EXPECT_EQ(r[0].value() * s.bytes_per_kernel_block(), 786432u);
+  EXPECT_EQ((r[1].value() + 1) * s.bytes_per_kernel_block(), 1048576u);
+  const std::vector<LogicalBlockId> table{LogicalBlockId(5), LogicalBlockId(3)};
+  const KernelSlot slot = *g.KernelSlotOfToken(table, 200);
+  EXPECT_EQ(slot, (KernelSlot{KernelBlockId(7), 8}));
+  EXPECT_EQ(s.ElementOffset(slot.block.value(), slot.token_in_block, 2) * 2, 934400u);
+  CacheSpec hnd = s;
+  hnd.layout = Layout::kHND;
+  EXPECT_EQ(hnd.ElementOffset(slot.block.value(), slot.token_in_block, 2) * 2, 952320u);
 }
 
 }  // namespace
