@@ -1,0 +1,91 @@
+// The side-channel handshake's wire format (docs/connector.md, "Handshake wire format").
+//
+// D asks P for its metadata; P answers with a versioned envelope whose compatibility hash is
+// checked BEFORE the body is decoded, so a D never interprets the layout fields of an
+// incompatible model. All messages are msgpack arrays:
+//
+//   request : ["kvferry.hs", version, "get_meta", tp_rank, auth_token]
+//   reply   : ["kvferry.hs", version, "meta", compat_hash, body]      body = msgpack bin
+//             ["kvferry.hs", version, "error", message]
+//   body    : msgpack map, string keys (unknown keys ignored, missing required ones rejected):
+//             engine_id, tp_rank, tp_size, block_size_logical, block_size_kernel, layout,
+//             dtype, kind, num_layers, num_kv_heads, head_dim, num_blocks_kernel, host_buffer,
+//             regions [[id, base, size, bytes_per_kernel_block]...],
+//             generation_table [id, base, size], agent_metadata (bin)
+//
+// A reply's major version must equal kHandshakeVersion (a reader rejects other versions with a
+// message naming both). Decoding never trusts sizes: truncated or corrupted bytes are
+// InvalidArgument, never a crash or a huge allocation.
+//
+// Thread-safety: pure functions over values.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvferry/common/status.h"
+#include "kvferry/kv/cache_spec.h"
+
+namespace kvferry::connector::internal {
+
+inline constexpr uint32_t kHandshakeVersion = 1;
+
+// One registered region P serves, in P's agent's id space.
+struct WireRegion {
+  uint32_t id = 0;  // transfer::RegionHandle::id on P
+  uint64_t base = 0;
+  uint64_t size_bytes = 0;
+  uint64_t bytes_per_kernel_block = 0;  // 0 for the generation table
+  friend bool operator==(const WireRegion&, const WireRegion&) = default;
+};
+
+struct HandshakeMetadata {
+  std::string engine_id;
+  int32_t tp_rank = 0;
+  int32_t tp_size = 1;
+  int32_t block_size_logical = 0;
+  int32_t block_size_kernel = 0;
+  kv::Layout layout = kv::Layout::kNHD;
+  kv::DType dtype = kv::DType::kF32;
+  kv::AttentionKind kind = kv::AttentionKind::kStandard;
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t num_blocks_kernel = 0;
+  bool host_buffer = false;         // regions are P's host buffer (same geometry as its cache)
+  std::vector<WireRegion> regions;  // cache (or host buffer) regions, index = kv region index
+  WireRegion generation_table;      // uint64 per P logical block, little endian
+  std::string agent_metadata;       // transfer::Agent::GetLocalMetadata(), opaque
+
+  // P's cache spec as D re-creates it (for planning and re-layout).
+  kv::CacheSpec Spec() const;
+  int32_t num_blocks_logical() const;
+
+  friend bool operator==(const HandshakeMetadata&, const HandshakeMetadata&) = default;
+};
+
+// Hex of a 64-bit FNV-1a over the fields both sides must share (model, dtype, KV heads, head
+// dim, layers, attention kind, handshake version). Block sizes, layout and block counts are
+// deliberately left out: they may differ and are handled by re-layout (as in vLLM).
+std::string CompatibilityHash(std::string_view model_name, const kv::CacheSpec& spec);
+
+std::string EncodeHandshakeRequest(int32_t tp_rank, std::string_view auth_token);
+struct HandshakeRequest {
+  int32_t tp_rank = 0;
+  std::string auth_token;
+};
+StatusOr<HandshakeRequest> DecodeHandshakeRequest(std::string_view bytes);
+
+std::string EncodeHandshakeReply(std::string_view compat_hash, const HandshakeMetadata& meta);
+std::string EncodeHandshakeError(std::string_view message);
+
+// Decodes a reply: envelope first; an "error" reply becomes Unavailable carrying P's message;
+// a compat hash other than `expected_compat_hash` is FailedPrecondition naming both hashes,
+// returned before the body is looked at; otherwise the body. InvalidArgument on malformed
+// bytes or a missing/ill-typed body field (named).
+StatusOr<HandshakeMetadata> DecodeHandshakeReply(std::string_view bytes,
+                                                 std::string_view expected_compat_hash);
+
+}  // namespace kvferry::connector::internal

@@ -1,0 +1,169 @@
+#include "connector/handshake_wire.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace kvferry::connector::internal {
+namespace {
+
+HandshakeMetadata SampleMetadata() {
+  HandshakeMetadata m;
+  m.engine_id = "prefill-0";
+  m.tp_rank = 0;
+  m.tp_size = 1;
+  m.block_size_logical = 128;
+  m.block_size_kernel = 64;
+  m.layout = kv::Layout::kHND;
+  m.dtype = kv::DType::kF16;
+  m.num_layers = 2;
+  m.num_kv_heads = 2;
+  m.head_dim = 32;
+  m.num_blocks_kernel = 40;
+  m.host_buffer = true;
+  kv::CacheSpec spec = m.Spec();
+  for (int32_t r = 0; r < spec.num_regions(); ++r) {
+    m.regions.push_back({static_cast<uint32_t>(r + 1), 0x7f0000000000ull + r * spec.region_bytes(),
+                         spec.region_bytes(), spec.bytes_per_kernel_block()});
+  }
+  m.generation_table = {9, 0x7f1000000000ull, 20 * sizeof(uint64_t), 0};
+  m.agent_metadata = std::string("\x00\x01opaque\xff", 9);
+  return m;
+}
+
+kv::CacheSpec SampleSpec() { return SampleMetadata().Spec(); }
+
+TEST(HandshakeWireTest, ReplyRoundTrips) {
+  HandshakeMetadata m = SampleMetadata();
+  std::string hash = CompatibilityHash("tiny", SampleSpec());
+  auto decoded = DecodeHandshakeReply(EncodeHandshakeReply(hash, m), hash);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, m);
+  EXPECT_EQ(decoded->num_blocks_logical(), 20);
+}
+
+TEST(HandshakeWireTest, RequestRoundTrips) {
+  auto r = DecodeHandshakeRequest(EncodeHandshakeRequest(3, "tok"));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->tp_rank, 3);
+  EXPECT_EQ(r->auth_token, "tok");
+}
+
+TEST(HandshakeWireTest, CompatibilityHashCoversModelShapeNotBlockSizes) {
+  kv::CacheSpec a = SampleSpec();
+  std::string h = CompatibilityHash("tiny", a);
+  kv::CacheSpec b = a;
+  b.block_size_kernel = 16;
+  b.layout = kv::Layout::kNHD;
+  b.num_blocks_kernel = 7;
+  EXPECT_EQ(CompatibilityHash("tiny", b), h);
+  EXPECT_NE(CompatibilityHash("small", a), h);
+  b = a;
+  b.dtype = kv::DType::kF32;
+  EXPECT_NE(CompatibilityHash("tiny", b), h);
+  b = a;
+  b.num_kv_heads = 4;
+  EXPECT_NE(CompatibilityHash("tiny", b), h);
+  b = a;
+  b.head_dim = 64;
+  EXPECT_NE(CompatibilityHash("tiny", b), h);
+  b = a;
+  b.num_layers = 3;
+  EXPECT_NE(CompatibilityHash("tiny", b), h);
+}
+
+TEST(HandshakeWireTest, HashMismatchIsRejectedBeforeTheBodyIsDecoded) {
+  // The body is garbage: a decoder that looked at it would report InvalidArgument.
+  std::string theirs = CompatibilityHash("small", SampleSpec());
+  HandshakeMetadata m = SampleMetadata();
+  m.regions.clear();  // an invalid body
+  auto decoded = DecodeHandshakeReply(EncodeHandshakeReply(theirs, m),
+                                      CompatibilityHash("tiny", SampleSpec()));
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(decoded.status().message().find(theirs), std::string_view::npos);
+}
+
+TEST(HandshakeWireTest, ErrorReplyCarriesPeersMessage) {
+  auto decoded = DecodeHandshakeReply(EncodeHandshakeError("bad auth token"), "x");
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(decoded.status().message().find("bad auth token"), std::string_view::npos);
+}
+
+TEST(HandshakeWireTest, InconsistentBodyIsRejectedNamingTheProblem) {
+  std::string hash = CompatibilityHash("tiny", SampleSpec());
+  HandshakeMetadata m = SampleMetadata();
+  m.regions.pop_back();
+  auto d = DecodeHandshakeReply(EncodeHandshakeReply(hash, m), hash);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("regions"), std::string_view::npos) << d.status();
+
+  m = SampleMetadata();
+  m.regions[1].bytes_per_kernel_block += 8;
+  d = DecodeHandshakeReply(EncodeHandshakeReply(hash, m), hash);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("per kernel block"), std::string_view::npos) << d.status();
+
+  m = SampleMetadata();
+  m.block_size_kernel = 48;  // does not divide 128
+  d = DecodeHandshakeReply(EncodeHandshakeReply(hash, m), hash);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("does not divide"), std::string_view::npos) << d.status();
+}
+
+TEST(HandshakeWireTest, EveryTruncationIsAnErrorNotACrash) {
+  std::string hash = CompatibilityHash("tiny", SampleSpec());
+  std::string bytes = EncodeHandshakeReply(hash, SampleMetadata());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto d = DecodeHandshakeReply(std::string_view(bytes.data(), n), hash);
+    ASSERT_FALSE(d.ok()) << "prefix of " << n << " bytes decoded";
+    EXPECT_EQ(d.status().code(), StatusCode::kInvalidArgument) << d.status();
+  }
+  std::string req = EncodeHandshakeRequest(0, "t");
+  for (size_t n = 0; n < req.size(); ++n) {
+    EXPECT_FALSE(DecodeHandshakeRequest(std::string_view(req.data(), n)).ok());
+  }
+}
+
+TEST(HandshakeWireTest, CorruptedBytesNeverCrashAndNeverPassSilentlyWrong) {
+  std::string hash = CompatibilityHash("tiny", SampleSpec());
+  HandshakeMetadata m = SampleMetadata();
+  std::string bytes = EncodeHandshakeReply(hash, m);
+  std::mt19937 rng(42);
+  int decoded_ok = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string b = bytes;
+    int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) b[rng() % b.size()] = static_cast<char>(rng());
+    auto d = DecodeHandshakeReply(b, hash);
+    if (d.ok()) {
+      // A flip inside an opaque or numeric value can decode; the result must still be a
+      // self-consistent geometry (the decoder's cross checks hold).
+      ++decoded_ok;
+      EXPECT_EQ(static_cast<int32_t>(d->regions.size()), d->Spec().num_regions());
+      EXPECT_EQ(d->block_size_logical % d->block_size_kernel, 0);
+    }
+  }
+  EXPECT_LT(decoded_ok, 3000);
+  // Pure garbage and other messages.
+  EXPECT_FALSE(DecodeHandshakeReply("", hash).ok());
+  EXPECT_FALSE(DecodeHandshakeReply("hello world", hash).ok());
+  EXPECT_FALSE(DecodeHandshakeReply(EncodeHandshakeRequest(0, ""), hash).ok());
+  EXPECT_FALSE(DecodeHandshakeRequest(bytes).ok());
+  // A huge claimed array length must not allocate: 0xdd = array32 with 2^32-1 elements.
+  EXPECT_FALSE(DecodeHandshakeReply(std::string("\xdd\xff\xff\xff\xff", 5), hash).ok());
+}
+
+TEST(HandshakeWireTest, OtherVersionIsRejectedNamingBoth) {
+  std::string bytes = EncodeHandshakeRequest(0, "");
+  // Byte layout: fixarray(5), fixstr(10) "kvferry.hs", positive fixint version.
+  ASSERT_EQ(static_cast<uint8_t>(bytes[12]), kHandshakeVersion);
+  bytes[12] = 7;
+  auto d = DecodeHandshakeRequest(bytes);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("version 7"), std::string_view::npos) << d.status();
+}
+
+}  // namespace
+}  // namespace kvferry::connector::internal

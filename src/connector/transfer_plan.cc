@@ -1,0 +1,147 @@
+#include "connector/transfer_plan.h"
+
+#include <fmt/format.h>
+
+#include "kvferry/kv/block_geometry.h"
+#include "kvferry/kv/relayout.h"
+
+namespace kvferry::connector::internal {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+Status CheckIds(std::span<const kv::LogicalBlockId> ids, int64_t needed, int32_t num_blocks,
+                std::string_view side) {
+  if (static_cast<int64_t>(ids.size()) < needed) {
+    return OutOfRangeError(
+        fmt::format("{} block list has {} logical blocks, the pulled tokens "
+                    "need {}",
+                    side, ids.size(), needed));
+  }
+  for (kv::LogicalBlockId id : ids) {
+    if (id.value() < 0 || id.value() >= num_blocks) {
+      return OutOfRangeError(
+          fmt::format("{} logical block id {} is outside [0, {})", side, id.value(), num_blocks));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+uint64_t PullPlan::total_bytes() const {
+  uint64_t blocks = 0;
+  for (const KernelRun& r : runs) blocks += static_cast<uint64_t>(r.count);
+  return blocks * static_cast<uint64_t>(num_regions) * bytes_per_kernel_block_remote;
+}
+
+std::vector<kv::LogicalBlockId> LocalBlocksForTokens(std::span<const kv::LogicalBlockId> ids,
+                                                     int32_t block_size_logical,
+                                                     int64_t token_begin, int64_t token_end) {
+  std::vector<kv::LogicalBlockId> out;
+  if (token_end <= token_begin || block_size_logical <= 0) return out;
+  int64_t first = token_begin / block_size_logical;
+  int64_t last =
+      std::min<int64_t>(CeilDiv(token_end, block_size_logical), static_cast<int64_t>(ids.size()));
+  for (int64_t i = first; i < last; ++i) out.push_back(ids[i]);
+  return out;
+}
+
+StatusOr<PullPlan> PlanPull(const PullRequest& req) {
+  const kv::CacheSpec& rs = req.remote.spec;
+  const kv::CacheSpec& ls = req.local.spec;
+  KVF_RETURN_IF_ERROR(kv::CheckRelayoutCompatible(rs, ls));
+  KVF_ASSIGN_OR_RETURN(
+      kv::BlockGeometry rg,
+      kv::BlockGeometry::Create(req.remote.block_size_logical, rs.block_size_kernel));
+  KVF_ASSIGN_OR_RETURN(kv::BlockGeometry lg, kv::BlockGeometry::Create(req.local.block_size_logical,
+                                                                       ls.block_size_kernel));
+  if (req.token_begin < 0 || req.token_end < req.token_begin) {
+    return InvalidArgumentError(
+        fmt::format("pull token range [{}, {}) is invalid", req.token_begin, req.token_end));
+  }
+  const int32_t remote_logical_count = rs.num_blocks_kernel / rg.kernel_blocks_per_logical();
+  const int32_t local_logical_count = ls.num_blocks_kernel / lg.kernel_blocks_per_logical();
+  // Validate every id before building anything (P's ids come from the network).
+  KVF_RETURN_IF_ERROR(CheckIds(req.remote_block_ids,
+                               CeilDiv(req.token_end, req.remote.block_size_logical),
+                               remote_logical_count, "remote (P)"));
+  KVF_RETURN_IF_ERROR(CheckIds(req.local_block_ids,
+                               CeilDiv(req.token_end, req.local.block_size_logical),
+                               local_logical_count, "local (D)"));
+
+  PullPlan plan;
+  plan.token_begin = req.token_begin;
+  plan.token_end = req.token_end;
+  plan.num_regions = rs.num_regions();
+  plan.bytes_per_kernel_block_remote = rs.bytes_per_kernel_block();
+  plan.local_logical_blocks = LocalBlocksForTokens(
+      req.local_block_ids, req.local.block_size_logical, req.token_begin, req.token_end);
+  if (req.token_end == req.token_begin) return plan;  // full prefix hit: notification only
+
+  const int32_t kp = rs.block_size_kernel;
+  plan.direct = req.local_cache_registered && kp == ls.block_size_kernel &&
+                rs.layout == ls.layout && req.token_begin % kp == 0;
+
+  const int64_t first_chunk = req.token_begin / kp;
+  const int64_t end_chunk = CeilDiv(req.token_end, kp);
+  for (int64_t c = first_chunk; c < end_chunk; ++c) {
+    KVF_ASSIGN_OR_RETURN(kv::KernelBlockId remote,
+                         rg.KernelBlockOfToken(req.remote_block_ids, c * kp));
+    int32_t local_id = 0;
+    if (plan.direct) {
+      KVF_ASSIGN_OR_RETURN(kv::KernelBlockId local,
+                           lg.KernelBlockOfToken(req.local_block_ids, c * kp));
+      local_id = local.value();
+    } else {
+      local_id = static_cast<int32_t>(plan.remote_kernel_blocks.size());  // staging slot
+    }
+    plan.remote_kernel_blocks.push_back(remote);
+    KernelRun* last = plan.runs.empty() ? nullptr : &plan.runs.back();
+    if (last != nullptr && last->remote_first + last->count == remote.value() &&
+        last->local_first + last->count == local_id) {
+      ++last->count;
+    } else {
+      plan.runs.push_back({remote.value(), local_id, 1});
+    }
+  }
+  if (!plan.direct) {
+    plan.num_staging_slots = static_cast<int32_t>(plan.remote_kernel_blocks.size());
+    plan.staging_block_table.assign(static_cast<size_t>(end_chunk), kv::KernelBlockId(0));
+    for (int64_t c = first_chunk; c < end_chunk; ++c) {
+      plan.staging_block_table[c] = kv::KernelBlockId(static_cast<int32_t>(c - first_chunk));
+    }
+  }
+  const int32_t lp = req.remote.block_size_logical;
+  for (int64_t i = req.token_begin / lp; i < CeilDiv(req.token_end, lp); ++i) {
+    plan.remote_logical_blocks.push_back(req.remote_block_ids[i]);
+    plan.remote_logical_index.push_back(static_cast<int32_t>(i));
+  }
+  return plan;
+}
+
+DescriptorPair BuildDescriptors(const PullPlan& plan,
+                                std::span<const transfer::RegionHandle> remote_regions,
+                                std::span<const transfer::RegionHandle> local_regions) {
+  DescriptorPair out;
+  const uint64_t bpkb = plan.bytes_per_kernel_block_remote;
+  const uint64_t slots = static_cast<uint64_t>(plan.num_staging_slots);
+  out.local.reserve(plan.num_descriptors());
+  out.remote.reserve(plan.num_descriptors());
+  for (int32_t r = 0; r < plan.num_regions; ++r) {
+    for (const KernelRun& run : plan.runs) {
+      uint64_t len = static_cast<uint64_t>(run.count) * bpkb;
+      out.remote.push_back(
+          {remote_regions[r], static_cast<uint64_t>(run.remote_first) * bpkb, len});
+      if (plan.direct) {
+        out.local.push_back({local_regions[r], static_cast<uint64_t>(run.local_first) * bpkb, len});
+      } else {
+        out.local.push_back(
+            {local_regions[0], (r * slots + static_cast<uint64_t>(run.local_first)) * bpkb, len});
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace kvferry::connector::internal

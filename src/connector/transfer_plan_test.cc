@@ -1,0 +1,307 @@
+#include "connector/transfer_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "kvferry/kv/block_geometry.h"
+#include "kvferry/kv/relayout.h"
+
+namespace kvferry::connector::internal {
+namespace {
+
+using kv::KernelBlockId;
+using kv::Layout;
+using kv::LogicalBlockId;
+
+std::vector<LogicalBlockId> Ids(std::initializer_list<int32_t> v) {
+  std::vector<LogicalBlockId> out;
+  for (int32_t x : v) out.emplace_back(x);
+  return out;
+}
+
+SideGeometry Side(int32_t logical, int32_t kernel, Layout layout, int32_t num_blocks_kernel,
+                  int32_t heads = 2, int32_t head_dim = 4) {
+  SideGeometry s;
+  s.block_size_logical = logical;
+  s.spec.num_layers = 2;
+  s.spec.num_kv_heads = heads;
+  s.spec.head_dim = head_dim;
+  s.spec.dtype = kv::DType::kF32;
+  s.spec.layout = layout;
+  s.spec.block_size_kernel = kernel;
+  s.spec.num_blocks_kernel = num_blocks_kernel;
+  return s;
+}
+
+TEST(TransferPlanTest, EqualGeometryReadsDirectlyAndCoalesces) {
+  auto remote = Ids({3, 4, 7});
+  auto local = Ids({0, 1, 2});
+  PullRequest req{Side(128, 64, Layout::kNHD, 64),
+                  Side(128, 64, Layout::kNHD, 64),
+                  true,
+                  remote,
+                  local,
+                  0,
+                  300};
+  auto plan = PlanPull(req);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->direct);
+  // P kernel blocks 6,7,8,9,14 -> D kernel blocks 0,1,2,3,4.
+  EXPECT_EQ(plan->runs, (std::vector<KernelRun>{{6, 0, 4}, {14, 4, 1}}));
+  EXPECT_EQ(plan->num_descriptors(), 2u * 4u);
+  EXPECT_EQ(plan->total_bytes(), 5u * 4u * 64u * 2u * 4u * 4u);
+  EXPECT_EQ(plan->remote_logical_blocks, remote);
+  EXPECT_EQ(plan->local_logical_blocks, local);
+}
+
+TEST(TransferPlanTest, EachSideMapsWithItsOwnR) {
+  // P: logical 128 / kernel 64 (R=2); D: logical 64 / kernel 64 (R=1); D has a 1-block prefix
+  // hit, so tokens [64, 256) are pulled.
+  auto remote = Ids({2, 5});
+  auto local = Ids({9, 10, 11, 12});
+  PullRequest req{Side(128, 64, Layout::kNHD, 64),
+                  Side(64, 64, Layout::kNHD, 64),
+                  true,
+                  remote,
+                  local,
+                  64,
+                  256};
+  auto plan = PlanPull(req);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(plan->direct);
+  EXPECT_EQ(plan->runs, (std::vector<KernelRun>{{5, 10, 1}, {10, 11, 2}}));
+  EXPECT_EQ(plan->remote_logical_blocks, Ids({2, 5}));
+  EXPECT_EQ(plan->remote_logical_index, (std::vector<int32_t>{0, 1}));
+  EXPECT_EQ(plan->local_logical_blocks, Ids({10, 11, 12}));
+}
+
+TEST(TransferPlanTest, DifferentLayoutOrKernelSizeIsStaged) {
+  auto remote = Ids({1, 0});
+  auto local = Ids({4, 5, 6, 7});
+  PullRequest req{Side(128, 64, Layout::kHND, 16),
+                  Side(64, 32, Layout::kNHD, 64),
+                  true,
+                  remote,
+                  local,
+                  64,
+                  200};
+  auto plan = PlanPull(req);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->direct);
+  // Chunks of 64 tokens 1..3: P kernel 3, 0, 1 -> slots 0, 1, 2.
+  EXPECT_EQ(plan->runs, (std::vector<KernelRun>{{3, 0, 1}, {0, 1, 2}}));
+  EXPECT_EQ(plan->num_staging_slots, 3);
+  EXPECT_EQ(plan->staging_block_table,
+            (std::vector<KernelBlockId>{KernelBlockId(0), KernelBlockId(0), KernelBlockId(1),
+                                        KernelBlockId(2)}));
+  // Host buffer on D: staged even with equal geometry.
+  PullRequest host = req;
+  auto remote4 = Ids({8, 9, 10, 11});
+  host.remote_block_ids = remote4;
+  host.remote = Side(64, 32, Layout::kNHD, 64);
+  host.local_cache_registered = false;
+  auto hp = PlanPull(host);
+  ASSERT_TRUE(hp.ok()) << hp.status();
+  EXPECT_FALSE(hp->direct);
+}
+
+TEST(TransferPlanTest, ValidatesIdsBeforeBuilding) {
+  auto remote = Ids({1, 40});  // P has 64 kernel blocks / R=2 = 32 logical blocks
+  auto local = Ids({0, 1});
+  PullRequest req{
+      Side(128, 64, Layout::kNHD, 64), Side(128, 64, Layout::kNHD, 64), true, remote, local, 0, 10};
+  auto plan = PlanPull(req);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), StatusCode::kOutOfRange);
+  EXPECT_NE(plan.status().message().find("40"), std::string_view::npos) << plan.status();
+
+  auto short_remote = Ids({1});
+  req.remote_block_ids = short_remote;
+  req.token_end = 129;
+  EXPECT_EQ(PlanPull(req).status().code(), StatusCode::kOutOfRange);
+
+  auto ok_remote = Ids({1, 2});
+  req.remote_block_ids = ok_remote;
+  req.remote = Side(128, 64, Layout::kNHD, 64, /*heads=*/4);
+  EXPECT_EQ(PlanPull(req).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TransferPlanTest, FullHitIsAnEmptyPlan) {
+  auto remote = Ids({1, 2});
+  auto local = Ids({0, 1});
+  PullRequest req{Side(128, 64, Layout::kNHD, 64),
+                  Side(128, 64, Layout::kNHD, 64),
+                  true,
+                  remote,
+                  local,
+                  256,
+                  256};
+  auto plan = PlanPull(req);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_TRUE(plan->runs.empty());
+  EXPECT_TRUE(plan->local_logical_blocks.empty());
+  EXPECT_EQ(plan->num_descriptors(), 0u);
+}
+
+TEST(TransferPlanTest, DescriptorsAddressRegionsAndStagingSlots) {
+  auto remote = Ids({1, 0});
+  auto local = Ids({4, 5, 6, 7});
+  PullRequest req{Side(128, 64, Layout::kHND, 16),
+                  Side(64, 32, Layout::kNHD, 64),
+                  true,
+                  remote,
+                  local,
+                  64,
+                  200};
+  auto plan = PlanPull(req);
+  ASSERT_TRUE(plan.ok());
+  std::vector<transfer::RegionHandle> rr = {{11}, {12}, {13}, {14}};
+  std::vector<transfer::RegionHandle> staging = {{99}};
+  DescriptorPair d = BuildDescriptors(*plan, rr, staging);
+  const uint64_t b = plan->bytes_per_kernel_block_remote;
+  ASSERT_EQ(d.local.size(), 8u);
+  ASSERT_EQ(d.remote.size(), 8u);
+  // Region 2, second run: remote block 0 (2 blocks) -> staging slot 1 of region 2.
+  EXPECT_EQ(d.remote[5].region.id, 13u);
+  EXPECT_EQ(d.remote[5].offset, 0u);
+  EXPECT_EQ(d.remote[5].length, 2 * b);
+  EXPECT_EQ(d.local[5].region.id, 99u);
+  EXPECT_EQ(d.local[5].offset, (2 * 3 + 1) * b);
+  EXPECT_EQ(d.local[5].length, 2 * b);
+}
+
+// Executes plans on plain memory: P's cache holds a distinct pattern per (region, token, head,
+// element); after the descriptors' memcpys (and the staged re-layout) D must hold exactly P's
+// tokens [begin, end), in D's geometry, over a matrix of geometries.
+uint32_t Pattern(int32_t region, int64_t token, int32_t head, int32_t e) {
+  return (static_cast<uint32_t>(region) << 26) | (static_cast<uint32_t>(token) << 8) |
+         (static_cast<uint32_t>(head) << 4) | static_cast<uint32_t>(e);
+}
+
+struct Mem {
+  kv::CacheSpec spec;
+  std::vector<std::vector<uint32_t>> regions;
+  explicit Mem(const kv::CacheSpec& s) : spec(s) {
+    regions.assign(s.num_regions(), std::vector<uint32_t>(s.region_bytes() / 4, 0));
+  }
+  uint32_t* Slot(int32_t r, KernelBlockId kb, int32_t tok, int32_t head) {
+    return regions[r].data() + spec.ElementOffset(kb.value(), tok, head);
+  }
+};
+
+void RunMatrixCase(int32_t lp, int32_t kp, Layout layp, int32_t ld, int32_t kd, Layout layd,
+                   bool registered, int64_t prompt, int64_t begin, std::mt19937& rng) {
+  SCOPED_TRACE(::testing::Message()
+               << "P " << lp << "/" << kp << "/" << kv::LayoutName(layp) << " D " << ld << "/" << kd
+               << "/" << kv::LayoutName(layd) << " registered=" << registered << " tokens ["
+               << begin << ", " << prompt << ")");
+  SideGeometry ps = Side(lp, kp, layp, 16 * (1024 / kp));
+  SideGeometry ds = Side(ld, kd, layd, 16 * (1024 / kd));
+  auto pg = kv::BlockGeometry::Create(lp, kp);
+  auto dg = kv::BlockGeometry::Create(ld, kd);
+  ASSERT_TRUE(pg.ok() && dg.ok());
+  // Random distinct logical ids on each side.
+  auto pick = [&](int32_t count, int32_t total) {
+    std::vector<int32_t> all(total);
+    for (int32_t i = 0; i < total; ++i) all[i] = i;
+    std::shuffle(all.begin(), all.end(), rng);
+    std::vector<LogicalBlockId> out;
+    for (int32_t i = 0; i < count; ++i) out.emplace_back(all[i]);
+    return out;
+  };
+  auto remote =
+      pick(static_cast<int32_t>((prompt + lp - 1) / lp), ps.spec.num_blocks_kernel / (lp / kp));
+  auto local =
+      pick(static_cast<int32_t>((prompt + ld - 1) / ld), ds.spec.num_blocks_kernel / (ld / kd));
+  Mem p(ps.spec), d(ds.spec);
+  auto pkt = pg->ExpandBlockTable(remote);
+  auto dkt = dg->ExpandBlockTable(local);
+  for (int32_t r = 0; r < ps.spec.num_regions(); ++r) {
+    for (int64_t t = 0; t < prompt; ++t) {
+      for (int32_t h = 0; h < ps.spec.num_kv_heads; ++h) {
+        uint32_t* s = p.Slot(r, pkt[t / kp], static_cast<int32_t>(t % kp), h);
+        for (int32_t e = 0; e < ps.spec.head_dim; ++e) s[e] = Pattern(r, t, h, e);
+      }
+    }
+  }
+  auto plan = PlanPull({ps, ds, registered, remote, local, begin, prompt});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const uint64_t b = plan->bytes_per_kernel_block_remote;
+  std::vector<uint32_t> staging(plan->num_staging_slots * ps.spec.num_regions() * b / 4 + 1);
+  std::vector<transfer::RegionHandle> rr, lr;
+  for (int32_t r = 0; r < ps.spec.num_regions(); ++r) {
+    rr.push_back({static_cast<uint32_t>(r)});
+    lr.push_back({static_cast<uint32_t>(r)});
+  }
+  DescriptorPair desc = BuildDescriptors(*plan, rr, lr);
+  for (size_t i = 0; i < desc.local.size(); ++i) {
+    const transfer::Descriptor& rd = desc.remote[i];
+    const transfer::Descriptor& ld2 = desc.local[i];
+    ASSERT_EQ(rd.length, ld2.length);
+    auto* src = reinterpret_cast<const std::byte*>(p.regions[rd.region.id].data()) + rd.offset;
+    std::byte* dst =
+        plan->direct ? reinterpret_cast<std::byte*>(d.regions[ld2.region.id].data()) + ld2.offset
+                     : reinterpret_cast<std::byte*>(staging.data()) + ld2.offset;
+    ASSERT_LE(ld2.offset + ld2.length, plan->direct ? ds.spec.region_bytes() : staging.size() * 4);
+    std::memcpy(dst, src, rd.length);
+  }
+  if (!plan->direct) {
+    kv::CacheSpec sspec = ps.spec;
+    sspec.num_blocks_kernel = plan->num_staging_slots;
+    kv::KvSourceView sv{sspec, {}, plan->staging_block_table};
+    for (int32_t r = 0; r < sspec.num_regions(); ++r) {
+      sv.regions.push_back(reinterpret_cast<const std::byte*>(staging.data()) +
+                           r * sspec.region_bytes());
+    }
+    kv::KvDestView dv{ds.spec, {}, dkt};
+    for (auto& reg : d.regions) dv.regions.push_back(reinterpret_cast<std::byte*>(reg.data()));
+    ASSERT_TRUE(kv::RelayoutTokens(sv, dv, begin, prompt).ok());
+  }
+  for (int32_t r = 0; r < ds.spec.num_regions(); ++r) {
+    for (int64_t t = 0; t < prompt; ++t) {
+      for (int32_t h = 0; h < ds.spec.num_kv_heads; ++h) {
+        const uint32_t* s = d.Slot(r, dkt[t / kd], static_cast<int32_t>(t % kd), h);
+        for (int32_t e = 0; e < ds.spec.head_dim; ++e) {
+          uint32_t want = t >= begin ? Pattern(r, t, h, e) : 0u;
+          ASSERT_EQ(s[e], want) << "region " << r << " token " << t << " head " << h;
+        }
+      }
+    }
+  }
+}
+
+TEST(TransferPlanTest, GeometryMatrixMovesExactlyTheRightTokens) {
+  std::mt19937 rng(7);
+  const int32_t logical[] = {16, 64, 128, 256};
+  const Layout layouts[] = {Layout::kNHD, Layout::kHND};
+  for (int32_t lp : logical) {
+    for (int32_t ld : logical) {
+      for (Layout layp : layouts) {
+        for (Layout layd : layouts) {
+          for (bool registered : {true, false}) {
+            // Kernel sizes: "flash" picks min(64, L); "paged" keeps L.
+            for (int32_t kp : {std::min(lp, 64), lp}) {
+              for (int32_t kd : {std::min(ld, 64), ld}) {
+                const int32_t bigger = std::max(lp, ld);
+                // A prompt shorter than a block, and one spanning many, with and without a
+                // D prefix hit of one D block.
+                for (int64_t prompt : {int64_t{5}, int64_t{3} * bigger + 7}) {
+                  RunMatrixCase(lp, kp, layp, ld, kd, layd, registered, prompt, 0, rng);
+                  if (prompt > ld) {
+                    RunMatrixCase(lp, kp, layp, ld, kd, layd, registered, prompt, ld, rng);
+                  }
+                  if (HasFatalFailure()) return;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvferry::connector::internal
