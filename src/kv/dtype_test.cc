@@ -9,6 +9,7 @@
 #include <vector>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -84,13 +85,24 @@ TEST(DTypeTest, F16RoundTripsEveryValue) {
 }
 
 #if defined(__x86_64__)
+// F16C present and its VEX (AVX) state enabled by the OS.
+bool HasF16C() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const unsigned f16c = 1u << 29, avx = 1u << 28, osxsave = 1u << 27;
+  if ((c & (f16c | avx | osxsave)) != (f16c | avx | osxsave)) return false;
+  unsigned lo, hi;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (lo & 6u) == 6u;
+}
+
 __attribute__((target("f16c"))) uint16_t HardwareF16(float f) {
   return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
 }
 __attribute__((target("f16c"))) float HardwareF32(uint16_t h) { return _cvtsh_ss(h); }
 
 TEST(DTypeTest, F16MatchesF16CHardware) {
-  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "no F16C on this CPU";
+  if (!HasF16C()) GTEST_SKIP() << "no F16C on this CPU";
   std::mt19937 rng(11);
   for (int i = 0; i < 1000000; ++i) {
     // Bias toward the f16 range so subnormals, ties and overflow are all hit.
