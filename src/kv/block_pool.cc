@@ -387,9 +387,13 @@ Status BlockPool::CheckInvariants() const {
     int32_t found = 0;
     auto [lo, hi] = entries_.equal_range(blk.hash);
     for (auto it = lo; it != hi; ++it) found += it->second == b;
-    if (found != 1)
+    if (found != 1) {
       return InternalError(BlockName(b) + " is in the hash map " + std::to_string(found) +
                            " times");
+    }
+    if (FindEntry(blk.hash, blk.parent_entry_id, blk.tokens) != b) {
+      return InternalError(BlockName(b) + " duplicates another block's cache entry");
+    }
   }
   if (entries != entries_.size()) return InternalError("hash map has stale entries");
   if (cached_free != num_cached_free_) return InternalError("cached count is wrong");

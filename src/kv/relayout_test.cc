@@ -173,6 +173,32 @@ TEST(RelayoutTest, WorksOnRawRegionPointers) {
   EXPECT_EQ(Row(*d.cache, d.table, 1, 200, 1), std::vector<std::byte>(want, want + 4 * es));
 }
 
+TEST(RelayoutTest, MlaLatentRegions) {
+  std::mt19937 rng(3);
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    CacheSpec sa = Spec(16, Layout::kNHD, dtype);
+    sa.kind = AttentionKind::kMLA;
+    sa.num_kv_heads = 1;
+    sa.head_dim = 12;
+    CacheSpec sb = Spec(64, Layout::kHND, dtype);
+    sb.kind = AttentionKind::kMLA;
+    sb.num_kv_heads = 1;
+    sb.head_dim = 12;
+    Side a = MakeSide(sa, rng);
+    Side b = MakeSide(sb, rng);
+    ASSERT_EQ(a.cache->num_regions(), 2);
+    auto b_ref = Clone(*b.cache);
+    ASSERT_TRUE(
+        RelayoutTokens(SourceViewOf(*a.cache, a.table), DestViewOf(*b.cache, b.table), 3, 250)
+            .ok());
+    ASSERT_TRUE(RelayoutTokensReference(SourceViewOf(*a.cache, a.table),
+                                        DestViewOf(*b_ref, b.table), 3, 250)
+                    .ok());
+    EXPECT_TRUE(SameBytes(*b.cache, *b_ref));
+    EXPECT_EQ(Row(*b.cache, b.table, 1, 100, 0), Row(*a.cache, a.table, 1, 100, 0));
+  }
+}
+
 TEST(RelayoutTest, RejectsMismatchedModelsAndBadRanges) {
   std::mt19937 rng(9);
   Side a = MakeSide(Spec(16, Layout::kNHD, DType::kF16), rng);
