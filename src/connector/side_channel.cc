@@ -21,7 +21,7 @@ std::string BindAddress(const std::string& host, int32_t port) {
   return port == 0 ? fmt::format("tcp://{}:*", h) : fmt::format("tcp://{}:{}", h, port);
 }
 
-constexpr int kPollMs = 100;
+constexpr int kPollMs = 20;
 
 }  // namespace
 

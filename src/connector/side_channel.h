@@ -40,7 +40,7 @@ class SideChannelServer {
 
   int32_t port() const { return port_; }
   uint64_t requests_served() const { return served_.load(); }
-  // Stops the thread (within ~100 ms) and closes the socket. Idempotent.
+  // Stops the thread (within ~20 ms) and closes the socket. Idempotent.
   void Stop();
 
  private:

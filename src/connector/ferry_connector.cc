@@ -1,0 +1,403 @@
+// The factory, registration and side channel, the scheduler half, and P's side of the worker
+// (leases, host-buffer staging). D's pull path is in recv_path.cc.
+#include "kvferry/connector/ferry_connector.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "connector/ferry_connector_impl.h"
+#include "kvferry/common/logging.h"
+#include "kvferry/kv/relayout.h"
+
+namespace kvferry::connector {
+namespace internal {
+
+FerryConnectorImpl::FerryConnectorImpl(const KvTransferConfig& config,
+                                       const FerryConnectorOptions& options, std::string engine_id,
+                                       std::unique_ptr<transfer::Agent> agent)
+    : config_(config),
+      options_(options),
+      engine_id_(std::move(engine_id)),
+      agent_(std::move(agent)) {}
+
+FerryConnectorImpl::~FerryConnectorImpl() { Shutdown(); }
+
+ConnectorStats FerryConnectorImpl::Stats() const {
+  MutexLock lock(&stats_mu_);
+  return stats_;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Registration and the side channel.
+
+Status FerryConnectorImpl::Register(kv::KvCache* cache, int32_t block_size_logical) {
+  if (cache_ != nullptr) return FailedPreconditionError("RegisterKvCache called twice");
+  if (cache == nullptr) return InvalidArgumentError("RegisterKvCache: null cache");
+  // Geometry from the allocated memory, never from configuration (the seed's lesson).
+  KVF_ASSIGN_OR_RETURN(spec_, kv::GeometryOf(*cache));
+  KVF_ASSIGN_OR_RETURN(kv::BlockGeometry geometry,
+                       kv::BlockGeometry::Create(block_size_logical, spec_.block_size_kernel));
+  geometry_ = geometry;
+  block_size_logical_ = block_size_logical;
+  const int32_t num_blocks_logical = spec_.num_blocks_kernel / geometry.kernel_blocks_per_logical();
+  compat_hash_ = CompatibilityHash(options_.model_name, spec_);
+
+  const bool serves = config_.kv_role != KvRole::kConsumer;
+  if (config_.use_host_buffer()) {
+    // The cache stays unregistered. P mirrors it, kernel block for kernel block, in a
+    // registered host buffer of the same geometry; D pulls into per-load staging instead.
+    if (serves) {
+      const uint64_t region_bytes = spec_.region_bytes();
+      host_buffer_.reset(new std::byte[region_bytes * spec_.num_regions()]());
+      for (int32_t r = 0; r < spec_.num_regions(); ++r) {
+        std::byte* base = host_buffer_.get() + r * region_bytes;
+        host_regions_.push_back(base);
+        KVF_ASSIGN_OR_RETURN(
+            transfer::RegionHandle h,
+            agent_->RegisterMemory(base, region_bytes, transfer::MemoryKind::kHost));
+        local_regions_.push_back(h);
+      }
+    }
+  } else {
+    for (int32_t r = 0; r < cache->num_regions(); ++r) {
+      kv::RegionView v = cache->region(r);
+      KVF_ASSIGN_OR_RETURN(
+          transfer::RegionHandle h,
+          agent_->RegisterMemory(v.base, v.size_bytes, transfer::MemoryKind::kHost));
+      local_regions_.push_back(h);
+    }
+  }
+  leases_ = std::make_unique<LeaseTable>(num_blocks_logical);
+  KVF_ASSIGN_OR_RETURN(generation_region_, agent_->RegisterMemory(leases_->generations_data(),
+                                                                  leases_->generations_size_bytes(),
+                                                                  transfer::MemoryKind::kHost));
+  cache_ = cache;
+
+  if (!serves) return Status::Ok();
+  KVF_ASSIGN_OR_RETURN(std::string blob, agent_->GetLocalMetadata());
+  HandshakeMetadata meta;
+  meta.engine_id = engine_id_;
+  meta.tp_rank = options_.tp_rank;
+  meta.tp_size = options_.tp_size;
+  meta.block_size_logical = block_size_logical;
+  meta.block_size_kernel = spec_.block_size_kernel;
+  meta.layout = spec_.layout;
+  meta.dtype = spec_.dtype;
+  meta.kind = spec_.kind;
+  meta.num_layers = spec_.num_layers;
+  meta.num_kv_heads = spec_.num_kv_heads;
+  meta.head_dim = spec_.head_dim;
+  meta.num_blocks_kernel = spec_.num_blocks_kernel;
+  meta.host_buffer = config_.use_host_buffer();
+  for (int32_t r = 0; r < spec_.num_regions(); ++r) {
+    uint64_t base = config_.use_host_buffer() ? reinterpret_cast<uint64_t>(host_regions_[r])
+                                              : reinterpret_cast<uint64_t>(cache->region(r).base);
+    meta.regions.push_back(
+        {local_regions_[r].id, base, spec_.region_bytes(), spec_.bytes_per_kernel_block()});
+  }
+  meta.generation_table = {generation_region_.id,
+                           reinterpret_cast<uint64_t>(leases_->generations_data()),
+                           leases_->generations_size_bytes(), 0};
+  meta.agent_metadata = std::move(blob);
+  handshake_reply_ = EncodeHandshakeReply(compat_hash_, meta);
+
+  KVF_ASSIGN_OR_RETURN(
+      server_,
+      SideChannelServer::Start(config_.side_channel_host, config_.side_channel_port,
+                               [this](std::string_view req) { return HandleSideChannel(req); }));
+  server_port_.store(server_->port());
+  KVF_LOG_INFO(
+      "connector {}: serving KV metadata on {}:{} ({} regions, kernel block {} tokens, "
+      "logical {}, {}{})",
+      engine_id_, config_.side_channel_host, server_->port(), spec_.num_regions(),
+      spec_.block_size_kernel, block_size_logical, kv::LayoutName(spec_.layout),
+      config_.use_host_buffer() ? ", host buffer" : "");
+  return Status::Ok();
+}
+
+std::string FerryConnectorImpl::HandleSideChannel(std::string_view request) const {
+  StatusOr<HandshakeRequest> req = DecodeHandshakeRequest(request);
+  if (!req.ok()) {
+    KVF_LOG_WARN("connector {}: rejected side-channel message: {}", engine_id_,
+                 req.status().ToString());
+    return EncodeHandshakeError(fmt::format("malformed request: {}", req.status().message()));
+  }
+  if (!config_.auth_token.empty()) {
+    // Constant-time comparison: the token's bytes are not revealed by timing.
+    const std::string& want = config_.auth_token;
+    unsigned char diff = want.size() == req->auth_token.size() ? 0 : 1;
+    for (size_t i = 0; i < want.size(); ++i) {
+      diff |= static_cast<unsigned char>(want[i] ^
+                                         (i < req->auth_token.size() ? req->auth_token[i] : 0));
+    }
+    if (diff != 0) {
+      KVF_LOG_WARN("connector {}: side-channel request with a bad auth token", engine_id_);
+      return EncodeHandshakeError("bad auth token");
+    }
+  }
+  if (req->tp_rank != options_.tp_rank) {
+    return EncodeHandshakeError(
+        fmt::format("no TP rank {} here (this is rank {})", req->tp_rank, options_.tp_rank));
+  }
+  return handshake_reply_;
+}
+
+// ---------------------------------------------------------------------------------------------
+// P: host-buffer staging, leases.
+
+void FerryConnectorImpl::StagePendingSaves(const std::string* only_request) {
+  if (pending_saves_.empty()) return;
+  std::vector<PendingSave> keep;
+  for (PendingSave& s : pending_saves_) {
+    if (only_request != nullptr && s.request_id != *only_request) {
+      keep.push_back(std::move(s));
+      continue;
+    }
+    // Same geometry both sides: the host buffer mirrors the cache kernel block for kernel block,
+    // addressed by the same kernel ids (the mapping of the request's logical ids).
+    std::vector<kv::KernelBlockId> table = geometry_->ExpandBlockTable(s.block_ids);
+    kv::KvSourceView src = kv::SourceViewOf(*cache_, table);
+    kv::KvDestView dst{spec_, host_regions_, table};
+    Status st = kv::RelayoutTokens(src, dst, s.token_begin, s.token_end);
+    if (!st.ok()) {
+      // A bug (the engine's block list disagrees with its tokens); the lease's reader would
+      // get stale bytes, so make it visible.
+      KVF_LOG_ERROR("connector {}: host-buffer staging of {} tokens [{}, {}) failed: {}",
+                    engine_id_, s.request_id, s.token_begin, s.token_end, st.ToString());
+      continue;
+    }
+    const int32_t k = spec_.block_size_kernel;
+    const uint64_t blocks =
+        s.token_end > s.token_begin
+            ? static_cast<uint64_t>((s.token_end - 1) / k - s.token_begin / k + 1)
+            : 0;
+    UpdateStats([&](ConnectorStats& st) { st.staged_kernel_blocks += blocks; });
+  }
+  pending_saves_ = std::move(keep);
+}
+
+void FerryConnectorImpl::CollectProducerFinished() {
+  if (leases_ == nullptr) return;
+  for (transfer::Notification& n : agent_->GetNotifications()) {
+    Status st = leases_->End(n.message);
+    if (st.ok()) {
+      pending_out_.finished_sending.push_back(n.message);
+      UpdateStats([](ConnectorStats& s) { ++s.leases_released_by_notification; });
+    } else {
+      // Late (lease already expired) or unknown: nothing held, nothing to free.
+      KVF_LOG_WARN("connector {}: notification '{}' from {} matches no live lease (expired?)",
+                   engine_id_, n.message, n.peer_name);
+    }
+  }
+  for (std::string& id : leases_->EndExpired()) {
+    KVF_LOG_WARN(
+        "connector {}: lease of request {} expired after {} ms without a notification; "
+        "freeing its blocks",
+        engine_id_, id, config_.lease_ms);
+    UpdateStats([](ConnectorStats& s) { ++s.leases_expired; });
+    pending_out_.finished_sending.push_back(std::move(id));
+  }
+  const int64_t held = leases_->blocks_held();
+  UpdateStats([held](ConnectorStats& s) { s.blocks_held = held; });
+}
+
+void FerryConnectorImpl::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  if (server_ != nullptr) server_->Stop();
+  for (auto& [engine, peer] : peers_) {
+    if (peer.job != nullptr && peer.job->thread.joinable()) peer.job->thread.join();
+  }
+  for (auto& [id, r] : recvs_) {
+    if (r.xfer.has_value()) agent_->Release(*r.xfer).IgnoreError();
+    r.xfer.reset();
+  }
+  // Close the peers before freeing memory a cancelled transfer may still target.
+  for (auto& [engine, peer] : peers_) {
+    if (peer.state == PeerEntry::State::kReady) agent_->RemovePeer(peer.peer).IgnoreError();
+  }
+  for (auto& [id, r] : recvs_) ReleaseScratch(r);
+  recvs_.clear();
+  peers_.clear();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scheduler half.
+
+MatchResult SchedulerHalf::GetNumNewMatchedTokens(const RequestView& request,
+                                                  int32_t num_local_computed_tokens) {
+  const KvTransferParams* p = request.kv_transfer_params;
+  if (p == nullptr || !p->do_remote_prefill || c_->config_.kv_role == KvRole::kProducer) {
+    return {};
+  }
+  if (c_->loads_issued_.count(request.request_id) != 0) return {};  // one pull per request
+  const int32_t external =
+      static_cast<int32_t>(request.prompt_tokens.size()) - num_local_computed_tokens;
+  if (external <= 0) return {};
+  return {external, true};
+}
+
+void SchedulerHalf::UpdateStateAfterAlloc(const RequestView& request,
+                                          std::span<const kv::LogicalBlockId> block_ids,
+                                          int32_t num_external_tokens) {
+  const KvTransferParams* p = request.kv_transfer_params;
+  if (p == nullptr || !p->do_remote_prefill || c_->config_.kv_role == KvRole::kProducer) return;
+  if (!c_->loads_issued_.insert(request.request_id).second) return;
+  LoadSpec spec;
+  spec.request_id = request.request_id;
+  spec.remote = *p;
+  spec.local_block_ids.assign(block_ids.begin(), block_ids.end());
+  spec.num_external_tokens = std::max(num_external_tokens, 0);
+  spec.num_local_computed_tokens =
+      static_cast<int32_t>(request.prompt_tokens.size()) - spec.num_external_tokens;
+  // num_external_tokens == 0: a full prefix hit on D; the worker only notifies P.
+  if (spec.num_external_tokens > 0) c_->loads_inflight_.insert(request.request_id);
+  c_->pending_loads_.push_back(std::move(spec));
+}
+
+void SchedulerHalf::OnTokensComputed(const RequestView& request,
+                                     std::span<const kv::LogicalBlockId> block_ids,
+                                     int32_t token_begin, int32_t token_end) {
+  const KvTransferParams* p = request.kv_transfer_params;
+  if (!c_->config_.use_host_buffer() || p == nullptr || !p->do_remote_decode ||
+      c_->config_.kv_role == KvRole::kConsumer || token_end <= token_begin) {
+    return;
+  }
+  // Every chunk of a chunked prefill is staged (vLLM #30358 staged only the first).
+  c_->pending_saves_.push_back({request.request_id,
+                                std::vector<kv::LogicalBlockId>(block_ids.begin(), block_ids.end()),
+                                token_begin, token_end});
+}
+
+FinishResult SchedulerHalf::RequestFinished(const RequestView& request,
+                                            std::span<const kv::LogicalBlockId> block_ids) {
+  const KvTransferParams* p = request.kv_transfer_params;
+  const std::string& id = request.request_id;
+  if (p == nullptr) return {};
+  if (p->do_remote_prefill && c_->config_.kv_role != KvRole::kProducer) {
+    if (c_->loads_inflight_.count(id) != 0) {
+      // Aborted while its pull is in flight: the transport may still write into the blocks, so
+      // they stay allocated until the pull has stopped (reported in finished_sending).
+      c_->aborted_loads_.insert(id);
+      FinishResult delayed;
+      delayed.delay_free_blocks = true;
+      return delayed;
+    }
+    if (c_->loads_issued_.erase(id) == 0) {
+      // Finished before it was ever scheduled: tell P to free its blocks now, not at lease end.
+      LoadSpec spec;
+      spec.request_id = id;
+      spec.remote = *p;
+      c_->pending_loads_.push_back(std::move(spec));
+    }
+    return {};
+  }
+  if (!p->do_remote_decode || c_->config_.kv_role == KvRole::kConsumer) return {};
+  if (c_->leases_ == nullptr) {
+    KVF_LOG_ERROR("connector {}: request {} finished before RegisterKvCache", c_->engine_id_, id);
+    return {};
+  }
+  // Host buffer: chunks computed this step are staged before the lease is granted, so D can
+  // never read a host block P has not written yet.
+  c_->StagePendingSaves(&id);
+  if (block_ids.empty()) return {};
+  StatusOr<std::vector<uint64_t>> gens =
+      c_->leases_->Grant(id, block_ids, Deadline::AfterMs(c_->config_.lease_ms));
+  if (!gens.ok()) {
+    KVF_LOG_ERROR("connector {}: cannot hold blocks of {}: {}", c_->engine_id_, id,
+                  gens.status().ToString());
+    return {};
+  }
+  KvTransferParams out;
+  out.do_remote_prefill = true;
+  out.remote_engine_id = c_->engine_id_;
+  out.remote_request_id = id;
+  out.remote_block_ids.assign(block_ids.begin(), block_ids.end());  // LOGICAL ids, P's geometry
+  out.remote_host = c_->config_.side_channel_host;
+  out.remote_port = c_->server_port_.load();
+  out.tp_size = c_->options_.tp_size;
+  out.remote_block_generations = std::move(*gens);
+  c_->pending_holds_.push_back(id);
+  const int64_t held = c_->leases_->blocks_held();
+  c_->UpdateStats([held](ConnectorStats& s) {
+    ++s.leases_granted;
+    s.blocks_held = held;
+  });
+  return {.delay_free_blocks = true, .kv_transfer_params = std::move(out)};
+}
+
+ConnectorMetadata SchedulerHalf::BuildConnectorMeta() {
+  ConnectorMetadata meta;
+  meta.loads = std::move(c_->pending_loads_);
+  meta.requests_to_hold = std::move(c_->pending_holds_);
+  c_->pending_loads_.clear();
+  c_->pending_holds_.clear();
+  return meta;
+}
+
+void SchedulerHalf::UpdateConnectorOutput(const ConnectorOutput& output) {
+  for (const std::string& id : output.finished_recving) c_->loads_inflight_.erase(id);
+  for (const std::string& id : output.finished_sending) {
+    if (c_->aborted_loads_.erase(id) != 0) {
+      c_->loads_inflight_.erase(id);
+      c_->loads_issued_.erase(id);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker half: thin adapters.
+
+Status WorkerHalf::RegisterKvCache(kv::KvCache* cache, int32_t block_size_logical) {
+  return c_->Register(cache, block_size_logical);
+}
+
+void WorkerHalf::BindMetadata(const ConnectorMetadata& metadata) {
+  c_->bound_loads_.insert(c_->bound_loads_.end(), metadata.loads.begin(), metadata.loads.end());
+}
+
+void WorkerHalf::StartLoadKv() { c_->StartLoads(); }
+
+void WorkerHalf::AfterForward() { c_->StagePendingSaves(nullptr); }
+
+ConnectorOutput WorkerHalf::GetFinished() {
+  c_->StartLoads();
+  c_->PollLoads();
+  c_->CollectProducerFinished();
+  ConnectorOutput out = std::move(c_->pending_out_);
+  c_->pending_out_ = ConnectorOutput();
+  return out;
+}
+
+void WorkerHalf::Shutdown() { c_->Shutdown(); }
+
+}  // namespace internal
+
+StatusOr<std::unique_ptr<FerryConnector>> CreateFerryConnector(
+    const KvTransferConfig& config, const FerryConnectorOptions& options) {
+  if (config.kv_connector != "FerryConnector") {
+    return InvalidArgumentError(
+        fmt::format("kv_connector '{}' is not FerryConnector", config.kv_connector));
+  }
+  if (options.tp_size != 1 || options.tp_rank != 0) {
+    return UnimplementedError("FerryConnector supports tp_size 1 only");
+  }
+  std::string engine_id = config.engine_id;
+  if (engine_id.empty()) {
+    std::random_device rd;
+    engine_id = fmt::format("ferry-{}-{:08x}", ::getpid(), rd());
+  }
+  transfer::AgentOptions agent_options;
+  agent_options.name = engine_id;
+  agent_options.backend = config.backend == TransferBackendKind::kLoopback
+                              ? transfer::BackendKind::kLoopback
+                              : transfer::BackendKind::kUcx;
+  KVF_ASSIGN_OR_RETURN(std::unique_ptr<transfer::Agent> agent,
+                       transfer::Agent::Create(agent_options));
+  return std::unique_ptr<FerryConnector>(
+      new internal::FerryConnectorImpl(config, options, std::move(engine_id), std::move(agent)));
+}
+
+}  // namespace kvferry::connector

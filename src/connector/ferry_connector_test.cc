@@ -1,0 +1,430 @@
+// The connector's two halves driven directly (no engine) by P and D in one process over the
+// loopback backend: the KV bytes D ends up with must be exactly P's, for every geometry pair,
+// and every failure kind must report the right LOGICAL blocks.
+#include "kvferry/connector/ferry_connector.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+
+#include "connector/handshake_wire.h"
+#include "connector/side_channel.h"
+#include "kvferry/kv/block_geometry.h"
+#include "kvferry/transfer/loopback.h"
+
+namespace kvferry::connector {
+namespace {
+
+using kv::KernelBlockId;
+using kv::Layout;
+using kv::LogicalBlockId;
+
+uint32_t Pattern(uint32_t salt, int32_t region, int64_t token, int32_t head, int32_t e) {
+  return (salt << 28) ^ (static_cast<uint32_t>(region) << 22) ^
+         (static_cast<uint32_t>(token) << 6) ^ (static_cast<uint32_t>(head) << 3) ^
+         static_cast<uint32_t>(e);
+}
+
+struct Geometry {
+  int32_t block_size_logical;
+  int32_t block_size_kernel;
+  Layout layout;
+  bool host_buffer;
+};
+
+std::string Describe(const Geometry& g) {
+  return std::to_string(g.block_size_logical) + "/" + std::to_string(g.block_size_kernel) + "/" +
+         std::string(kv::LayoutName(g.layout)) + (g.host_buffer ? "/cpu" : "");
+}
+
+int g_counter = 0;
+
+struct Side {
+  std::unique_ptr<FerryConnector> conn;
+  std::unique_ptr<kv::KvCache> cache;
+  std::optional<kv::BlockGeometry> geometry;
+  KvTransferConfig config;
+
+  static Side Make(const std::string& role, const Geometry& g, KvTransferConfig config = {}) {
+    Side s;
+    config.kv_connector = "FerryConnector";
+    config.backend = TransferBackendKind::kLoopback;
+    config.engine_id = role + "-" + std::to_string(++g_counter);
+    config.kv_buffer_device = g.host_buffer ? "cpu" : "direct";
+    if (config.handshake_timeout_ms == KvTransferConfig{}.handshake_timeout_ms) {
+      config.handshake_timeout_ms = 3000;
+    }
+    s.config = config;
+    auto conn = CreateFerryConnector(config, {.model_name = "test-model"});
+    EXPECT_TRUE(conn.ok()) << conn.status();
+    s.conn = std::move(*conn);
+    kv::CacheSpec spec;
+    spec.num_layers = 2;
+    spec.num_kv_heads = 2;
+    spec.head_dim = 4;
+    spec.dtype = kv::DType::kF32;
+    spec.layout = g.layout;
+    spec.block_size_kernel = g.block_size_kernel;
+    spec.num_blocks_kernel = 64 * (g.block_size_logical / g.block_size_kernel);
+    s.cache = std::move(*kv::KvCache::Allocate(spec));
+    s.geometry = *kv::BlockGeometry::Create(g.block_size_logical, g.block_size_kernel);
+    Status st = s.conn->worker()->RegisterKvCache(s.cache.get(), g.block_size_logical);
+    EXPECT_TRUE(st.ok()) << st;
+    return s;
+  }
+
+  uint32_t* Slot(int32_t region, std::span<const LogicalBlockId> ids, int64_t t, int32_t head) {
+    auto slot = geometry->KernelSlotOfToken(ids, t);
+    EXPECT_TRUE(slot.ok());
+    return reinterpret_cast<uint32_t*>(cache->region(region).base) +
+           cache->spec().ElementOffset(slot->block.value(), slot->token_in_block, head);
+  }
+  void Fill(uint32_t salt, std::span<const LogicalBlockId> ids, int64_t begin, int64_t end) {
+    for (int32_t r = 0; r < cache->num_regions(); ++r)
+      for (int64_t t = begin; t < end; ++t)
+        for (int32_t h = 0; h < 2; ++h)
+          for (int32_t e = 0; e < 4; ++e) Slot(r, ids, t, h)[e] = Pattern(salt, r, t, h, e);
+  }
+  // Tokens [begin, end) hold `salt`'s pattern.
+  ::testing::AssertionResult Holds(uint32_t salt, std::span<const LogicalBlockId> ids,
+                                   int64_t begin, int64_t end) {
+    for (int32_t r = 0; r < cache->num_regions(); ++r)
+      for (int64_t t = begin; t < end; ++t)
+        for (int32_t h = 0; h < 2; ++h)
+          for (int32_t e = 0; e < 4; ++e)
+            if (Slot(r, ids, t, h)[e] != Pattern(salt, r, t, h, e)) {
+              return ::testing::AssertionFailure() << "region " << r << " token " << t;
+            }
+    return ::testing::AssertionSuccess();
+  }
+};
+
+std::vector<LogicalBlockId> Ids(std::vector<int32_t> v) {
+  std::vector<LogicalBlockId> out;
+  for (int32_t x : v) out.emplace_back(x);
+  return out;
+}
+
+// P side of one request: prefill (host buffer: staged per chunk), finish, get the params.
+KvTransferParams PrefillOnP(Side& p, const std::string& id, std::vector<int32_t>& prompt,
+                            std::span<const LogicalBlockId> blocks, uint32_t salt) {
+  KvTransferParams in;
+  in.do_remote_decode = true;
+  RequestView view{id, prompt, static_cast<int32_t>(prompt.size()), &in};
+  // Two chunks, like a chunked prefill: each is computed, then staged after "its forward".
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  const int64_t mid = n / 2;
+  p.Fill(salt, blocks, 0, mid);
+  p.conn->scheduler()->OnTokensComputed(view, blocks, 0, static_cast<int32_t>(mid));
+  p.conn->worker()->AfterForward();
+  p.Fill(salt, blocks, mid, n);
+  p.conn->scheduler()->OnTokensComputed(view, blocks, static_cast<int32_t>(mid),
+                                        static_cast<int32_t>(n));
+  FinishResult fin = p.conn->scheduler()->RequestFinished(view, blocks);
+  EXPECT_TRUE(fin.delay_free_blocks);
+  EXPECT_TRUE(fin.kv_transfer_params.has_value());
+  p.conn->worker()->BindMetadata(p.conn->scheduler()->BuildConnectorMeta());
+  p.conn->worker()->AfterForward();
+  return fin.kv_transfer_params.value_or(KvTransferParams{});
+}
+
+struct LoadOutcome {
+  bool finished = false;
+  std::vector<LogicalBlockId> invalid;
+};
+
+// D side: match, allocate, then step until the load is reported (or 10 s).
+LoadOutcome PullOnD(Side& d, const std::string& id, std::vector<int32_t>& prompt,
+                    const KvTransferParams& params, std::span<const LogicalBlockId> blocks,
+                    int32_t num_local_computed, Side* p = nullptr,
+                    const std::function<void()>& after_start = nullptr) {
+  RequestView view{id, prompt, static_cast<int32_t>(prompt.size()), &params};
+  MatchResult m = d.conn->scheduler()->GetNumNewMatchedTokens(view, num_local_computed);
+  EXPECT_EQ(m.num_external_tokens, static_cast<int32_t>(prompt.size()) - num_local_computed);
+  d.conn->scheduler()->UpdateStateAfterAlloc(view, blocks, m.num_external_tokens);
+  d.conn->worker()->BindMetadata(d.conn->scheduler()->BuildConnectorMeta());
+  d.conn->worker()->StartLoadKv();
+  LoadOutcome out;
+  bool called = false;
+  Deadline deadline = Deadline::AfterMs(10000);
+  while (!deadline.Expired()) {
+    ConnectorOutput o = d.conn->worker()->GetFinished();
+    d.conn->scheduler()->UpdateConnectorOutput(o);
+    if (p != nullptr) {
+      ConnectorOutput po = p->conn->worker()->GetFinished();
+      p->conn->scheduler()->UpdateConnectorOutput(po);
+    }
+    out.invalid.insert(out.invalid.end(), o.invalid_block_ids.begin(), o.invalid_block_ids.end());
+    if (std::find(o.finished_recving.begin(), o.finished_recving.end(), id) !=
+        o.finished_recving.end()) {
+      out.finished = true;
+      break;
+    }
+    if (after_start && !called) {
+      called = true;
+      after_start();
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return out;
+}
+
+// P steps until `id` is reported finished_sending (its blocks may be freed), or 10 s.
+bool WaitSent(Side& p, const std::string& id) {
+  Deadline deadline = Deadline::AfterMs(10000);
+  while (!deadline.Expired()) {
+    ConnectorOutput o = p.conn->worker()->GetFinished();
+    p.conn->scheduler()->UpdateConnectorOutput(o);
+    if (std::find(o.finished_sending.begin(), o.finished_sending.end(), id) !=
+        o.finished_sending.end()) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+std::vector<int32_t> Prompt(int64_t n) {
+  std::vector<int32_t> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>(i % 250);
+  return v;
+}
+
+TEST(FerryConnectorTest, ParamsCarryLogicalIdsAndVllmNames) {
+  Side p = Side::Make("P", {128, 64, Layout::kNHD, false});
+  auto prompt = Prompt(300);
+  auto blocks = Ids({5, 2, 9});
+  KvTransferParams params = PrefillOnP(p, "r1", prompt, blocks, 1);
+  EXPECT_TRUE(params.do_remote_prefill);
+  EXPECT_EQ(params.remote_engine_id, p.conn->engine_id());
+  EXPECT_EQ(params.remote_request_id, "r1");
+  EXPECT_EQ(params.remote_block_ids, blocks);  // logical, not kernel (which would be 10,11,...)
+  EXPECT_EQ(params.remote_port, p.conn->side_channel_port());
+  EXPECT_EQ(params.tp_size, 1);
+  EXPECT_EQ(params.remote_block_generations.size(), 3u);
+  EXPECT_EQ(p.conn->Stats().blocks_held, 3);
+}
+
+TEST(FerryConnectorTest, GeometryPairsMoveExactBytes) {
+  const Geometry geos[] = {
+      {16, 16, Layout::kNHD, false},  {64, 64, Layout::kHND, false},
+      {128, 64, Layout::kNHD, false}, {128, 64, Layout::kHND, true},
+      {256, 64, Layout::kNHD, false}, {256, 256, Layout::kHND, false},
+      {64, 32, Layout::kNHD, true},
+  };
+  uint32_t salt = 0;
+  for (const Geometry& pg : geos) {
+    for (const Geometry& dg : geos) {
+      SCOPED_TRACE("P " + Describe(pg) + " D " + Describe(dg));
+      Side p = Side::Make("P", pg);
+      Side d = Side::Make("D", dg);
+      for (int64_t n : {int64_t{5}, int64_t{3 * 256 + 7}}) {
+        ++salt;
+        auto prompt = Prompt(n);
+        const int32_t pb =
+            static_cast<int32_t>((n + pg.block_size_logical - 1) / pg.block_size_logical);
+        const int32_t db =
+            static_cast<int32_t>((n + dg.block_size_logical - 1) / dg.block_size_logical);
+        std::vector<int32_t> pv, dv;
+        for (int32_t i = 0; i < pb; ++i) pv.push_back((7 * i + 3) % 64);
+        for (int32_t i = 0; i < db; ++i) dv.push_back((5 * i + 1) % 64);
+        auto pblocks = Ids(pv), dblocks = Ids(dv);
+        const std::string id = "req-" + std::to_string(salt);
+        KvTransferParams params = PrefillOnP(p, id, prompt, pblocks, salt);
+        // A D prefix hit of one block when the prompt spans several.
+        const int32_t local = n > dg.block_size_logical ? dg.block_size_logical : 0;
+        d.Fill(salt + 1000, dblocks, 0, local);
+        LoadOutcome out = PullOnD(d, id, prompt, params, dblocks, local);
+        ASSERT_TRUE(out.finished);
+        EXPECT_TRUE(out.invalid.empty());
+        EXPECT_TRUE(d.Holds(salt + 1000, dblocks, 0, local));  // prefix untouched
+        EXPECT_TRUE(d.Holds(salt, dblocks, local, n));
+        EXPECT_TRUE(WaitSent(p, id));
+        EXPECT_EQ(p.conn->Stats().blocks_held, 0);
+      }
+    }
+  }
+}
+
+TEST(FerryConnectorTest, FullPrefixHitOnlyNotifies) {
+  Side p = Side::Make("P", {64, 64, Layout::kNHD, false});
+  Side d = Side::Make("D", {64, 64, Layout::kNHD, false});
+  auto prompt = Prompt(128);
+  auto blocks = Ids({1, 2});
+  KvTransferParams params = PrefillOnP(p, "full", prompt, blocks, 3);
+  RequestView view{"full", prompt, 128, &params};
+  MatchResult m = d.conn->scheduler()->GetNumNewMatchedTokens(view, 128);
+  EXPECT_EQ(m.num_external_tokens, 0);
+  EXPECT_FALSE(m.load_async);
+  d.conn->scheduler()->UpdateStateAfterAlloc(view, blocks, 0);
+  d.conn->worker()->BindMetadata(d.conn->scheduler()->BuildConnectorMeta());
+  d.conn->worker()->StartLoadKv();
+  Deadline deadline = Deadline::AfterMs(10000);
+  while (d.conn->Stats().notifications_sent == 0 && !deadline.Expired()) {
+    ConnectorOutput o = d.conn->worker()->GetFinished();
+    EXPECT_TRUE(o.finished_recving.empty());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(d.conn->Stats().transfers, 0u);
+  EXPECT_TRUE(WaitSent(p, "full"));
+  EXPECT_EQ(p.conn->Stats().leases_released_by_notification, 1u);
+}
+
+TEST(FerryConnectorTest, HandshakeFails) {
+  KvTransferConfig pc;
+  pc.auth_token = "right";
+  Side p = Side::Make("P", {128, 64, Layout::kNHD, false}, pc);
+  KvTransferConfig dc;
+  dc.auth_token = "wrong";
+  Side d = Side::Make("D", {64, 64, Layout::kNHD, false}, dc);
+  auto prompt = Prompt(200);
+  auto pblocks = Ids({1, 2});
+  auto dblocks = Ids({3, 4, 5, 6});
+  KvTransferParams params = PrefillOnP(p, "hs", prompt, pblocks, 4);
+  LoadOutcome out = PullOnD(d, "hs", prompt, params, dblocks, 64);
+  ASSERT_TRUE(out.finished);
+  EXPECT_EQ(out.invalid, Ids({4, 5, 6}));  // D's logical blocks of tokens [64, 200)
+  EXPECT_EQ(d.conn->Stats().failures_handshake, 1u);
+  // Nothing notified P: the lease is still there until it runs out.
+  EXPECT_EQ(p.conn->Stats().blocks_held, 2);
+}
+
+TEST(FerryConnectorTest, HandshakeToNobodyFailsWithinTheDeadline) {
+  KvTransferConfig dc;
+  dc.handshake_timeout_ms = 200;
+  Side d = Side::Make("D", {64, 64, Layout::kNHD, false}, dc);
+  auto prompt = Prompt(100);
+  auto dblocks = Ids({0, 1});
+  KvTransferParams params;
+  params.do_remote_prefill = true;
+  params.remote_engine_id = "nobody";
+  params.remote_request_id = "x";
+  params.remote_block_ids = Ids({0, 1});
+  params.remote_host = "127.0.0.1";
+  params.remote_port = 1;  // nothing listens
+  auto t0 = std::chrono::steady_clock::now();
+  LoadOutcome out = PullOnD(d, "nobody", prompt, params, dblocks, 0);
+  ASSERT_TRUE(out.finished);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(out.invalid, Ids({0, 1}));
+}
+
+TEST(FerryConnectorTest, TransferFails) {
+  Side p = Side::Make("P", {128, 64, Layout::kNHD, false});
+  Side d = Side::Make("D", {128, 64, Layout::kNHD, false});
+  auto prompt = Prompt(300);
+  auto pblocks = Ids({1, 2, 3});
+  auto dblocks = Ids({7, 8, 9});
+  KvTransferParams params = PrefillOnP(p, "tf", prompt, pblocks, 5);
+  ASSERT_TRUE(
+      transfer::loopback::InjectFault(d.config.engine_id, transfer::loopback::Fault::kFailNext)
+          .ok());
+  LoadOutcome out = PullOnD(d, "tf", prompt, params, dblocks, 0);
+  ASSERT_TRUE(out.finished);
+  EXPECT_EQ(out.invalid, dblocks);
+  EXPECT_EQ(d.conn->Stats().failures_transfer, 1u);
+  // The next request re-handshakes and succeeds.
+  KvTransferParams again = PrefillOnP(p, "tf2", prompt, Ids({4, 5, 6}), 6);
+  LoadOutcome ok = PullOnD(d, "tf2", prompt, again, Ids({10, 11, 12}), 0);
+  ASSERT_TRUE(ok.finished);
+  EXPECT_TRUE(ok.invalid.empty());
+  auto d2 = Ids({10, 11, 12});
+  EXPECT_TRUE(d.Holds(6, d2, 0, 300));
+}
+
+TEST(FerryConnectorTest, TransferDeadline) {
+  Side p = Side::Make("P", {64, 64, Layout::kHND, false});
+  KvTransferConfig dc;
+  dc.transfer_timeout_ms = 200;
+  Side d = Side::Make("D", {64, 32, Layout::kNHD, false}, dc);
+  auto prompt = Prompt(100);
+  KvTransferParams params = PrefillOnP(p, "dl", prompt, Ids({1, 2}), 7);
+  ASSERT_TRUE(
+      transfer::loopback::InjectFault(d.config.engine_id, transfer::loopback::Fault::kStallNext)
+          .ok());
+  auto t0 = std::chrono::steady_clock::now();
+  LoadOutcome out = PullOnD(d, "dl", prompt, params, Ids({3, 4}), 0);
+  ASSERT_TRUE(out.finished);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+  EXPECT_EQ(out.invalid, Ids({3, 4}));
+  EXPECT_EQ(d.conn->Stats().failures_deadline, 1u);
+}
+
+TEST(FerryConnectorTest, LeaseExpiresDuringRead) {
+  // P's lease runs out after D's data read landed but before D confirmed it; P frees the blocks
+  // and reuses them for another request. D's generation check must catch it.
+  KvTransferConfig pc;
+  pc.lease_ms = 50;
+  Side p = Side::Make("P", {128, 64, Layout::kNHD, false}, pc);
+  Side d = Side::Make("D", {128, 64, Layout::kNHD, false});
+  auto prompt = Prompt(256);
+  auto pblocks = Ids({1, 2});
+  KvTransferParams params = PrefillOnP(p, "lease", prompt, pblocks, 8);
+  auto dblocks = Ids({5, 6});
+  LoadOutcome out = PullOnD(d, "lease", prompt, params, dblocks, 0, nullptr, [&] {
+    // The data read has been posted (loopback copies inside Post). Let the lease expire...
+    std::this_thread::sleep_for(std::chrono::milliseconds(80));
+    EXPECT_TRUE(WaitSent(p, "lease"));
+    // ... and P reuses the blocks for another prompt.
+    p.Fill(99, pblocks, 0, 256);
+  });
+  ASSERT_TRUE(out.finished);
+  EXPECT_EQ(out.invalid, dblocks);
+  EXPECT_EQ(d.conn->Stats().failures_generation, 1u);
+  EXPECT_EQ(p.conn->Stats().leases_expired, 1u);
+  EXPECT_EQ(p.conn->Stats().blocks_held, 0);
+}
+
+TEST(FerryConnectorTest, ReadAfterLeaseExpiredIsAGenerationMismatch) {
+  KvTransferConfig pc;
+  pc.lease_ms = 1;
+  Side p = Side::Make("P", {64, 64, Layout::kNHD, true}, pc);
+  Side d = Side::Make("D", {64, 64, Layout::kNHD, false});
+  auto prompt = Prompt(100);
+  KvTransferParams params = PrefillOnP(p, "late", prompt, Ids({0, 1}), 9);
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(WaitSent(p, "late"));
+  LoadOutcome out = PullOnD(d, "late", prompt, params, Ids({2, 3}), 0);
+  ASSERT_TRUE(out.finished);
+  EXPECT_EQ(out.invalid, Ids({2, 3}));
+  EXPECT_EQ(d.conn->Stats().failures_generation, 1u);
+}
+
+TEST(FerryConnectorTest, MissingGenerationsAreReadBeforeTheData) {
+  Side p = Side::Make("P", {64, 64, Layout::kNHD, false});
+  Side d = Side::Make("D", {128, 64, Layout::kHND, false});
+  auto prompt = Prompt(150);
+  KvTransferParams params = PrefillOnP(p, "nogen", prompt, Ids({4, 5, 6}), 10);
+  params.remote_block_generations.clear();  // a proxy that dropped kvferry's extra field
+  auto dblocks = Ids({1, 2});
+  LoadOutcome out = PullOnD(d, "nogen", prompt, params, dblocks, 0);
+  ASSERT_TRUE(out.finished);
+  EXPECT_TRUE(out.invalid.empty());
+  EXPECT_TRUE(d.Holds(10, dblocks, 0, 150));
+  EXPECT_TRUE(WaitSent(p, "nogen"));
+}
+
+TEST(FerryConnectorTest, SideChannelGarbageKeepsServing) {
+  Side p = Side::Make("P", {64, 64, Layout::kNHD, false});
+  // Garbage gets a clear error reply; the next handshake still works.
+  for (std::string_view junk :
+       {std::string_view("garbage"), std::string_view("\x93\x01", 2), std::string_view()}) {
+    auto reply = internal::FetchOverSideChannel("127.0.0.1", p.conn->side_channel_port(), junk,
+                                                Deadline::AfterMs(5000));
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    auto decoded = internal::DecodeHandshakeReply(*reply, "any");
+    EXPECT_EQ(decoded.status().code(), StatusCode::kUnavailable);
+    EXPECT_NE(decoded.status().message().find("malformed request"), std::string_view::npos)
+        << decoded.status();
+  }
+  Side d = Side::Make("D", {64, 64, Layout::kNHD, false});
+  auto prompt = Prompt(70);
+  KvTransferParams params = PrefillOnP(p, "g", prompt, Ids({1, 2}), 11);
+  LoadOutcome out = PullOnD(d, "g", prompt, params, Ids({3, 4}), 0);
+  ASSERT_TRUE(out.finished);
+  EXPECT_TRUE(out.invalid.empty());
+}
+
+}  // namespace
+}  // namespace kvferry::connector
