@@ -25,6 +25,7 @@
 #include <future>
 #include <map>
 #include <msgpack.hpp>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -38,8 +39,10 @@ namespace kvferry::transfer::ucx {
 Status UcxBackend::Start() {
   // Shared memory transports drop out under UCP_ERR_HANDLING_MODE_PEER unless told otherwise
   // (UCX 1.13); the user's own settings win (overwrite = 0).
-  setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
-  setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+  if (ctx_.ucx.transport != UcxTransport::kTcp) {
+    setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
+    setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+  }
   ucp_config_t* raw_cfg = nullptr;
   KVF_RETURN_IF_ERROR(FromUcs(ucp_config_read(nullptr, nullptr, &raw_cfg), "ucp_config_read"));
   UcpConfig cfg(raw_cfg);
@@ -73,9 +76,9 @@ Status UcxBackend::Start() {
     unsigned id;
     ucp_am_recv_callback_t cb;
   };
-  for (Handler h : {Handler{kAmNotify, OnNotify}, Handler{kAmWriteData, OnWriteData},
-                    Handler{kAmWriteAck, OnWriteAck}, Handler{kAmReadReq, OnReadReq},
-                    Handler{kAmReadData, OnReadData}}) {
+  for (Handler h : {Handler{kAmNotify, OnNotify}, Handler{kAmHello, OnHello},
+                    Handler{kAmWriteData, OnWriteData}, Handler{kAmWriteAck, OnWriteAck},
+                    Handler{kAmReadReq, OnReadReq}, Handler{kAmReadData, OnReadData}}) {
     ucp_am_handler_param_t hp{};
     hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
                     UCP_AM_HANDLER_PARAM_FIELD_ARG;
@@ -147,6 +150,8 @@ void UcxBackend::Loop() {
   }
   // Shutdown: fail what is left, force-close every endpoint, wait (bounded) for the closes.
   for (auto& [id, p] : peers_) FailPeer(id, AbortedError("agent shutting down"));
+  for (auto& [conn, b] : back_) CloseEp(b.ep);
+  back_.clear();
   auto until = Clock::now() + std::chrono::milliseconds(500);
   while (!closing_.empty() && Clock::now() < until) {
     ucp_worker_progress(worker_.get());
@@ -300,15 +305,25 @@ Status UcxBackend::AddPeer(uint32_t peer_id, const std::string& name, std::strin
       st = ucp_ep_rkey_unpack(p->ep, rkey.data(), &rk);
       if (st != UCS_OK) {
         p->regions.clear();
-        ucp_request_param_t cp{};
-        cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-        cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-        void* r = ucp_ep_close_nbx(p->ep, &cp);
-        if (UCS_PTR_IS_PTR(r)) closing_.push_back(r);
+        CloseEp(p->ep);
         return InvalidArgumentError("invalid remote key of region " + std::to_string(id) +
                                     " from '" + name + "': " + ucs_status_string(st));
       }
       p->regions[id] = RemoteRegion{base, 0, UcpRkey(rk)};
+    }
+    // Introduce ourselves: the target answers through an endpoint of its own (back channel).
+    std::random_device rd;
+    p->conn_id =
+        (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ (static_cast<uint64_t>(getpid()) << 20);
+    std::string hello =
+        std::string(reinterpret_cast<const char*>(&p->conn_id), 8) + worker_address_;
+    size_t hello_len = hello.size();
+    Status hs = SendAm(p->ep, kAmHello, "", nullptr, hello_len, std::move(hello),
+                       UCP_AM_SEND_FLAG_EAGER, {});
+    if (!hs.ok()) {
+      p->regions.clear();
+      CloseEp(p->ep);
+      return hs.WithContext("connect to '" + name + "'");
     }
     KVF_LOG_INFO("transfer: agent '{}' connected to '{}' ({}, data path {}): {}", ctx_.agent_name,
                  name, p->same_host ? "same host" : "other host", p->use_am ? "AM" : "RMA",
@@ -329,6 +344,11 @@ void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   Status s = FromUcs(status, "connection to peer failed");
   // Runs inside ucp_worker_progress: defer the close.
   self->DeferFail(id, s);
+}
+
+void OnBackEpError(void* arg, ucp_ep_h, ucs_status_t) {
+  auto* a = static_cast<BackErrArg*>(arg);
+  a->self->DeferCloseBack(a->conn);
 }
 
 }  // namespace kvferry::transfer::ucx

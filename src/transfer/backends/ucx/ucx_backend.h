@@ -21,9 +21,17 @@ namespace kvferry::transfer::ucx {
 
 using Clock = std::chrono::steady_clock;
 
-enum AmId : unsigned { kAmNotify = 11, kAmWriteData, kAmWriteAck, kAmReadReq, kAmReadData };
+enum AmId : unsigned {
+  kAmNotify = 11,
+  kAmHello,  // initiator -> target: connection id + worker address for the back channel
+  kAmWriteData,
+  kAmWriteAck,
+  kAmReadReq,
+  kAmReadData
+};
 
 struct WriteHdr {
+  uint64_t conn;
   uint64_t token;
   uint64_t offset;
   uint32_t region;
@@ -34,6 +42,7 @@ struct AckHdr {
   int32_t code;
 };
 struct ReadReqHdr {
+  uint64_t conn;
   uint64_t token;
   uint32_t nsegs;
 };
@@ -65,6 +74,7 @@ struct RemoteRegion {
 
 struct Peer {
   uint32_t id;
+  uint64_t conn_id = 0;  // names this connection at the target (back channel)
   std::string name;
   ucp_ep_h ep = nullptr;
   bool same_host = false;
@@ -84,7 +94,16 @@ struct Xfer {
   uint32_t remaining = 0;  // AM READ: segments still to land
 };
 
-// Target-side state of an AM WRITE in progress, keyed by (reply ep, token).
+// Target side: the endpoint back to an initiator, created from the address in its hello. Our own
+// endpoint (not UCX's reply endpoint), so that its failure is reported to us and it is never
+// destroyed behind our back.
+struct BackChannel {
+  std::string address;
+  ucp_ep_h ep = nullptr;
+  bool failed = false;
+};
+
+// Target-side state of an AM WRITE in progress, keyed by (connection id, token).
 struct InboundWrite {
   uint32_t expected = 0;
   uint32_t received = 0;
@@ -108,6 +127,9 @@ class UcxBackend final : public Backend {
   // From the endpoint error callback (inside ucp_worker_progress): fail the peer afterwards.
   void DeferFail(uint32_t peer_id, Status s) {
     deferred_.push_back([this, peer_id, s] { FailPeer(peer_id, s); });
+  }
+  void DeferCloseBack(uint64_t conn) {
+    deferred_.push_back([this, conn] { CloseBack(conn); });
   }
 
   Status RegisterMemory(uint32_t id, void* addr, uint64_t length) override {
@@ -205,8 +227,12 @@ class UcxBackend final : public Backend {
   void DataLanded(uint64_t token);
   void Receive(void* data, size_t length, const ucp_am_recv_param_t* param, uint8_t* dest,
                std::function<void(ucs_status_t)> done, ucs_status_t* ret);
-  void SendAck(ucp_ep_h reply_ep, uint64_t token, int32_t code);
-  void FinishInbound(ucp_ep_h reply_ep, uint64_t token, ucs_status_t st);
+  void SendAck(uint64_t conn, uint64_t token, int32_t code);
+  void FinishInbound(uint64_t conn, uint64_t token, ucs_status_t st);
+  // The back-channel endpoint for `conn`, created on first use; null if unknown or failed.
+  ucp_ep_h BackEp(uint64_t conn);
+  void CloseBack(uint64_t conn);
+  void CloseEp(ucp_ep_h ep);
   const LocalRegion* FindRegion(uint32_t id, uint64_t offset, uint64_t length) const {
     auto it = regions_.find(id);
     if (it == regions_.end() || offset > it->second.length || length > it->second.length - offset) {
@@ -215,6 +241,8 @@ class UcxBackend final : public Backend {
     return &it->second;
   }
 
+  static ucs_status_t OnHello(void* arg, const void* hdr, size_t hlen, void* data, size_t len,
+                              const ucp_am_recv_param_t* param);
   static ucs_status_t OnNotify(void* arg, const void* hdr, size_t hlen, void* data, size_t len,
                                const ucp_am_recv_param_t* param);
   static ucs_status_t OnWriteData(void* arg, const void* hdr, size_t hlen, void* data, size_t len,
@@ -244,7 +272,8 @@ class UcxBackend final : public Backend {
   std::map<uint32_t, LocalRegion> regions_;
   std::map<uint32_t, std::unique_ptr<Peer>> peers_;
   std::map<uint64_t, std::shared_ptr<Xfer>> xfers_;
-  std::map<std::pair<ucp_ep_h, uint64_t>, InboundWrite> inbound_;
+  std::map<std::pair<uint64_t, uint64_t>, InboundWrite> inbound_;
+  std::map<uint64_t, BackChannel> back_;
   std::deque<std::function<void()>> deferred_;  // sends issued after ucp_worker_progress returns
   std::vector<void*> closing_;                  // ep close requests
   uint64_t next_token_ = 1;
@@ -253,10 +282,15 @@ class UcxBackend final : public Backend {
 };
 
 void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
+void OnBackEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
 struct EpErrArg {
   UcxBackend* self;
   uint32_t peer_id;
+};
+struct BackErrArg {
+  UcxBackend* self;
+  uint64_t conn;
 };
 
 }  // namespace kvferry::transfer::ucx

@@ -81,8 +81,8 @@ Status UcxBackend::SendAm(ucp_ep_h ep, unsigned id, std::string header, const vo
 Status UcxBackend::SendNotif(Peer& p, const std::string& message) {
   uint16_t name_len = static_cast<uint16_t>(ctx_.agent_name.size());
   std::string payload = Pod(name_len) + ctx_.agent_name + message;
-  return SendAm(p.ep, kAmNotify, "", nullptr, payload.size(), std::move(payload),
-                UCP_AM_SEND_FLAG_EAGER, {});
+  size_t len = payload.size();  // before the move below
+  return SendAm(p.ep, kAmNotify, "", nullptr, len, std::move(payload), UCP_AM_SEND_FLAG_EAGER, {});
 }
 
 void UcxBackend::DoPost(const std::shared_ptr<Xfer>& x) {
@@ -158,9 +158,8 @@ void UcxBackend::PostAm(Peer& p, const std::shared_ptr<Xfer>& x) {
   uint32_t nsegs = static_cast<uint32_t>(x->segs.size());
   if (x->op == XferOp::kWrite) {
     for (const Segment& s : x->segs) {
-      WriteHdr h{token, s.remote_offset, s.remote_region, nsegs};
-      Status st = SendAm(p.ep, kAmWriteData, Pod(h), s.local_addr, s.length, "",
-                         UCP_AM_SEND_FLAG_REPLY, {});
+      WriteHdr h{p.conn_id, token, s.remote_offset, s.remote_region, nsegs};
+      Status st = SendAm(p.ep, kAmWriteData, Pod(h), s.local_addr, s.length, "", 0, {});
       if (!st.ok()) {
         CompleteXfer(token, st);
         return;
@@ -176,10 +175,9 @@ void UcxBackend::PostAm(Peer& p, const std::shared_ptr<Xfer>& x) {
                 s.remote_region, 0};
     entries += Pod(e);
   }
-  ReadReqHdr h{token, nsegs};
+  ReadReqHdr h{p.conn_id, token, nsegs};
   size_t len = entries.size();
-  Status st = SendAm(p.ep, kAmReadReq, Pod(h), nullptr, len, std::move(entries),
-                     UCP_AM_SEND_FLAG_REPLY, {});
+  Status st = SendAm(p.ep, kAmReadReq, Pod(h), nullptr, len, std::move(entries), 0, {});
   if (!st.ok()) CompleteXfer(token, st);
 }
 
@@ -212,28 +210,65 @@ void UcxBackend::FailPeer(uint32_t peer_id, Status s) {
   auto it = peers_.find(peer_id);
   if (it == peers_.end()) return;
   Peer& p = *it->second;
+  bool was_failed = p.failed;
+  if (!was_failed) {
+    // Marked before the transfers finish, so that a Post after a failed Wait sees it.
+    p.failed = true;
+    MutexLock l(&mu_);
+    failed_peers_.insert(peer_id);
+  }
   std::vector<uint64_t> tokens;
   for (auto& [token, x] : xfers_) {
     if (x->peer_id == peer_id) tokens.push_back(token);
   }
   for (uint64_t t : tokens) CompleteXfer(t, s);
-  if (p.failed) return;
-  p.failed = true;
-  {
-    MutexLock l(&mu_);
-    failed_peers_.insert(peer_id);
-  }
+  if (was_failed) return;
   if (s.code() != StatusCode::kAborted) {
     KVF_LOG_WARN("transfer: agent '{}': closing connection to '{}': {}", ctx_.agent_name, p.name,
                  s.ToString());
   }
   p.regions.clear();  // rkeys before the endpoint
+  CloseEp(p.ep);
+  p.ep = nullptr;
+}
+
+void UcxBackend::CloseEp(ucp_ep_h ep) {
+  if (ep == nullptr) return;
   ucp_request_param_t cp{};
   cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
-  void* r = ucp_ep_close_nbx(p.ep, &cp);
+  void* r = ucp_ep_close_nbx(ep, &cp);
   if (UCS_PTR_IS_PTR(r)) closing_.push_back(r);
-  p.ep = nullptr;
+}
+
+ucp_ep_h UcxBackend::BackEp(uint64_t conn) {
+  auto it = back_.find(conn);
+  if (it == back_.end() || it->second.failed) return nullptr;
+  BackChannel& b = it->second;
+  if (b.ep != nullptr) return b.ep;
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(b.address.data());
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ep.err_handler.cb = OnBackEpError;
+  ep.err_handler.arg = new BackErrArg{this, conn};  // small; lives as long as the backend
+  if (ucp_ep_create(worker_.get(), &ep, &b.ep) != UCS_OK) {
+    b.ep = nullptr;
+    b.failed = true;
+  }
+  return b.ep;
+}
+
+void UcxBackend::CloseBack(uint64_t conn) {
+  auto it = back_.find(conn);
+  if (it == back_.end() || it->second.failed) return;
+  it->second.failed = true;
+  CloseEp(it->second.ep);
+  it->second.ep = nullptr;
+  for (auto w = inbound_.begin(); w != inbound_.end();) {
+    w = w->first.first == conn ? inbound_.erase(w) : std::next(w);
+  }
 }
 
 // ---- active-message handlers (run inside ucp_worker_progress) ------------------------------
@@ -263,6 +298,17 @@ void UcxBackend::Receive(void* data, size_t length, const ucp_am_recv_param_t* p
   *ret = UCS_INPROGRESS;
 }
 
+ucs_status_t UcxBackend::OnHello(void* arg, const void*, size_t, void* data, size_t len,
+                                 const ucp_am_recv_param_t* param) {
+  auto* self = static_cast<UcxBackend*>(arg);
+  if ((param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) || len <= 8) return UCS_OK;
+  uint64_t conn;
+  std::memcpy(&conn, data, 8);
+  BackChannel& b = self->back_[conn];
+  b.address.assign(static_cast<const char*>(data) + 8, len - 8);
+  return UCS_OK;
+}
+
 ucs_status_t UcxBackend::OnNotify(void* arg, const void*, size_t, void* data, size_t len,
                                   const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxBackend*>(arg);
@@ -277,8 +323,8 @@ ucs_status_t UcxBackend::OnNotify(void* arg, const void*, size_t, void* data, si
   return UCS_OK;
 }
 
-void UcxBackend::FinishInbound(ucp_ep_h reply_ep, uint64_t token, ucs_status_t st) {
-  auto key = std::make_pair(reply_ep, token);
+void UcxBackend::FinishInbound(uint64_t conn, uint64_t token, ucs_status_t st) {
+  auto key = std::make_pair(conn, token);
   auto it = inbound_.find(key);
   if (it == inbound_.end()) return;
   InboundWrite& w = it->second;
@@ -286,24 +332,24 @@ void UcxBackend::FinishInbound(ucp_ep_h reply_ep, uint64_t token, ucs_status_t s
   if (++w.received < w.expected) return;
   int32_t code = w.code;
   inbound_.erase(it);
-  deferred_.push_back([this, reply_ep, token, code] { SendAck(reply_ep, token, code); });
+  deferred_.push_back([this, conn, token, code] { SendAck(conn, token, code); });
 }
 
-void UcxBackend::SendAck(ucp_ep_h reply_ep, uint64_t token, int32_t code) {
+void UcxBackend::SendAck(uint64_t conn, uint64_t token, int32_t code) {
+  ucp_ep_h ep = BackEp(conn);
+  if (ep == nullptr) return;  // the initiator is gone
   AckHdr h{token, code};
-  SendAm(reply_ep, kAmWriteAck, Pod(h), nullptr, 0, "", UCP_AM_SEND_FLAG_EAGER, {})
+  SendAm(ep, kAmWriteAck, Pod(h), nullptr, 0, "", UCP_AM_SEND_FLAG_EAGER, {})
       .IgnoreError();  // the initiator's deadline covers a lost ack
 }
 
 ucs_status_t UcxBackend::OnWriteData(void* arg, const void* hdr, size_t hlen, void* data,
                                      size_t len, const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxBackend*>(arg);
-  if (hlen != sizeof(WriteHdr) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
-    return UCS_OK;
-  }
+  if (hlen != sizeof(WriteHdr)) return UCS_OK;
   WriteHdr h;
   std::memcpy(&h, hdr, sizeof(h));
-  ucp_ep_h reply = param->reply_ep;
+  uint64_t reply = h.conn;
   auto key = std::make_pair(reply, h.token);
   auto [it, inserted] = self->inbound_.try_emplace(key);
   if (inserted) it->second.expected = h.nsegs;
@@ -342,13 +388,12 @@ ucs_status_t UcxBackend::OnWriteAck(void* arg, const void* hdr, size_t hlen, voi
 ucs_status_t UcxBackend::OnReadReq(void* arg, const void* hdr, size_t hlen, void* data, size_t len,
                                    const ucp_am_recv_param_t* param) {
   auto* self = static_cast<UcxBackend*>(arg);
-  if (hlen != sizeof(ReadReqHdr) || !(param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP)) {
-    return UCS_OK;
-  }
+  if (hlen != sizeof(ReadReqHdr)) return UCS_OK;
   ReadReqHdr h;
   std::memcpy(&h, hdr, sizeof(h));
-  ucp_ep_h reply = param->reply_ep;
-  auto serve = [self, reply, token = h.token](std::string entries) {
+  auto serve = [self, conn = h.conn, token = h.token](std::string entries) {
+    ucp_ep_h reply = self->BackEp(conn);
+    if (reply == nullptr) return;  // the initiator is gone
     size_t n = entries.size() / sizeof(ReadEntry);
     std::vector<ReadEntry> es(n);
     std::memcpy(es.data(), entries.data(), n * sizeof(ReadEntry));

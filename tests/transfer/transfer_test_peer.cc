@@ -1,0 +1,84 @@
+// Peer helper for the two-process transfer tests: a target agent in its own process.
+//   transfer_test_peer <socket fd> <tcp|shm|auto> <buffer bytes>
+// Sends its metadata blob and region id over the socket, then serves commands:
+//   DUMP   -> the whole registered buffer
+//   STATS  -> "<notifications checked> <violations>"
+//   QUIT   -> exits 0
+// A notification "chk <seed> <n> (<remote off> <len> <local off>)*n" is checked the moment it
+// arrives: the named ranges must already hold the seeded bytes (data before notification).
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "kvferry/transfer/agent.h"
+#include "tests/transfer/frame_channel.h"
+
+using namespace kvferry;            // NOLINT
+using namespace kvferry::transfer;  // NOLINT
+
+int main(int argc, char** argv) {
+  if (argc != 4) return 2;
+  int fd = std::atoi(argv[1]);
+  std::string transport = argv[2];
+  uint64_t bytes = std::strtoull(argv[3], nullptr, 10);
+  AgentOptions opt{.name = "peer", .backend = BackendKind::kUcx};
+  opt.ucx.transport = transport == "tcp"   ? UcxTransport::kTcp
+                      : transport == "shm" ? UcxTransport::kShm
+                                           : UcxTransport::kAuto;
+  auto agent = Agent::Create(opt);
+  if (!agent.ok()) {
+    std::fprintf(stderr, "peer: %s\n", agent.status().ToString().c_str());
+    return 1;
+  }
+  std::vector<uint8_t> buf(bytes);
+  for (uint64_t i = 0; i < bytes; ++i) buf[i] = testing::InitialByte(i);
+  auto region = (*agent)->RegisterMemory(buf.data(), bytes, MemoryKind::kHost);
+  if (!region.ok()) return 1;
+  if (!testing::SendFrame(fd, *(*agent)->GetLocalMetadata()) ||
+      !testing::SendFrame(fd, std::to_string(region->id))) {
+    return 1;
+  }
+  std::atomic<uint64_t> checked{0}, violations{0};
+  std::atomic<bool> stop{false};
+  std::thread notif([&] {
+    while (!stop) {
+      for (const Notification& n : (*agent)->WaitNotifications(Deadline::AfterMs(100))) {
+        std::istringstream in(n.message);
+        std::string tag;
+        uint64_t seed = 0, count = 0;
+        in >> tag >> seed >> count;
+        if (tag != "chk") continue;
+        bool ok = true;
+        for (uint64_t k = 0; k < count; ++k) {
+          uint64_t roff = 0, len = 0, loff = 0;
+          in >> roff >> len >> loff;
+          for (uint64_t i = 0; i < len && ok; ++i) {
+            ok = roff + i < bytes && buf[roff + i] == testing::SeededByte(seed, loff + i);
+          }
+        }
+        if (!ok) ++violations;
+        ++checked;
+      }
+    }
+  });
+  int rc = 0;
+  while (true) {
+    auto cmd = testing::RecvFrame(fd, Deadline::AfterMs(120'000));
+    if (!cmd || *cmd == "QUIT") break;
+    if (*cmd == "DUMP") {
+      testing::SendFrame(fd, std::string(reinterpret_cast<const char*>(buf.data()), bytes));
+    } else if (*cmd == "STATS") {
+      testing::SendFrame(fd,
+                         std::to_string(checked.load()) + " " + std::to_string(violations.load()));
+    } else {
+      rc = 3;
+      break;
+    }
+  }
+  stop = true;
+  notif.join();
+  return rc;
+}
