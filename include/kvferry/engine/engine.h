@@ -33,6 +33,7 @@
 #include "kvferry/engine/model_config.h"
 #include "kvferry/engine/sampling_params.h"
 #include "kvferry/engine/tokenizer.h"
+#include "kvferry/kv/block_geometry.h"
 #include "kvferry/kv/cache_spec.h"
 
 namespace kvferry::engine {
@@ -150,6 +151,8 @@ class Engine {
   int32_t max_model_len() const;
   int32_t block_size_logical() const;
   int32_t block_size_kernel() const;
+  // The logical -> kernel mapping of this engine's cache.
+  const kv::BlockGeometry& geometry() const;
   // The allocated cache (for the connector); its spec is the real geometry.
   kv::KvCache* kv_cache();
 

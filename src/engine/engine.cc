@@ -1,0 +1,258 @@
+#include "kvferry/engine/engine.h"
+
+#include <filesystem>
+#include <functional>
+
+#include "engine/model_runner.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/thread_pool.h"
+#include "engine/weights.h"
+#include "kvferry/kv/attention_backend.h"
+#include "kvferry/kv/block_geometry.h"
+#include "kvferry/kv/block_pool.h"
+
+namespace kvferry::engine {
+
+StatusOr<KvLoadFailurePolicy> ParseKvLoadFailurePolicy(std::string_view name) {
+  if (name == "recompute") return KvLoadFailurePolicy::kRecompute;
+  if (name == "fail") return KvLoadFailurePolicy::kFail;
+  return InvalidArgumentError("kv_load_failure_policy must be 'recompute' or 'fail', got '" +
+                              std::string(name) + "'");
+}
+
+std::string_view FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone:
+      return "none";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "none";
+}
+
+struct Engine::Impl {
+  EngineConfig config;
+  ModelWeights weights;
+  Tokenizer tokenizer;
+  int32_t max_model_len = 0;
+  std::unique_ptr<kv::KvCache> cache;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<ModelRunner> runner;
+  std::unique_ptr<Scheduler> scheduler;
+  uint64_t next_seed = 0;
+  int64_t num_steps = 0;
+  std::vector<ForwardChunk> forward_chunks;
+  std::vector<float> logits;
+};
+
+namespace {
+
+StatusOr<ModelWeights> LoadModel(const std::string& model) {
+  auto builtin = BuiltinModelConfig(model);
+  if (builtin.ok()) return GenerateWeights(*builtin);
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(model, ec)) return LoadCheckpoint(model);
+  return builtin.status();
+}
+
+Status ValidateConfig(const EngineConfig& c) {
+  if (c.block_size <= 0) return InvalidArgumentError("block_size must be > 0");
+  if (c.num_threads < 1) return InvalidArgumentError("num_threads must be >= 1");
+  if (c.max_num_batched_tokens < 1)
+    return InvalidArgumentError("max_num_batched_tokens must be >= 1");
+  if (c.max_num_seqs < 1) return InvalidArgumentError("max_num_seqs must be >= 1");
+  if (c.num_kv_blocks < 0) return InvalidArgumentError("num_kv_blocks must be >= 0");
+  if (c.num_kv_blocks == 0 && c.kv_cache_memory_bytes <= 0) {
+    return InvalidArgumentError("kv_cache_memory_bytes must be > 0 when num_kv_blocks is 0");
+  }
+  if (c.max_model_len < 0) return InvalidArgumentError("max_model_len must be >= 0");
+  if ((c.connector_scheduler == nullptr) != (c.connector_worker == nullptr)) {
+    return InvalidArgumentError("connector_scheduler and connector_worker: both or neither");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
+  KVF_RETURN_IF_ERROR(ValidateConfig(config));
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->next_seed = config.seed;
+  KVF_ASSIGN_OR_RETURN(impl->weights, LoadModel(config.model));
+  const ModelConfig& mc = impl->weights.config;
+
+  KVF_ASSIGN_OR_RETURN(const kv::AttentionBackend* backend,
+                       kv::FindAttentionBackend(config.attention_backend));
+  KVF_ASSIGN_OR_RETURN(int32_t block_size_kernel,
+                       kv::SelectKernelBlockSize(config.block_size, *backend));
+  KVF_ASSIGN_OR_RETURN(kv::BlockGeometry geometry,
+                       kv::BlockGeometry::Create(config.block_size, block_size_kernel));
+
+  impl->max_model_len = config.max_model_len > 0 ? config.max_model_len : mc.max_position;
+  if (impl->max_model_len > mc.max_position) {
+    return InvalidArgumentError("max_model_len " + std::to_string(impl->max_model_len) +
+                                " exceeds the model's max_position " +
+                                std::to_string(mc.max_position));
+  }
+  if (impl->max_model_len < 2) return InvalidArgumentError("max_model_len must be >= 2");
+
+  kv::CacheSpec spec;
+  spec.num_layers = mc.num_layers;
+  spec.num_kv_heads = mc.num_kv_heads;
+  spec.head_dim = mc.head_dim;
+  spec.dtype = config.kv_cache_dtype;
+  spec.kind = kv::AttentionKind::kStandard;
+  spec.layout = config.kv_cache_layout;
+  spec.block_size_kernel = block_size_kernel;
+  spec.num_blocks_kernel = 1;
+  const int64_t bytes_per_logical = static_cast<int64_t>(spec.bytes_per_kernel_block()) *
+                                    geometry.kernel_blocks_per_logical() * spec.num_regions();
+  int64_t num_blocks = config.num_kv_blocks;
+  if (num_blocks == 0) num_blocks = config.kv_cache_memory_bytes / bytes_per_logical;
+  if (num_blocks < 1) {
+    return InvalidArgumentError(
+        "kv_cache_memory_bytes " + std::to_string(config.kv_cache_memory_bytes) +
+        " is below one logical block (" + std::to_string(bytes_per_logical) + " bytes)");
+  }
+  if (num_blocks > (int64_t{1} << 30) / geometry.kernel_blocks_per_logical()) {
+    return InvalidArgumentError("num_kv_blocks too large");
+  }
+  spec.num_blocks_kernel = geometry.KernelBlocksOfLogicalCount(static_cast<int32_t>(num_blocks));
+  KVF_RETURN_IF_ERROR(spec.Validate());
+  KVF_ASSIGN_OR_RETURN(impl->cache, kv::KvCache::Allocate(spec));
+
+  kv::BlockPoolOptions pool_options;
+  pool_options.num_blocks_logical = static_cast<int32_t>(num_blocks);
+  pool_options.block_size_logical = config.block_size;
+  pool_options.hash_salt = std::hash<std::string>()(
+      mc.name + "/" + std::to_string(mc.vocab_size) + "/" + std::to_string(mc.hidden_dim) + "/" +
+      std::to_string(mc.num_layers) + "/" + std::to_string(mc.weight_seed));
+  KVF_ASSIGN_OR_RETURN(kv::BlockPool block_pool, kv::BlockPool::Create(pool_options));
+
+  if (config.connector_worker != nullptr) {
+    KVF_RETURN_IF_ERROR(
+        config.connector_worker->RegisterKvCache(impl->cache.get(), config.block_size)
+            .WithContext("connector RegisterKvCache"));
+  }
+
+  impl->pool = std::make_unique<ThreadPool>(config.num_threads);
+  impl->runner = std::make_unique<ModelRunner>(&impl->weights, impl->cache.get(),
+                                               impl->max_model_len, impl->pool.get());
+  SchedulerOptions so;
+  so.max_num_batched_tokens = config.max_num_batched_tokens;
+  so.max_num_seqs = config.max_num_seqs;
+  so.max_model_len = impl->max_model_len;
+  so.enable_prefix_caching = config.enable_prefix_caching;
+  so.kv_load_failure_policy = config.kv_load_failure_policy;
+  so.eos_token_id = mc.eos_token_id;
+  impl->scheduler =
+      std::make_unique<Scheduler>(so, std::move(block_pool), geometry, config.connector_scheduler);
+  return std::unique_ptr<Engine>(new Engine(std::move(impl)));
+}
+
+Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Engine::~Engine() = default;
+
+Status Engine::AddRequest(std::string request_id, std::vector<int32_t> prompt_token_ids,
+                          const SamplingParams& params,
+                          std::optional<connector::KvTransferParams> kv_transfer_params) {
+  if (request_id.empty()) return InvalidArgumentError("request id must not be empty");
+  if (prompt_token_ids.empty()) return InvalidArgumentError("prompt must not be empty");
+  const int32_t vocab = impl_->weights.config.vocab_size;
+  for (int32_t t : prompt_token_ids) {
+    if (t < 0 || t >= vocab) {
+      return InvalidArgumentError("prompt token id " + std::to_string(t) +
+                                  " outside the vocabulary [0, " + std::to_string(vocab) + ")");
+    }
+  }
+  if (static_cast<int64_t>(prompt_token_ids.size()) > impl_->max_model_len - 1) {
+    return InvalidArgumentError("prompt of " + std::to_string(prompt_token_ids.size()) +
+                                " tokens is too long: max_model_len is " +
+                                std::to_string(impl_->max_model_len) +
+                                " (the prompt may use at most max_model_len - 1)");
+  }
+  KVF_RETURN_IF_ERROR(params.Validate());
+  if (impl_->scheduler->Contains(request_id)) {
+    return AlreadyExistsError("request id '" + request_id + "' is already live");
+  }
+  const uint64_t seed = params.seed ? *params.seed : impl_->next_seed++;
+  auto request =
+      std::make_unique<Request>(std::move(request_id), std::move(prompt_token_ids), params, seed,
+                                std::move(kv_transfer_params), impl_->scheduler->geometry());
+  impl_->scheduler->Add(std::move(request));
+  return Status::Ok();
+}
+
+std::vector<RequestOutput> Engine::Step() {
+  Impl& m = *impl_;
+  ++m.num_steps;
+  std::vector<ScheduledChunk> chunks = m.scheduler->Schedule();
+  connector::ConnectorWorker* worker = m.config.connector_worker;
+  if (worker != nullptr) {
+    worker->BindMetadata(m.config.connector_scheduler->BuildConnectorMeta());
+    worker->StartLoadKv();
+  }
+  if (!chunks.empty()) {
+    m.forward_chunks.clear();
+    for (const ScheduledChunk& c : chunks) {
+      ForwardChunk fc;
+      fc.tokens = std::span<const int32_t>(c.request->tokens.data() + c.first_pos, c.num_tokens);
+      fc.first_pos = c.first_pos;
+      fc.kernel_table = c.request->table.kernel_ids();
+      fc.want_logits = c.completes;
+      m.forward_chunks.push_back(fc);
+    }
+    m.runner->Forward(m.forward_chunks, &m.logits);
+    m.scheduler->OnChunksComputed(chunks);
+    const int32_t vocab = m.weights.config.vocab_size;
+    int64_t row = 0;
+    for (const ScheduledChunk& c : chunks) {
+      if (!c.completes) continue;
+      Request* r = c.request;
+      SampleResult s =
+          Sample(m.logits.data() + row * vocab, vocab, r->params, r->seed, r->num_output_tokens());
+      ++row;
+      m.scheduler->AppendToken(r, s.token_id, s.logprob, std::move(s.top_logprobs));
+    }
+  }
+  if (worker != nullptr) {
+    worker->AfterForward();
+    const connector::ConnectorOutput out = worker->GetFinished();
+    m.config.connector_scheduler->UpdateConnectorOutput(out);
+    m.scheduler->UpdateFromConnector(out);
+  }
+  return m.scheduler->TakeOutputs();
+}
+
+Status Engine::Abort(std::string_view request_id) { return impl_->scheduler->Abort(request_id); }
+bool Engine::HasWork() const { return impl_->scheduler->HasWork(); }
+bool Engine::HasComputableWork() const { return impl_->scheduler->HasComputableWork(); }
+
+EngineStats Engine::stats() const {
+  EngineStats s = impl_->scheduler->Stats();
+  s.num_steps = impl_->num_steps;
+  return s;
+}
+const EngineConfig& Engine::config() const { return impl_->config; }
+const ModelConfig& Engine::model_config() const { return impl_->weights.config; }
+const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
+int32_t Engine::max_model_len() const { return impl_->max_model_len; }
+int32_t Engine::block_size_logical() const {
+  return impl_->scheduler->geometry().block_size_logical();
+}
+int32_t Engine::block_size_kernel() const {
+  return impl_->scheduler->geometry().block_size_kernel();
+}
+const kv::BlockGeometry& Engine::geometry() const { return impl_->scheduler->geometry(); }
+kv::KvCache* Engine::kv_cache() { return impl_->cache.get(); }
+
+}  // namespace kvferry::engine

@@ -1,0 +1,278 @@
+#include "kvferry/engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <set>
+
+#include "engine/engine_test_util.h"
+#include "engine/weights.h"
+
+namespace kvferry::engine {
+namespace {
+
+using testing_util::Completion;
+using testing_util::ExpectPoolClean;
+using testing_util::ExpectSameCompletion;
+using testing_util::RunToEnd;
+
+std::unique_ptr<Engine> Make(EngineConfig c = {}) {
+  auto e = Engine::Create(c);
+  EXPECT_TRUE(e.ok()) << e.status();
+  return std::move(*e);
+}
+
+SamplingParams Greedy(int n) {
+  SamplingParams p;
+  p.max_tokens = n;
+  p.ignore_eos = true;
+  return p;
+}
+
+const std::vector<std::string> kPrompts = {"The capital of France is",
+                                           "Once upon a time, in a land far away, there lived",
+                                           "1 2 3 4 5 6 7", "kvferry"};
+
+std::map<std::string, Completion> RunPrompts(EngineConfig config, SamplingParams params,
+                                             std::vector<int> which = {0, 1, 2, 3}) {
+  auto e = Make(config);
+  for (int i : which) {
+    EXPECT_TRUE(
+        e->AddRequest("r" + std::to_string(i), e->tokenizer().Encode(kPrompts[i]), params).ok());
+  }
+  auto out = RunToEnd(*e);
+  ExpectPoolClean(*e);
+  return out;
+}
+
+TEST(EngineTest, CreateRejectsBadConfig) {
+  EngineConfig c;
+  c.model = "huge";
+  EXPECT_EQ(Engine::Create(c).status().code(), StatusCode::kNotFound);
+  c = {};
+  c.attention_backend = "nope";
+  EXPECT_EQ(Engine::Create(c).status().code(), StatusCode::kNotFound);
+  c = {};
+  c.attention_backend = "flash";
+  c.block_size = 24;
+  EXPECT_EQ(Engine::Create(c).status().code(), StatusCode::kInvalidArgument);
+  c = {};
+  c.max_model_len = 100000;
+  EXPECT_EQ(Engine::Create(c).status().code(), StatusCode::kInvalidArgument);
+  c = {};
+  c.num_threads = 0;
+  EXPECT_EQ(Engine::Create(c).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(EngineTest, FlashWithBlock128UsesKernel64) {
+  EngineConfig c;
+  c.block_size = 128;
+  c.attention_backend = "flash";
+  auto e = Make(c);
+  EXPECT_EQ(e->block_size_logical(), 128);
+  EXPECT_EQ(e->block_size_kernel(), 64);
+  EXPECT_EQ(e->kv_cache()->spec().block_size_kernel, 64);
+}
+
+TEST(EngineTest, AddRequestRejectsBadInput) {
+  EngineConfig c;
+  c.max_model_len = 32;
+  auto e = Make(c);
+  EXPECT_EQ(e->AddRequest("a", {}, Greedy(4)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->AddRequest("", {1, 2}, Greedy(4)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->AddRequest("a", {1, 99999}, Greedy(4)).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(e->AddRequest("a", std::vector<int32_t>(32, 65), Greedy(4)).code(),
+            StatusCode::kInvalidArgument);
+  SamplingParams bad = Greedy(4);
+  bad.top_p = 0.0f;
+  EXPECT_EQ(e->AddRequest("a", {1, 2}, bad).code(), StatusCode::kInvalidArgument);
+  bad = Greedy(0);
+  EXPECT_EQ(e->AddRequest("a", {1, 2}, bad).code(), StatusCode::kInvalidArgument);
+  bad = Greedy(4);
+  bad.temperature = -1;
+  EXPECT_EQ(e->AddRequest("a", {1, 2}, bad).code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(e->AddRequest("a", std::vector<int32_t>(31, 65), Greedy(4)).ok());
+  EXPECT_EQ(e->AddRequest("a", {1, 2}, Greedy(4)).code(), StatusCode::kAlreadyExists);
+  auto out = RunToEnd(*e);
+  // max_model_len caps the generation: 31 prompt tokens + 1.
+  EXPECT_EQ(out["a"].tokens.size(), 1u);
+  EXPECT_EQ(out["a"].reason, FinishReason::kLength);
+}
+
+TEST(EngineTest, GreedyOutputDependsOnThePrompt) {
+  auto out = RunPrompts({}, Greedy(24));
+  std::set<std::vector<int32_t>> distinct;
+  for (auto& [id, c] : out) {
+    EXPECT_EQ(c.tokens.size(), 24u) << id;
+    EXPECT_EQ(c.reason, FinishReason::kLength);
+    EXPECT_EQ(c.finished_count, 1);
+    std::set<int32_t> toks(c.tokens.begin(), c.tokens.end());
+    EXPECT_GT(toks.size(), 2u) << id << ": output is (nearly) a constant token";
+    distinct.insert(c.tokens);
+    for (float lp : c.logprobs) EXPECT_LE(lp, 0.0f);
+  }
+  EXPECT_EQ(distinct.size(), out.size());
+}
+
+TEST(EngineTest, OutputsIdenticalAcrossBatchingBudgetGeometryAndThreads) {
+  const auto expected = RunPrompts({}, Greedy(12), {0});
+  std::vector<EngineConfig> configs;
+  EngineConfig c;
+  configs.push_back(c);          // batched with the others
+  c.max_num_batched_tokens = 5;  // chunked prefill, several steps
+  configs.push_back(c);
+  c = {};
+  c.block_size = 128;
+  c.attention_backend = "flash";
+  configs.push_back(c);
+  c.kv_cache_layout = kv::Layout::kHND;
+  c.num_threads = 1;
+  configs.push_back(c);
+  c = {};
+  c.block_size = 32;
+  c.enable_prefix_caching = false;
+  c.max_num_batched_tokens = 9;
+  configs.push_back(c);
+  for (size_t i = 0; i < configs.size(); ++i) {
+    auto out = RunPrompts(configs[i], Greedy(12));
+    ExpectSameCompletion(expected.at("r0"), out.at("r0"), "config " + std::to_string(i));
+  }
+}
+
+TEST(EngineTest, PrefixCacheHitsGiveIdenticalOutput) {
+  EngineConfig c;
+  c.block_size = 16;
+  auto e = Make(c);
+  const std::string prefix = "A long shared system prompt that spans several blocks. ";
+  auto p1 = e->tokenizer().Encode(prefix + "First question?");
+  auto p2 = e->tokenizer().Encode(prefix + "Second question!");
+  ASSERT_TRUE(e->AddRequest("a", p1, Greedy(8)).ok());
+  auto first = RunToEnd(*e);
+  ASSERT_TRUE(e->AddRequest("b", p2, Greedy(8)).ok());
+  auto second = RunToEnd(*e);
+  EXPECT_GE(second["b"].num_cached_tokens, 48);
+  EXPECT_GE(e->stats().num_prefix_cache_hit_tokens, 48);
+  ExpectPoolClean(*e);
+  // Same prompt again: everything but the last token comes from the cache.
+  ASSERT_TRUE(e->AddRequest("a2", p1, Greedy(8)).ok());
+  auto again = RunToEnd(*e);
+  ExpectSameCompletion(first["a"], again["a2"], "repeat");
+
+  EngineConfig nc = c;
+  nc.enable_prefix_caching = false;
+  auto f = Make(nc);
+  ASSERT_TRUE(f->AddRequest("b", p2, Greedy(8)).ok());
+  auto cold = RunToEnd(*f);
+  ExpectSameCompletion(second["b"], cold["b"], "prefix hit vs cold");
+  EXPECT_EQ(cold["b"].num_cached_tokens, 0);
+}
+
+TEST(EngineTest, PreemptionByRecomputeKeepsOutputs) {
+  const auto expected = RunPrompts({}, Greedy(40));
+  EngineConfig c;
+  c.num_kv_blocks = 7;  // 4 requests of ~50-90 tokens each in 16-token blocks: must preempt
+  c.max_num_batched_tokens = 64;
+  auto e = Make(c);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(
+        e->AddRequest("r" + std::to_string(i), e->tokenizer().Encode(kPrompts[i]), Greedy(40))
+            .ok());
+  }
+  auto out = RunToEnd(*e);
+  EXPECT_GT(e->stats().num_preemptions, 0);
+  for (auto& [id, comp] : expected) ExpectSameCompletion(comp, out[id], id);
+  ExpectPoolClean(*e);
+}
+
+TEST(EngineTest, SeededSamplingIsIndependentOfBatch) {
+  SamplingParams p;
+  p.max_tokens = 16;
+  p.temperature = 0.9f;
+  p.top_k = 40;
+  p.top_p = 0.95f;
+  p.seed = 1234;
+  p.ignore_eos = true;
+  const auto alone = RunPrompts({}, p, {1});
+  EngineConfig c;
+  c.max_num_batched_tokens = 7;
+  const auto batched = RunPrompts(c, p, {0, 1, 2});
+  ExpectSameCompletion(alone.at("r1"), batched.at("r1"), "seeded");
+  p.seed = 99;
+  const auto other = RunPrompts({}, p, {1});
+  EXPECT_NE(alone.at("r1").tokens, other.at("r1").tokens);
+  // Sampling differs from greedy.
+  const auto greedy = RunPrompts({}, Greedy(16), {1});
+  EXPECT_NE(alone.at("r1").tokens, greedy.at("r1").tokens);
+}
+
+TEST(EngineTest, AbortFinishesOnceAndFreesBlocks) {
+  auto e = Make();
+  ASSERT_TRUE(e->AddRequest("a", e->tokenizer().Encode("abort me"), Greedy(50)).ok());
+  ASSERT_TRUE(e->AddRequest("b", e->tokenizer().Encode("keep me"), Greedy(5)).ok());
+  e->Step();
+  e->Step();
+  ASSERT_TRUE(e->Abort("a").ok());
+  EXPECT_EQ(e->Abort("a").code(), StatusCode::kNotFound);
+  EXPECT_EQ(e->Abort("zzz").code(), StatusCode::kNotFound);
+  auto out = RunToEnd(*e);
+  EXPECT_EQ(out["a"].reason, FinishReason::kAbort);
+  EXPECT_EQ(out["a"].finished_count, 1);
+  EXPECT_EQ(out["b"].reason, FinishReason::kLength);
+  ExpectPoolClean(*e);
+}
+
+TEST(EngineTest, StopsOnStopToken) {
+  const auto free_run = RunPrompts({}, Greedy(10), {0});
+  const int32_t third = free_run.at("r0").tokens[2];
+  SamplingParams p = Greedy(10);
+  p.stop_token_ids = {third};
+  const auto stopped = RunPrompts({}, p, {0});
+  const auto& t = stopped.at("r0").tokens;
+  ASSERT_FALSE(t.empty());
+  EXPECT_EQ(t.back(), third);
+  EXPECT_LE(t.size(), 3u);
+  EXPECT_EQ(stopped.at("r0").reason, FinishReason::kStop);
+}
+
+TEST(EngineTest, TopLogprobsAreSortedAndIncludeGreedyChoice) {
+  auto e = Make();
+  SamplingParams p = Greedy(3);
+  p.top_logprobs = 5;
+  ASSERT_TRUE(e->AddRequest("a", e->tokenizer().Encode("hi"), p).ok());
+  int seen = 0;
+  while (e->HasWork()) {
+    for (auto& out : e->Step()) {
+      ASSERT_EQ(out.top_logprobs.size(), out.new_token_ids.size());
+      for (size_t i = 0; i < out.new_token_ids.size(); ++i) {
+        const auto& top = out.top_logprobs[i];
+        ASSERT_EQ(top.size(), 5u);
+        EXPECT_EQ(top[0].token_id, out.new_token_ids[i]);
+        EXPECT_EQ(top[0].logprob, out.new_logprobs[i]);
+        for (size_t k = 1; k < top.size(); ++k) EXPECT_GE(top[k - 1].logprob, top[k].logprob);
+        ++seen;
+      }
+    }
+  }
+  EXPECT_EQ(seen, 3);
+}
+
+TEST(EngineTest, CheckpointRoundTripGivesSameOutput) {
+  auto weights = GenerateWeights(*BuiltinModelConfig("tiny"));
+  ASSERT_TRUE(weights.ok());
+  const std::string path = ::testing::TempDir() + "/kvferry_tiny.safetensors";
+  ASSERT_TRUE(SaveCheckpoint(*weights, path).ok());
+  EngineConfig c;
+  c.model = path;
+  const auto from_file = RunPrompts(c, Greedy(10), {2});
+  const auto builtin = RunPrompts({}, Greedy(10), {2});
+  ExpectSameCompletion(builtin.at("r2"), from_file.at("r2"), "checkpoint");
+  // A truncated file is an error, not a crash.
+  std::filesystem::resize_file(path, 1000);
+  EXPECT_FALSE(LoadCheckpoint(path).ok());
+  std::remove(path.c_str());
+  EXPECT_EQ(LoadCheckpoint(path).status().code(), StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace kvferry::engine

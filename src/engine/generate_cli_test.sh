@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Integration test of `kvferry generate` (label integration): the same text with the defaults
+# and with --block-size 128 --attention-backend flash (kernel blocks of 64, R = 2), and with the
+# other layouts/thread counts; --help documents every flag; bad input is a clear error.
+set -euo pipefail
+KVF="$1"
+PROMPT="The KV cache moves from prefill to decode"
+
+base=$("$KVF" generate --prompt "$PROMPT" --max-tokens 24)
+flash=$("$KVF" generate --prompt "$PROMPT" --max-tokens 24 --block-size 128 --attention-backend flash)
+hnd=$("$KVF" generate --prompt "$PROMPT" --max-tokens 24 --kv-cache-layout HND --threads 1 --block-size 32)
+if [[ -z "$base" ]]; then echo "FAIL: empty completion"; exit 1; fi
+if [[ "$base" != "$flash" ]]; then
+  echo "FAIL: defaults gave [$base], --block-size 128 --attention-backend flash gave [$flash]"; exit 1
+fi
+if [[ "$base" != "$hnd" ]]; then echo "FAIL: HND/1 thread gave [$hnd], defaults [$base]"; exit 1; fi
+other=$("$KVF" generate --prompt "Something else entirely" --max-tokens 24)
+if [[ "$base" == "$other" ]]; then echo "FAIL: output does not depend on the prompt"; exit 1; fi
+
+help=$("$KVF" generate --help)
+for flag in --model --prompt --max-tokens --block-size --attention-backend --kv-cache-layout \
+            --kv-cache-dtype --temperature --top-k --top-p --seed --num-kv-blocks \
+            --max-model-len --max-num-batched-tokens --threads --ignore-eos; do
+  grep -q -- "$flag" <<<"$help" || { echo "FAIL: --help lacks $flag"; exit 1; }
+done
+
+if "$KVF" generate --prompt x --block-size 24 --attention-backend flash 2>/dev/null; then
+  echo "FAIL: block size 24 with flash accepted"; exit 1
+fi
+if "$KVF" generate --prompt x --model nosuchmodel 2>/dev/null; then
+  echo "FAIL: unknown model accepted"; exit 1
+fi
+echo "OK: [$base]"

@@ -1,0 +1,127 @@
+#include "engine/kernels/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "engine/thread_pool.h"
+#include "kvferry/kv/cache_spec.h"
+
+namespace kvferry::engine::kernels {
+namespace {
+
+constexpr int32_t kHeads = 4, kKvHeads = 2, kDim = 32, kLen = 70;
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng) * 2.0f;
+  return v;
+}
+
+struct Fixture {
+  std::unique_ptr<kv::KvCache> cache;
+  std::vector<kv::KernelBlockId> table;
+  KvLayerView view;
+};
+
+// A one-layer cache of the given geometry holding K/V for kLen positions, whose kernel blocks
+// are scattered (reverse order, with gaps) to prove the table is honoured.
+Fixture Make(int32_t block_size_kernel, kv::Layout layout, kv::DType dtype) {
+  Fixture f;
+  const int32_t needed = (kLen + block_size_kernel - 1) / block_size_kernel;
+  kv::CacheSpec spec;
+  spec.num_layers = 1;
+  spec.num_kv_heads = kKvHeads;
+  spec.head_dim = kDim;
+  spec.dtype = dtype;
+  spec.layout = layout;
+  spec.block_size_kernel = block_size_kernel;
+  spec.num_blocks_kernel = 2 * needed + 1;
+  auto cache = kv::KvCache::Allocate(spec);
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  f.cache = std::move(*cache);
+  for (int32_t i = 0; i < needed; ++i) f.table.push_back(kv::KernelBlockId(2 * (needed - i)));
+  f.view = LayerView(*f.cache, 0);
+  const auto k = Random(kLen * kKvHeads * kDim, 11);
+  const auto v = Random(kLen * kKvHeads * kDim, 12);
+  for (int32_t p = 0; p < kLen; ++p) {
+    StoreKv(f.view, f.table.data(), p, &k[p * kKvHeads * kDim], &v[p * kKvHeads * kDim]);
+  }
+  return f;
+}
+
+std::vector<float> RunAttention(const Fixture& f, const std::vector<float>& q, ThreadPool* pool,
+                                int32_t split) {
+  std::vector<float> out(q.size(), 0.0f);
+  std::vector<AttentionSequence> seqs;
+  if (split == 0) {
+    seqs.push_back({f.table.data(), 0, kLen, 0});
+  } else {
+    // Same queries as several runs (as chunked prefill / batching would present them).
+    for (int32_t p = 0; p < kLen; p += split) {
+      seqs.push_back({f.table.data(), p, std::min(split, kLen - p), p});
+    }
+  }
+  Attention(f.view, seqs, q.data(), kHeads, 1.0f / std::sqrt(float(kDim)), out.data(), pool);
+  return out;
+}
+
+TEST(AttentionTest, MatchesReferenceForEveryGeometryAndDtype) {
+  const auto q = Random(kLen * kHeads * kDim, 5);
+  for (kv::DType dtype : {kv::DType::kF32, kv::DType::kF16, kv::DType::kBF16}) {
+    for (int32_t bs : {16, 32, 64, 128}) {
+      for (kv::Layout layout : {kv::Layout::kNHD, kv::Layout::kHND}) {
+        Fixture f = Make(bs, layout, dtype);
+        const auto out = RunAttention(f, q, nullptr, 0);
+        std::vector<float> ref(q.size());
+        std::vector<AttentionSequence> seqs = {{f.table.data(), 0, kLen, 0}};
+        AttentionReference(f.view, seqs, q.data(), kHeads, 1.0f / std::sqrt(float(kDim)),
+                           ref.data());
+        for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 2e-5) << i;
+      }
+    }
+  }
+}
+
+TEST(AttentionTest, BitIdenticalAcrossGeometryChunkingAndThreads) {
+  const auto q = Random(kLen * kHeads * kDim, 6);
+  ThreadPool pool(2);
+  for (kv::DType dtype : {kv::DType::kF32, kv::DType::kF16, kv::DType::kBF16}) {
+    Fixture base = Make(16, kv::Layout::kNHD, dtype);
+    const auto expected = RunAttention(base, q, nullptr, 0);
+    for (int32_t bs : {16, 32, 64, 128}) {
+      for (kv::Layout layout : {kv::Layout::kNHD, kv::Layout::kHND}) {
+        Fixture f = Make(bs, layout, dtype);
+        for (int32_t split : {0, 1, 7, 16, 33}) {
+          const auto out = RunAttention(f, q, &pool, split);
+          ASSERT_EQ(0, std::memcmp(out.data(), expected.data(), out.size() * 4))
+              << "bs=" << bs << " layout=" << int(layout) << " split=" << split
+              << " dtype=" << int(dtype);
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionTest, StoredDtypeRoundsValues) {
+  Fixture f = Make(16, kv::Layout::kNHD, kv::DType::kBF16);
+  std::vector<float> k(kDim);
+  LoadHead(f.view, f.view.k, f.table.data(), 5, 1, k.data());
+  const auto orig = Random(kLen * kKvHeads * kDim, 11);
+  for (int32_t i = 0; i < kDim; ++i) {
+    const float o = orig[(5 * kKvHeads + 1) * kDim + i];
+    EXPECT_NEAR(k[i], o, std::abs(o) / 128.0f);
+    uint32_t bits;
+    std::memcpy(&bits, &k[i], 4);
+    EXPECT_EQ(bits & 0xffffu, 0u);  // a bf16 value widened
+  }
+}
+
+}  // namespace
+}  // namespace kvferry::engine::kernels

@@ -1,0 +1,49 @@
+#include "engine/kernels/kv_store.h"
+
+#include <span>
+
+#include "kvferry/kv/dtype.h"
+
+namespace kvferry::engine::kernels {
+
+KvLayerView LayerView(kv::KvCache& cache, int32_t layer) {
+  const kv::CacheSpec& spec = cache.spec();
+  KvLayerView view;
+  view.k = cache.key_region(layer).base;
+  view.v = cache.value_region(layer).base;
+  view.dtype = spec.dtype;
+  view.layout = spec.layout;
+  view.block_size_kernel = spec.block_size_kernel;
+  view.num_kv_heads = spec.num_kv_heads;
+  view.head_dim = spec.head_dim;
+  return view;
+}
+
+void StoreKv(const KvLayerView& view, const kv::KernelBlockId* kernel_table, int32_t pos,
+             const float* k_row, const float* v_row) {
+  const kv::KernelBlockId block = kernel_table[pos / view.block_size_kernel];
+  const int32_t t = pos % view.block_size_kernel;
+  const size_t bytes = kv::DTypeBytes(view.dtype);
+  for (int32_t h = 0; h < view.num_kv_heads; ++h) {
+    const int64_t off = view.ElementOffset(block, t, h);
+    const size_t byte_off = static_cast<size_t>(off) * bytes;
+    kv::StoreAs(
+        view.dtype,
+        std::span<const float>(k_row + static_cast<int64_t>(h) * view.head_dim, view.head_dim),
+        view.k + byte_off);
+    kv::StoreAs(
+        view.dtype,
+        std::span<const float>(v_row + static_cast<int64_t>(h) * view.head_dim, view.head_dim),
+        view.v + byte_off);
+  }
+}
+
+void LoadHead(const KvLayerView& view, const std::byte* region,
+              const kv::KernelBlockId* kernel_table, int32_t pos, int32_t head, float* out) {
+  const kv::KernelBlockId block = kernel_table[pos / view.block_size_kernel];
+  const int64_t off = view.ElementOffset(block, pos % view.block_size_kernel, head);
+  kv::LoadFrom(view.dtype, region + static_cast<size_t>(off) * kv::DTypeBytes(view.dtype),
+               std::span<float>(out, view.head_dim));
+}
+
+}  // namespace kvferry::engine::kernels

@@ -1,0 +1,80 @@
+#include "kvferry/engine/model_config.h"
+
+#include <string>
+
+#include "kvferry/engine/tokenizer.h"
+
+namespace kvferry::engine {
+
+Status ModelConfig::Validate() const {
+  auto positive = [](int32_t v, const char* field) -> Status {
+    if (v <= 0) return InvalidArgumentError(std::string("model config: ") + field + " must be > 0");
+    return Status::Ok();
+  };
+  KVF_RETURN_IF_ERROR(positive(vocab_size, "vocab_size"));
+  KVF_RETURN_IF_ERROR(positive(hidden_dim, "hidden_dim"));
+  KVF_RETURN_IF_ERROR(positive(num_layers, "num_layers"));
+  KVF_RETURN_IF_ERROR(positive(num_heads, "num_heads"));
+  KVF_RETURN_IF_ERROR(positive(num_kv_heads, "num_kv_heads"));
+  KVF_RETURN_IF_ERROR(positive(head_dim, "head_dim"));
+  KVF_RETURN_IF_ERROR(positive(ffn_dim, "ffn_dim"));
+  KVF_RETURN_IF_ERROR(positive(max_position, "max_position"));
+  if (num_heads % num_kv_heads != 0) {
+    return InvalidArgumentError("model config: num_kv_heads (" + std::to_string(num_kv_heads) +
+                                ") must divide num_heads (" + std::to_string(num_heads) + ")");
+  }
+  if (head_dim % 2 != 0) return InvalidArgumentError("model config: head_dim must be even");
+  if (!(rope_theta > 0.0f)) return InvalidArgumentError("model config: rope_theta must be > 0");
+  if (!(rms_norm_eps > 0.0f)) return InvalidArgumentError("model config: rms_norm_eps must be > 0");
+  if (bos_token_id >= vocab_size || eos_token_id >= vocab_size) {
+    return InvalidArgumentError("model config: bos/eos token id outside the vocabulary");
+  }
+  return Status::Ok();
+}
+
+int64_t ModelConfig::NumParameters() const {
+  const int64_t d = hidden_dim;
+  const int64_t q = int64_t{num_heads} * head_dim;
+  const int64_t kv = int64_t{num_kv_heads} * head_dim;
+  const int64_t per_layer = d * (q + 2 * kv) + q * d + 3 * d * ffn_dim + 2 * d;
+  const int64_t embed = int64_t{vocab_size} * d;
+  return embed * (tie_embeddings ? 1 : 2) + per_layer * num_layers + d;
+}
+
+StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
+  ModelConfig c;
+  c.vocab_size = Tokenizer::kVocabSize;
+  c.bos_token_id = Tokenizer::kBos;
+  c.eos_token_id = Tokenizer::kEos;
+  c.rope_theta = 10000.0f;
+  c.rms_norm_eps = 1e-5f;
+  c.tie_embeddings = false;
+  if (name == "tiny") {
+    c.name = "tiny";
+    c.hidden_dim = 128;
+    c.num_layers = 4;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = 32;
+    c.ffn_dim = 384;
+    c.max_position = 4096;
+    c.weight_seed = 0x6b766665727279ull;  // "kvferry"
+    return c;
+  }
+  if (name == "small") {
+    c.name = "small";
+    c.hidden_dim = 512;
+    c.num_layers = 8;
+    c.num_heads = 8;
+    c.num_kv_heads = 4;
+    c.head_dim = 64;
+    c.ffn_dim = 1408;
+    c.max_position = 4096;
+    c.weight_seed = 0x736d616c6cull;  // "small"
+    return c;
+  }
+  return NotFoundError("unknown built-in model '" + std::string(name) +
+                       "' (known: tiny, small; or a path to a checkpoint file)");
+}
+
+}  // namespace kvferry::engine

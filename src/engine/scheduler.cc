@@ -1,0 +1,383 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+#include <cassert>
+
+#include "kvferry/common/logging.h"
+
+namespace kvferry::engine {
+
+Scheduler::Scheduler(const SchedulerOptions& options, kv::BlockPool pool,
+                     kv::BlockGeometry geometry, connector::ConnectorScheduler* connector)
+    : options_(options), pool_(std::move(pool)), geometry_(geometry), connector_(connector) {}
+
+void Scheduler::Add(std::unique_ptr<Request> request) {
+  Request* r = request.get();
+  requests_.emplace(r->request_id, std::move(request));
+  waiting_.push_back(r);
+}
+
+bool Scheduler::Contains(std::string_view request_id) const {
+  const std::string id(request_id);
+  return requests_.count(id) > 0 || held_.count(id) > 0;
+}
+
+bool Scheduler::HasComputableWork() const {
+  if (!running_.empty()) return true;
+  for (const Request* r : waiting_) {
+    if (r->state == RequestState::kWaiting) return true;
+  }
+  return false;
+}
+
+RequestOutput& Scheduler::OutputFor(const Request& r) {
+  auto it = output_index_.find(r.request_id);
+  if (it != output_index_.end()) return outputs_[it->second];
+  output_index_.emplace(r.request_id, outputs_.size());
+  RequestOutput& out = outputs_.emplace_back();
+  out.request_id = r.request_id;
+  out.num_prompt_tokens = r.num_prompt_tokens;
+  return out;
+}
+
+std::vector<RequestOutput> Scheduler::TakeOutputs() {
+  std::vector<RequestOutput> out = std::move(outputs_);
+  outputs_.clear();
+  output_index_.clear();
+  return out;
+}
+
+int32_t Scheduler::BlocksNeeded(const Request& r, int32_t num_tokens) const {
+  return std::max(0, geometry_.LogicalBlocksFor(num_tokens) - r.table.num_blocks_logical());
+}
+
+bool Scheduler::AllocateInto(Request* r, int32_t n) {
+  if (n == 0) return true;
+  auto blocks = pool_.Allocate(n);
+  if (!blocks.ok()) return false;
+  r->table.Append(*blocks);
+  return true;
+}
+
+void Scheduler::RemoveFromQueues(Request* r) {
+  running_.erase(std::remove(running_.begin(), running_.end(), r), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), r), waiting_.end());
+}
+
+void Scheduler::Preempt(Request* r) {
+  RemoveFromQueues(r);
+  const Status s = pool_.Free(r->table.logical_ids());
+  assert(s.ok());
+  s.IgnoreError();
+  r->table.Clear();
+  r->num_computed_tokens = 0;
+  r->num_blocks_registered = 0;
+  r->state = RequestState::kWaiting;
+  waiting_.push_front(r);
+  ++num_preemptions_;
+}
+
+void Scheduler::RegisterFullBlocks(Request* r) {
+  if (!options_.enable_prefix_caching) return;
+  const int32_t full = r->num_computed_tokens / geometry_.block_size_logical();
+  if (full <= r->num_blocks_registered) return;
+  const Status s = pool_.CacheFullBlocks(r->table.logical_ids(), r->tokens, full);
+  if (!s.ok()) KVF_LOG_WARN("prefix cache: {}", s.ToString());
+  r->num_blocks_registered = full;
+}
+
+bool Scheduler::Admit(Request* r, int32_t budget, ScheduledChunk* chunk) {
+  const int32_t B = geometry_.block_size_logical();
+  if (r->table.num_blocks_logical() == 0) {
+    // Fresh (or preempted): local prefix hits, never covering the last token.
+    std::vector<kv::LogicalBlockId> hits;
+    if (options_.enable_prefix_caching) {
+      hits = pool_.FindCachedPrefix(r->tokens);
+      const size_t max_hits = static_cast<size_t>((r->num_tokens() - 1) / B);
+      if (hits.size() > max_hits) hits.resize(max_hits);
+    }
+    const int32_t local = static_cast<int32_t>(hits.size()) * B;
+    connector::MatchResult match;
+    const bool consult = connector_ != nullptr && !r->connector_consulted;
+    if (consult) match = connector_->GetNumNewMatchedTokens(r->View(), local);
+    const int32_t ext = std::max(0, match.num_external_tokens);
+    int32_t hits_free = 0;
+    for (kv::LogicalBlockId id : hits) hits_free += pool_.RefCount(id) == 0 ? 1 : 0;
+    const int32_t after_load = local + ext;
+    int32_t num_new = 0;
+    int32_t target = after_load;
+    if (!(ext > 0 && match.load_async)) {
+      num_new = std::min(r->num_tokens() - after_load, budget);
+      target = after_load + num_new;
+    }
+    const int32_t need = geometry_.LogicalBlocksFor(target) - static_cast<int32_t>(hits.size());
+    if (pool_.Stats().free - hits_free < need) return false;
+    if (!hits.empty()) {
+      const Status s = pool_.Touch(hits);
+      assert(s.ok());
+      s.IgnoreError();
+      r->table.Append(hits);
+    }
+    const bool ok = AllocateInto(r, need);
+    assert(ok);
+    (void)ok;
+    r->num_computed_tokens = local;
+    r->num_blocks_registered = static_cast<int32_t>(hits.size());
+    r->num_cached_tokens = std::max(r->num_cached_tokens, local);
+    num_prefix_cache_hit_tokens_ += local;
+    if (consult) {
+      r->connector_consulted = true;
+      connector_->UpdateStateAfterAlloc(r->View(), r->table.logical_ids(), ext);
+    }
+    if (ext > 0 && match.load_async) {
+      r->state = RequestState::kWaitingForRemoteKv;
+      r->pending_external_tokens = ext;
+      return true;
+    }
+    // A synchronous load: the worker fills these tokens before the forward pass.
+    r->num_computed_tokens = after_load;
+    r->num_cached_tokens = std::max(r->num_cached_tokens, after_load);
+    if (num_new <= 0) return true;
+    *chunk = {r, after_load, num_new, after_load + num_new == r->num_tokens()};
+    return true;
+  }
+  // Back from a remote load: blocks are there.
+  const int32_t num_new = std::min(r->num_tokens() - r->num_computed_tokens, budget);
+  if (num_new <= 0) return true;
+  const int32_t need = BlocksNeeded(*r, r->num_computed_tokens + num_new);
+  if (pool_.Stats().free < need) return false;
+  AllocateInto(r, need);
+  *chunk = {r, r->num_computed_tokens, num_new,
+            r->num_computed_tokens + num_new == r->num_tokens()};
+  return true;
+}
+
+std::vector<ScheduledChunk> Scheduler::Schedule() {
+  std::vector<ScheduledChunk> chunks;
+  int32_t budget = options_.max_num_batched_tokens;
+  bool preempted = false;
+  const int32_t total_blocks = pool_.num_blocks_logical();
+
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Request* r = running_[i];
+    const int32_t num_new = std::min(r->num_tokens() - r->num_computed_tokens, budget);
+    if (num_new <= 0) {
+      ++i;
+      continue;
+    }
+    const int32_t target = r->num_computed_tokens + num_new;
+    if (geometry_.LogicalBlocksFor(target) > total_blocks) {
+      // Can never fit, even alone: stop it rather than preempt forever.
+      Finish(r, FinishReason::kLength);
+      continue;
+    }
+    bool self_preempted = false;
+    while (pool_.Stats().free < BlocksNeeded(*r, target)) {
+      Request* victim = running_.back();
+      Preempt(victim);
+      preempted = true;
+      if (victim == r) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;
+    const bool ok = AllocateInto(r, BlocksNeeded(*r, target));
+    assert(ok);
+    (void)ok;
+    chunks.push_back({r, r->num_computed_tokens, num_new, target == r->num_tokens()});
+    budget -= num_new;
+    ++i;
+  }
+
+  if (!preempted) {
+    for (size_t i = 0; i < waiting_.size() && budget > 0;) {
+      if (static_cast<int32_t>(running_.size()) >= options_.max_num_seqs) break;
+      Request* r = waiting_[i];
+      if (r->state == RequestState::kWaitingForRemoteKv) {
+        ++i;
+        continue;
+      }
+      ScheduledChunk chunk;
+      if (!Admit(r, budget, &chunk)) break;  // out of blocks: keep arrival order
+      if (r->state == RequestState::kWaitingForRemoteKv) {
+        ++i;
+        continue;
+      }
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(i));
+      r->state = RequestState::kRunning;
+      running_.push_back(r);
+      if (chunk.request != nullptr) {
+        chunks.push_back(chunk);
+        budget -= chunk.num_tokens;
+      }
+    }
+  }
+  return chunks;
+}
+
+void Scheduler::OnChunksComputed(std::span<const ScheduledChunk> chunks) {
+  for (const ScheduledChunk& c : chunks) {
+    Request* r = c.request;
+    r->num_computed_tokens = c.first_pos + c.num_tokens;
+    const int32_t prompt_part =
+        std::max(0, std::min(r->num_prompt_tokens, c.first_pos + c.num_tokens) - c.first_pos);
+    num_prompt_tokens_computed_ += prompt_part;
+    RegisterFullBlocks(r);
+    if (connector_ != nullptr) {
+      connector_->OnTokensComputed(r->View(), r->table.logical_ids(), c.first_pos,
+                                   c.first_pos + c.num_tokens);
+    }
+  }
+}
+
+void Scheduler::AppendToken(Request* r, int32_t token, float logprob,
+                            std::vector<TokenLogprob> top_logprobs) {
+  r->tokens.push_back(token);
+  ++num_generated_tokens_;
+  RequestOutput& out = OutputFor(*r);
+  out.new_token_ids.push_back(token);
+  out.new_logprobs.push_back(logprob);
+  if (r->params.top_logprobs > 0) out.top_logprobs.push_back(std::move(top_logprobs));
+  const SamplingParams& p = r->params;
+  if (!p.ignore_eos && token == options_.eos_token_id) {
+    Finish(r, FinishReason::kStop);
+  } else if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
+             p.stop_token_ids.end()) {
+    Finish(r, FinishReason::kStop);
+  } else if (r->num_output_tokens() >= p.max_tokens || r->num_tokens() >= options_.max_model_len) {
+    Finish(r, FinishReason::kLength);
+  }
+}
+
+void Scheduler::Finish(Request* r, FinishReason reason, Status error) {
+  RequestOutput& out = OutputFor(*r);
+  out.finished = true;
+  out.finish_reason = reason;
+  out.error = std::move(error);
+  out.num_cached_tokens = r->num_cached_tokens;
+  if (r->state == RequestState::kWaitingForRemoteKv) {
+    // A load is writing into its blocks: keep them until the connector reports the load done.
+    r->aborted = true;
+    return;
+  }
+  ReleaseBlocks(r);
+}
+
+void Scheduler::ReleaseBlocks(Request* r) {
+  RemoveFromQueues(r);
+  const std::vector<kv::LogicalBlockId> ids(r->table.logical_ids().begin(),
+                                            r->table.logical_ids().end());
+  if (connector_ != nullptr) {
+    connector::FinishResult fr = connector_->RequestFinished(r->View(), ids);
+    if (fr.kv_transfer_params && !r->aborted) {
+      auto it = output_index_.find(r->request_id);
+      if (it != output_index_.end())
+        outputs_[it->second].kv_transfer_params = fr.kv_transfer_params;
+    }
+    if (fr.delay_free_blocks && !ids.empty()) {
+      if (early_finished_sending_.erase(r->request_id) == 0) {
+        const Status s = pool_.Hold(ids);
+        assert(s.ok());
+        s.IgnoreError();
+        held_[r->request_id] = ids;
+      }
+    }
+  }
+  const Status s = pool_.Free(ids);
+  assert(s.ok());
+  s.IgnoreError();
+  requests_.erase(r->request_id);  // r is gone
+}
+
+Status Scheduler::Abort(std::string_view request_id) {
+  auto it = requests_.find(std::string(request_id));
+  if (it == requests_.end() || it->second->aborted) {
+    return NotFoundError("no live request '" + std::string(request_id) + "'");
+  }
+  Finish(it->second.get(), FinishReason::kAbort);
+  return Status::Ok();
+}
+
+void Scheduler::UpdateFromConnector(const connector::ConnectorOutput& output) {
+  for (kv::LogicalBlockId id : output.invalid_block_ids) pending_invalid_.insert(id.value());
+  const int32_t B = geometry_.block_size_logical();
+  for (const std::string& id : output.finished_recving) {
+    auto it = requests_.find(id);
+    if (it == requests_.end() || it->second->state != RequestState::kWaitingForRemoteKv) {
+      KVF_LOG_WARN("connector reported finished_recving for unknown request '{}'", id);
+      continue;
+    }
+    Request* r = it->second.get();
+    const int32_t loaded = r->num_computed_tokens + r->pending_external_tokens;
+    r->pending_external_tokens = 0;
+    r->state = RequestState::kWaiting;
+    // First invalid block of the request, if any (consumes the reports of its blocks).
+    int32_t first_invalid = -1;
+    std::vector<kv::LogicalBlockId> invalid;
+    const auto ids = r->table.logical_ids();
+    for (int32_t b = 0; b < static_cast<int32_t>(ids.size()); ++b) {
+      if (pending_invalid_.erase(ids[b].value()) > 0) {
+        invalid.push_back(ids[b]);
+        if (first_invalid < 0) first_invalid = b;
+      }
+    }
+    if (r->aborted) {
+      ReleaseBlocks(r);
+      continue;
+    }
+    if (first_invalid >= 0) {
+      const Status s = pool_.InvalidateCached(invalid);
+      s.IgnoreError();
+      if (options_.kv_load_failure_policy == KvLoadFailurePolicy::kFail) {
+        Finish(r, FinishReason::kError,
+               DataLossError("remote KV load failed for " + std::to_string(invalid.size()) +
+                             " block(s) of request '" + id + "'"));
+        continue;
+      }
+      r->num_computed_tokens = std::min(loaded, first_invalid * B);
+      r->num_blocks_registered = std::min(r->num_blocks_registered, first_invalid);
+    } else {
+      r->num_computed_tokens = loaded;
+    }
+    if (r->num_computed_tokens >= r->num_tokens()) r->num_computed_tokens = r->num_tokens() - 1;
+    r->num_cached_tokens = std::max(r->num_cached_tokens, r->num_computed_tokens);
+    RegisterFullBlocks(r);
+  }
+  for (const std::string& id : output.finished_sending) {
+    auto it = held_.find(id);
+    if (it == held_.end()) {
+      if (requests_.count(id) > 0) early_finished_sending_.insert(id);
+      continue;
+    }
+    const Status s = pool_.Release(it->second);
+    assert(s.ok());
+    s.IgnoreError();
+    held_.erase(it);
+  }
+}
+
+EngineStats Scheduler::Stats() const {
+  const kv::BlockPoolStats ps = pool_.Stats();
+  EngineStats s;
+  s.num_blocks_total = ps.total;
+  s.num_blocks_free = ps.free - ps.cached;
+  s.num_blocks_cached = ps.cached;
+  s.num_blocks_held = ps.held;
+  s.num_blocks_used = ps.in_use - ps.held;
+  s.num_running = static_cast<int32_t>(running_.size());
+  for (const Request* r : waiting_) {
+    if (r->state == RequestState::kWaitingForRemoteKv) {
+      ++s.num_waiting_for_remote_kv;
+    } else {
+      ++s.num_waiting;
+    }
+  }
+  s.num_preemptions = num_preemptions_;
+  s.num_prompt_tokens_computed = num_prompt_tokens_computed_;
+  s.num_prefix_cache_hit_tokens = num_prefix_cache_hit_tokens_;
+  s.num_generated_tokens = num_generated_tokens_;
+  return s;
+}
+
+}  // namespace kvferry::engine

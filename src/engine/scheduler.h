@@ -1,0 +1,125 @@
+// Scheduler (internal): continuous batching over the block pool (docs/engine.md "Scheduler").
+//
+// Each step, under a token budget (max_num_batched_tokens):
+//   1. running requests first, in arrival order: a decode takes 1 token, a prompt in progress
+//      takes the rest of its prompt or what the budget leaves (chunked prefill). When the pool
+//      has too few free blocks, the most recently admitted running request is preempted (blocks
+//      freed, num_computed_tokens = 0, back to the head of the queue: recompute).
+//   2. then waiting requests, in order, while budget, seats (max_num_seqs) and blocks last
+//      (none are admitted in a step that preempted). A new request looks up its prompt in the
+//      prefix cache (full blocks only, and never the whole prompt: the last prompt token is
+//      always computed, for its logits), then asks the connector for remote tokens. With
+//      load_async it gets blocks for the whole prompt and parks in kWaitingForRemoteKv, which
+//      does not block the requests behind it.
+// After the forward pass the scheduler advances num_computed_tokens, registers newly full
+// blocks in the prefix cache and tells the connector which tokens were computed.
+//
+// Connector output: finished_recving puts a request back to kWaiting with num_computed_tokens
+// = loaded tokens (minus 1 when that is the whole prompt: the last token is recomputed for its
+// logits). Blocks in invalid_block_ids roll the request back to its last valid block and drop
+// those blocks' cache entries (policy recompute), or finish it with an error (policy fail).
+// Finished requests whose connector asked to delay the free keep their blocks held until
+// finished_sending names them.
+//
+// Accounting: every block reference a request takes (Touch / Allocate) is released exactly once
+// (Free, or Hold + Free then Release), so when all requests are done and nothing is held the
+// pool is back to its starting state.
+//
+// Thread-safety: engine thread only.
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "engine/request.h"
+#include "kvferry/engine/engine.h"
+#include "kvferry/kv/block_geometry.h"
+#include "kvferry/kv/block_pool.h"
+
+namespace kvferry::engine {
+
+struct SchedulerOptions {
+  int32_t max_num_batched_tokens = 256;
+  int32_t max_num_seqs = 64;
+  int32_t max_model_len = 0;
+  bool enable_prefix_caching = true;
+  KvLoadFailurePolicy kv_load_failure_policy = KvLoadFailurePolicy::kRecompute;
+  int32_t eos_token_id = -1;
+};
+
+// One request's share of a step: tokens [first_pos, first_pos + num_tokens).
+struct ScheduledChunk {
+  Request* request = nullptr;
+  int32_t first_pos = 0;
+  int32_t num_tokens = 0;
+  bool completes = false;  // after this chunk every known token is computed: sample
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerOptions& options, kv::BlockPool pool, kv::BlockGeometry geometry,
+            connector::ConnectorScheduler* connector);
+
+  // Takes a validated request (id unique).
+  void Add(std::unique_ptr<Request> request);
+  bool Contains(std::string_view request_id) const;
+  // NotFound when unknown. Reports finish (kAbort) in the next outputs.
+  Status Abort(std::string_view request_id);
+
+  std::vector<ScheduledChunk> Schedule();
+  // After the forward pass of `chunks`.
+  void OnChunksComputed(std::span<const ScheduledChunk> chunks);
+  // A sampled token for a request whose chunk completed; finishes it on stop / length.
+  void AppendToken(Request* request, int32_t token, float logprob,
+                   std::vector<TokenLogprob> top_logprobs);
+  void UpdateFromConnector(const connector::ConnectorOutput& output);
+
+  // Outputs gathered since the last call, in the order requests first appeared.
+  std::vector<RequestOutput> TakeOutputs();
+
+  bool HasWork() const { return !requests_.empty() || !held_.empty(); }
+  bool HasComputableWork() const;
+  EngineStats Stats() const;
+  const kv::BlockPool& pool() const { return pool_; }
+  const kv::BlockGeometry& geometry() const { return geometry_; }
+
+ private:
+  RequestOutput& OutputFor(const Request& r);
+  void Finish(Request* r, FinishReason reason, Status error = Status::Ok());
+  void ReleaseBlocks(Request* r);  // connector RequestFinished, hold or free, erase
+  void Preempt(Request* r);
+  // Blocks `r` still needs to hold `num_tokens` tokens.
+  int32_t BlocksNeeded(const Request& r, int32_t num_tokens) const;
+  bool AllocateInto(Request* r, int32_t n);
+  void RegisterFullBlocks(Request* r);
+  // Tries to admit waiting request `r`; false when it must wait (no blocks). Sets *chunk when
+  // it computes this step.
+  bool Admit(Request* r, int32_t budget, ScheduledChunk* chunk);
+  void RemoveFromQueues(Request* r);
+
+  SchedulerOptions options_;
+  kv::BlockPool pool_;
+  kv::BlockGeometry geometry_;
+  connector::ConnectorScheduler* connector_;
+
+  std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
+  std::vector<Request*> running_;
+  std::deque<Request*> waiting_;
+  std::unordered_map<std::string, std::vector<kv::LogicalBlockId>> held_;
+  std::unordered_set<std::string> early_finished_sending_;
+  std::unordered_set<int32_t> pending_invalid_;  // logical ids reported invalid, not yet consumed
+
+  std::vector<RequestOutput> outputs_;
+  std::unordered_map<std::string, size_t> output_index_;
+
+  int64_t num_preemptions_ = 0;
+  int64_t num_prompt_tokens_computed_ = 0;
+  int64_t num_prefix_cache_hit_tokens_ = 0;
+  int64_t num_generated_tokens_ = 0;
+};
+
+}  // namespace kvferry::engine

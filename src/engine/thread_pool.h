@@ -1,0 +1,55 @@
+// ThreadPool: a fixed set of worker threads that run ParallelFor over an index range.
+//
+// Determinism: ParallelFor only splits *independent* outputs (rows, columns, heads) between
+// threads; it never splits a reduction. Every kernel computes each output value the same way
+// whichever thread computes it, so results do not depend on the thread count.
+//
+// Thread-safety: ParallelFor must be called from one thread at a time (the engine thread); the
+// callback runs concurrently on the workers and the caller.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "kvferry/common/thread_annotations.h"
+
+namespace kvferry::engine {
+
+class ThreadPool {
+ public:
+  // `num_threads` >= 1 counts the calling thread: 1 means no worker threads.
+  explicit ThreadPool(int32_t num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int32_t num_threads() const { return num_threads_; }
+
+  // Calls fn(begin, end) on disjoint sub-ranges covering [0, n), each a multiple of `grain`
+  // long (except the last), and returns when all are done. Runs inline when n is small or the
+  // pool has one thread.
+  void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void WorkerLoop(int32_t worker_index);
+  void RunShare(int32_t share_index);
+
+  const int32_t num_threads_;
+  std::vector<std::thread> workers_;
+
+  Mutex mu_;
+  CondVar work_cv_;
+  CondVar done_cv_;
+  uint64_t generation_ GUARDED_BY(mu_) = 0;
+  int32_t pending_ GUARDED_BY(mu_) = 0;
+  bool stop_ GUARDED_BY(mu_) = false;
+  // The current job; written by the caller before generation_ is bumped, read by workers after.
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0;
+  int64_t job_grain_ = 1;
+};
+
+}  // namespace kvferry::engine
