@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include "connector/ferry_connector_impl.h"
@@ -253,7 +254,6 @@ void SchedulerHalf::UpdateStateAfterAlloc(const RequestView& request,
   spec.num_local_computed_tokens =
       static_cast<int32_t>(request.prompt_tokens.size()) - spec.num_external_tokens;
   // num_external_tokens == 0: a full prefix hit on D; the worker only notifies P.
-  if (spec.num_external_tokens > 0) c_->loads_inflight_.insert(request.request_id);
   c_->pending_loads_.push_back(std::move(spec));
 }
 
@@ -277,15 +277,26 @@ FinishResult SchedulerHalf::RequestFinished(const RequestView& request,
   const std::string& id = request.request_id;
   if (p == nullptr) return {};
   if (p->do_remote_prefill && c_->config_.kv_role != KvRole::kProducer) {
-    if (c_->loads_inflight_.count(id) != 0) {
-      // Aborted while its pull is in flight: the transport may still write into the blocks, so
-      // they stay allocated until the pull has stopped (reported in finished_sending).
+    const bool issued = c_->loads_issued_.erase(id) != 0;
+    // The worker's own state says whether a pull may still write into the blocks (the engine
+    // may call this before or after it consumed finished_recving).
+    const bool bound = std::any_of(c_->bound_loads_.begin(), c_->bound_loads_.end(),
+                                   [&](const LoadSpec& l) { return l.request_id == id; });
+    if (c_->recvs_.count(id) != 0 || bound) {
+      // Finished while its pull is in flight: the transport may still write into the blocks,
+      // so they stay allocated until the pull has stopped (reported in finished_sending).
       c_->aborted_loads_.insert(id);
       FinishResult delayed;
       delayed.delay_free_blocks = true;
       return delayed;
     }
-    if (c_->loads_issued_.erase(id) == 0) {
+    auto pending = std::find_if(c_->pending_loads_.begin(), c_->pending_loads_.end(),
+                                [&](const LoadSpec& l) { return l.request_id == id; });
+    if (pending != c_->pending_loads_.end()) {
+      // Not handed to the worker yet: turn it into a notification so P frees early.
+      pending->local_block_ids.clear();
+      pending->num_external_tokens = 0;
+    } else if (!issued) {
       // Finished before it was ever scheduled: tell P to free its blocks now, not at lease end.
       LoadSpec spec;
       spec.request_id = id;
@@ -338,13 +349,7 @@ ConnectorMetadata SchedulerHalf::BuildConnectorMeta() {
 }
 
 void SchedulerHalf::UpdateConnectorOutput(const ConnectorOutput& output) {
-  for (const std::string& id : output.finished_recving) c_->loads_inflight_.erase(id);
-  for (const std::string& id : output.finished_sending) {
-    if (c_->aborted_loads_.erase(id) != 0) {
-      c_->loads_inflight_.erase(id);
-      c_->loads_issued_.erase(id);
-    }
-  }
+  for (const std::string& id : output.finished_sending) c_->aborted_loads_.erase(id);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -123,6 +124,10 @@ class FerryConnectorImpl : public FerryConnector {
   const std::string& engine_id() const override { return engine_id_; }
   int32_t side_channel_port() const override { return server_port_.load(); }
 
+  // Test hook: runs on the engine thread after a pull's data READ completed and before the
+  // generation READ is posted — the window in which a lease running out must be detected.
+  std::function<void(const std::string& request_id)> after_data_read_for_test;
+
  private:
   friend class SchedulerHalf;
   friend class WorkerHalf;
@@ -182,9 +187,8 @@ class FerryConnectorImpl : public FerryConnector {
   // Scheduler half (engine thread).
   std::vector<LoadSpec> pending_loads_;
   std::vector<std::string> pending_holds_;
-  std::set<std::string> loads_issued_;    // D: load emitted (GetNumNewMatchedTokens answers 0)
-  std::set<std::string> loads_inflight_;  // D: emitted, finished_recving not yet seen
-  std::set<std::string> remote_decode_;   // P: requests that prefill for a remote reader
+  std::set<std::string> loads_issued_;   // D: load emitted (GetNumNewMatchedTokens answers 0)
+  std::set<std::string> remote_decode_;  // P: requests that prefill for a remote reader
 
   // Worker half (engine thread).
   struct PendingSave {

@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "connector/ferry_connector_impl.h"
 #include "connector/handshake_wire.h"
 #include "connector/side_channel.h"
 #include "kvferry/kv/block_geometry.h"
@@ -137,8 +138,7 @@ struct LoadOutcome {
 // D side: match, allocate, then step until the load is reported (or 10 s).
 LoadOutcome PullOnD(Side& d, const std::string& id, std::vector<int32_t>& prompt,
                     const KvTransferParams& params, std::span<const LogicalBlockId> blocks,
-                    int32_t num_local_computed, Side* p = nullptr,
-                    const std::function<void()>& after_start = nullptr) {
+                    int32_t num_local_computed, Side* p = nullptr) {
   RequestView view{id, prompt, static_cast<int32_t>(prompt.size()), &params};
   MatchResult m = d.conn->scheduler()->GetNumNewMatchedTokens(view, num_local_computed);
   EXPECT_EQ(m.num_external_tokens, static_cast<int32_t>(prompt.size()) - num_local_computed);
@@ -146,7 +146,6 @@ LoadOutcome PullOnD(Side& d, const std::string& id, std::vector<int32_t>& prompt
   d.conn->worker()->BindMetadata(d.conn->scheduler()->BuildConnectorMeta());
   d.conn->worker()->StartLoadKv();
   LoadOutcome out;
-  bool called = false;
   Deadline deadline = Deadline::AfterMs(10000);
   while (!deadline.Expired()) {
     ConnectorOutput o = d.conn->worker()->GetFinished();
@@ -160,10 +159,6 @@ LoadOutcome PullOnD(Side& d, const std::string& id, std::vector<int32_t>& prompt
         o.finished_recving.end()) {
       out.finished = true;
       break;
-    }
-    if (after_start && !called) {
-      called = true;
-      after_start();
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
@@ -352,8 +347,8 @@ TEST(FerryConnectorTest, TransferDeadline) {
 }
 
 TEST(FerryConnectorTest, LeaseExpiresDuringRead) {
-  // P's lease runs out after D's data read landed but before D confirmed it; P frees the blocks
-  // and reuses them for another request. D's generation check must catch it.
+  // P's lease runs out after D's data READ landed but before D confirmed it, and P reuses the
+  // blocks for another prompt. D's generation check must catch it.
   KvTransferConfig pc;
   pc.lease_ms = 50;
   Side p = Side::Make("P", {128, 64, Layout::kNHD, false}, pc);
@@ -362,14 +357,18 @@ TEST(FerryConnectorTest, LeaseExpiresDuringRead) {
   auto pblocks = Ids({1, 2});
   KvTransferParams params = PrefillOnP(p, "lease", prompt, pblocks, 8);
   auto dblocks = Ids({5, 6});
-  LoadOutcome out = PullOnD(d, "lease", prompt, params, dblocks, 0, nullptr, [&] {
-    // The data read has been posted (loopback copies inside Post). Let the lease expire...
-    std::this_thread::sleep_for(std::chrono::milliseconds(80));
-    EXPECT_TRUE(WaitSent(p, "lease"));
-    // ... and P reuses the blocks for another prompt.
-    p.Fill(99, pblocks, 0, 256);
-  });
+  int hook_calls = 0;
+  static_cast<internal::FerryConnectorImpl*>(d.conn.get())->after_data_read_for_test =
+      [&](const std::string& id) {
+        ++hook_calls;
+        EXPECT_EQ(id, "lease");
+        std::this_thread::sleep_for(std::chrono::milliseconds(80));
+        EXPECT_TRUE(WaitSent(p, "lease"));  // the lease ran out: P frees ...
+        p.Fill(99, pblocks, 0, 256);        // ... and reuses the blocks
+      };
+  LoadOutcome out = PullOnD(d, "lease", prompt, params, dblocks, 0);
   ASSERT_TRUE(out.finished);
+  EXPECT_EQ(hook_calls, 1);
   EXPECT_EQ(out.invalid, dblocks);
   EXPECT_EQ(d.conn->Stats().failures_generation, 1u);
   EXPECT_EQ(p.conn->Stats().leases_expired, 1u);

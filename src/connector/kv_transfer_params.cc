@@ -119,7 +119,13 @@ nlohmann::json ToJson(const KvTransferParams& params) {
   nlohmann::json j = nlohmann::json::object();
   j["do_remote_decode"] = params.do_remote_decode;
   j["do_remote_prefill"] = params.do_remote_prefill;
-  if (!params.remote_engine_id.empty() || params.do_remote_prefill) {
+  // Every remote_* field that is set is written, so ToJson(p) parses back to p (found by
+  // tests/fuzz/fuzz_kv_params: ids without an engine id were dropped, and generations without
+  // their ids then failed to parse).
+  if (params.do_remote_prefill || !params.remote_engine_id.empty() ||
+      !params.remote_request_id.empty() || !params.remote_block_ids.empty() ||
+      !params.remote_host.empty() || params.remote_port != 0 || params.tp_size != 1 ||
+      !params.remote_block_generations.empty()) {
     j["remote_engine_id"] = params.remote_engine_id;
     j["remote_request_id"] = params.remote_request_id;
     nlohmann::json ids = nlohmann::json::array();

@@ -281,6 +281,10 @@ Status FerryConnectorImpl::Advance(RecvState& r, bool* finished) {
       });
       KVF_LOG_DEBUG("connector {}: pulled {} bytes in {} descriptors in {} us for {}", engine_id_,
                     r.data_bytes, r.data_descriptors, us, r.spec.request_id);
+      if (after_data_read_for_test) after_data_read_for_test(r.spec.request_id);
+      peer = peers_.find(r.spec.remote.remote_engine_id);
+      if (peer == peers_.end())
+        return UnavailableError("the remote engine's connection was dropped");
       return PostGenerationRead(r, peer->second, true);
     }
     case RecvState::Phase::kPostGeneration: {
