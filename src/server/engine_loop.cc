@@ -1,0 +1,222 @@
+#include "kvferry/server/engine_loop.h"
+
+#include <chrono>
+
+#include "kvferry/common/logging.h"
+
+namespace kvferry::server {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+engine::RequestOutput ErrorOutput(const std::string& id, Status status) {
+  engine::RequestOutput out;
+  out.request_id = id;
+  out.finished = true;
+  out.finish_reason = engine::FinishReason::kError;
+  out.error = std::move(status);
+  return out;
+}
+
+}  // namespace
+
+EngineLoop::EngineLoop(ServerMetrics* metrics) : metrics_(metrics) {}
+
+EngineLoop::~EngineLoop() { Stop(/*drain_ms=*/0); }
+
+StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Start(EngineLoopOptions options,
+                                                        ServerMetrics* metrics) {
+  std::unique_ptr<EngineLoop> loop(new EngineLoop(metrics));
+  const Deadline deadline = Deadline::AfterMs(options.startup_timeout_ms);
+  EngineLoop* self = loop.get();
+  loop->thread_ =
+      std::thread([self, opts = std::move(options)]() mutable { self->Run(std::move(opts)); });
+  Status status;
+  {
+    MutexLock lock(&self->mu_);
+    if (!self->cv_.WaitUntil(&self->mu_, deadline.time_point(),
+                             [self]() REQUIRES(self->mu_) { return self->init_done_; })) {
+      status = DeadlineExceededError("engine did not start within the startup timeout");
+    } else {
+      status = self->init_status_;
+    }
+  }
+  if (!status.ok()) {
+    loop->stop_requested_ = true;
+    loop->cv_.NotifyAll();
+    if (loop->thread_.joinable()) loop->thread_.join();
+    return status;
+  }
+  return loop;
+}
+
+Status EngineLoop::Init(EngineLoopOptions options) {
+  if (options.kv_transfer) {
+    connector::FerryConnectorOptions copts;
+    copts.model_name = options.engine.model;
+    KVF_ASSIGN_OR_RETURN(connector_, connector::CreateFerryConnector(*options.kv_transfer, copts));
+    options.engine.connector_scheduler = connector_->scheduler();
+    options.engine.connector_worker = connector_->worker();
+    options.engine.kv_load_failure_policy =
+        options.kv_transfer->kv_load_failure_policy == connector::KvLoadFailurePolicy::kFail
+            ? engine::KvLoadFailurePolicy::kFail
+            : engine::KvLoadFailurePolicy::kRecompute;
+  }
+  auto engine = engine::Engine::Create(options.engine);
+  if (!engine.ok()) {
+    connector_.reset();
+    return engine.status();
+  }
+  engine_ = std::move(engine).value();
+  max_model_len_ = engine_->max_model_len();
+  if (connector_) engine_id_ = connector_->engine_id();
+  return Status::Ok();
+}
+
+int32_t EngineLoop::side_channel_port() const {
+  return connector_ && running_.load() ? connector_->side_channel_port() : 0;
+}
+
+void EngineLoop::Run(EngineLoopOptions options) {
+  Status s = Init(std::move(options));
+  {
+    MutexLock lock(&mu_);
+    init_done_ = true;
+    init_status_ = s;
+    accepting_ = s.ok();
+    if (s.ok()) running_ = true;
+  }
+  cv_.NotifyAll();
+  if (!s.ok()) return;
+
+  int64_t last_publish_ms = 0;
+  while (true) {
+    DrainInbox();
+    if (stop_requested_ && NowMs() >= drain_deadline_ms_) break;
+    if (engine_->HasWork()) {
+      Dispatch(engine_->Step());
+      if (!engine_->HasComputableWork()) {
+        MutexLock lock(&mu_);
+        cv_.WaitFor(&mu_, std::chrono::milliseconds(1),
+                    [this]() REQUIRES(mu_) { return !submissions_.empty() || !aborts_.empty(); });
+      }
+    } else {
+      if (stop_requested_ && live_.empty()) break;
+      MutexLock lock(&mu_);
+      cv_.WaitFor(&mu_, std::chrono::milliseconds(20), [this]() REQUIRES(mu_) {
+        return !submissions_.empty() || !aborts_.empty() || stop_requested_.load();
+      });
+    }
+    if (NowMs() - last_publish_ms >= 50) {
+      PublishStats();
+      last_publish_ms = NowMs();
+    }
+  }
+  Shutdown();
+}
+
+void EngineLoop::DrainInbox() {
+  std::vector<Submission> subs;
+  std::vector<std::string> aborts;
+  {
+    MutexLock lock(&mu_);
+    subs.swap(submissions_);
+    aborts.swap(aborts_);
+  }
+  for (Submission& sub : subs) {
+    const std::string id = sub.request.request_id;
+    Status s = engine_->AddRequest(id, std::move(sub.request.prompt_token_ids), sub.request.params,
+                                   std::move(sub.request.kv_transfer_params));
+    if (!s.ok()) {
+      sub.channel->Push(ErrorOutput(id, s));
+      continue;
+    }
+    live_[id] = std::move(sub.channel);
+  }
+  for (const std::string& id : aborts) {
+    if (live_.count(id)) engine_->Abort(id).IgnoreError();  // NotFound: already finished
+  }
+}
+
+void EngineLoop::Dispatch(std::vector<engine::RequestOutput> outputs) {
+  for (engine::RequestOutput& out : outputs) {
+    auto it = live_.find(out.request_id);
+    if (it == live_.end()) continue;
+    const bool finished = out.finished;
+    it->second->Push(std::move(out));
+    if (finished) live_.erase(it);
+  }
+}
+
+void EngineLoop::PublishStats() {
+  if (metrics_ == nullptr) return;
+  metrics_->UpdateEngine(engine_->stats());
+  if (connector_) metrics_->UpdateConnector(connector_->Stats());
+}
+
+void EngineLoop::Shutdown() {
+  {
+    MutexLock lock(&mu_);
+    accepting_ = false;
+  }
+  DrainInbox();
+  for (const auto& [id, channel] : live_) engine_->Abort(id).IgnoreError();
+  // Let aborts complete and held blocks be released (leases end by notification or expiry).
+  const Deadline deadline = Deadline::AfterMs(2000);
+  while (engine_->HasWork() && !deadline.Expired()) {
+    Dispatch(engine_->Step());
+    if (!engine_->HasComputableWork()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  for (auto& [id, channel] : live_) {
+    channel->Push(ErrorOutput(id, UnavailableError("server is shutting down")));
+  }
+  live_.clear();
+  PublishStats();
+  if (connector_) connector_->worker()->Shutdown();
+  engine_.reset();
+  connector_.reset();
+  running_ = false;
+  KVF_LOG_INFO("engine loop stopped");
+}
+
+std::shared_ptr<OutputChannel> EngineLoop::Submit(GenerateRequest request) {
+  auto channel = std::make_shared<OutputChannel>();
+  {
+    MutexLock lock(&mu_);
+    if (accepting_) {
+      submissions_.push_back({std::move(request), channel});
+      channel = submissions_.back().channel;
+    } else {
+      channel->Push(ErrorOutput(request.request_id, UnavailableError("server is shutting down")));
+      return channel;
+    }
+  }
+  cv_.NotifyAll();
+  return channel;
+}
+
+void EngineLoop::Abort(const std::string& request_id) {
+  {
+    MutexLock lock(&mu_);
+    aborts_.push_back(request_id);
+  }
+  cv_.NotifyAll();
+}
+
+void EngineLoop::Stop(int64_t drain_ms) {
+  if (!thread_.joinable()) return;
+  {
+    MutexLock lock(&mu_);
+    accepting_ = false;
+  }
+  drain_deadline_ms_ = NowMs() + drain_ms;
+  stop_requested_ = true;
+  cv_.NotifyAll();
+  thread_.join();
+}
+
+}  // namespace kvferry::server

@@ -1,0 +1,380 @@
+#include "kvferry/server/openai_server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kvferry/common/logging.h"
+#include "kvferry/server/http_error.h"
+#include "kvferry/server/openai_protocol.h"
+#include "server/output_assembler.h"
+
+namespace kvferry::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The state of one generation request, shared by its handler and its stream provider.
+struct Inflight {
+  ResponseHeader header;
+  std::string engine_request_id;
+  std::string endpoint;
+  std::shared_ptr<OutputChannel> channel;
+  std::unique_ptr<OutputAssembler> assembler;
+  bool include_usage = false;
+  int32_t prompt_tokens = 0;
+  int32_t cached_tokens = 0;
+  std::optional<connector::KvTransferParams> kv_transfer_params;
+  Clock::time_point arrival;
+  Clock::time_point last_token;
+  bool got_first_token = false;
+  bool done = false;  // finished and accounted
+  Deadline deadline = Deadline::AfterMs(0);
+};
+
+}  // namespace
+
+struct OpenAiServer::Impl {
+  ServerOptions options;
+  GenerationService* service;
+  ServerMetrics* metrics;
+  httplib::Server http;
+  std::thread thread;
+  int bound_port = 0;
+  std::atomic<bool> draining{false};
+  std::atomic<uint64_t> next_id{0};
+
+  void Reply(httplib::Response& res, const std::string& endpoint, int status,
+             const std::string& body, const char* content_type = "application/json") {
+    res.status = status;
+    res.set_content(body, content_type);
+    metrics->OnHttpResponse(endpoint, status);
+  }
+  void ReplyError(httplib::Response& res, const std::string& endpoint, const Status& s,
+                  const std::string& param = "") {
+    Reply(res, endpoint, HttpStatusFor(s.code()), OpenAiErrorBody(s, param));
+  }
+
+  // Feeds one engine output into the request: metrics, assembler. Returns the delta.
+  ChoiceOutput Absorb(Inflight& st, const engine::RequestOutput& out) {
+    if (!out.new_token_ids.empty()) {
+      if (!st.got_first_token) {
+        metrics->OnFirstToken(SecondsSince(st.arrival));
+        st.got_first_token = true;
+      } else {
+        metrics->OnNextTokens(SecondsSince(st.last_token));
+      }
+      st.last_token = Clock::now();
+    }
+    if (out.finished || out.num_prompt_tokens > 0) {
+      st.prompt_tokens = std::max(st.prompt_tokens, out.num_prompt_tokens);
+      st.cached_tokens = std::max(st.cached_tokens, out.num_cached_tokens);
+    }
+    if (out.kv_transfer_params) st.kv_transfer_params = out.kv_transfer_params;
+    ChoiceOutput delta = st.assembler->Add(out);
+    if (st.assembler->finished() && !st.done) {
+      st.done = true;
+      if (!out.finished) service->Abort(st.engine_request_id);  // a stop string matched
+      metrics->OnRequestFinished(delta.finish_reason, st.prompt_tokens,
+                                 st.assembler->num_generated_tokens(), SecondsSince(st.arrival));
+    }
+    return delta;
+  }
+
+  Usage UsageOf(const Inflight& st) const {
+    return Usage{st.prompt_tokens, st.assembler->num_generated_tokens(), st.cached_tokens};
+  }
+
+  static Status ErrorOf(const engine::RequestOutput& out) {
+    if (!out.error.ok()) return out.error;
+    return InternalError("request failed: " + std::string(FinishReasonName(out.finish_reason)));
+  }
+
+  void HandleGenerate(ApiKind kind, const httplib::Request& req, httplib::Response& res);
+  void Stream(std::shared_ptr<Inflight> st, engine::RequestOutput first, httplib::Response& res);
+};
+
+void OpenAiServer::Impl::HandleGenerate(ApiKind kind, const httplib::Request& req,
+                                        httplib::Response& res) {
+  const Clock::time_point arrival = Clock::now();
+  const std::string endpoint =
+      kind == ApiKind::kCompletion ? "/v1/completions" : "/v1/chat/completions";
+  if (draining.load()) {
+    return ReplyError(res, endpoint, UnavailableError("server is shutting down"));
+  }
+  auto parsed = ParseOpenAiRequest(kind, req.body);
+  if (!parsed.ok()) return ReplyError(res, endpoint, parsed.status());
+  OpenAiRequest& oreq = *parsed;
+  if (!oreq.model.empty() && oreq.model != options.served_model_name) {
+    return ReplyError(res, endpoint,
+                      NotFoundError("The model `" + oreq.model + "` does not exist."), "model");
+  }
+
+  std::vector<int32_t> tokens;
+  const engine::Tokenizer& tok = service->tokenizer();
+  if (kind == ApiKind::kChat) {
+    tokens = tok.Encode(ApplyChatTemplate(oreq.messages), /*add_bos=*/true);
+  } else if (oreq.prompt_is_tokens) {
+    tokens = oreq.prompt_token_ids;
+  } else {
+    tokens = tok.Encode(oreq.prompt_text, /*add_bos=*/true);
+  }
+  const char* prompt_param = kind == ApiKind::kChat ? "messages" : "prompt";
+  for (int32_t t : tokens) {
+    if (t >= tok.vocab_size()) {
+      return ReplyError(
+          res, endpoint,
+          InvalidArgumentError("token id " + std::to_string(t) + " is out of vocabulary (size " +
+                               std::to_string(tok.vocab_size()) + ")"),
+          prompt_param);
+    }
+  }
+  const int32_t max_len = service->max_model_len();
+  const int32_t n = static_cast<int32_t>(tokens.size());
+  if (n >= max_len) {
+    return ReplyError(
+        res, endpoint,
+        InvalidArgumentError("This model's maximum context length is " + std::to_string(max_len) +
+                             " tokens. However, your prompt has " + std::to_string(n) +
+                             " tokens. Please reduce the length of the prompt."),
+        prompt_param);
+  }
+  if (!oreq.max_tokens_set) {
+    oreq.params.max_tokens =
+        kind == ApiKind::kChat ? max_len - n : std::min(options.default_max_tokens, max_len - n);
+  }
+  if (static_cast<int64_t>(n) + oreq.params.max_tokens > max_len) {
+    return ReplyError(
+        res, endpoint,
+        InvalidArgumentError("This model's maximum context length is " + std::to_string(max_len) +
+                             " tokens. However, you requested " +
+                             std::to_string(n + static_cast<int64_t>(oreq.params.max_tokens)) +
+                             " tokens (" + std::to_string(n) + " in the prompt, " +
+                             std::to_string(oreq.params.max_tokens) +
+                             " for the completion). Please reduce the length of the prompt or "
+                             "the completion."),
+        "max_tokens");
+  }
+  Status valid = oreq.params.Validate();
+  if (!valid.ok()) return ReplyError(res, endpoint, valid);
+
+  auto st = std::make_shared<Inflight>();
+  const uint64_t seq = next_id.fetch_add(1);
+  std::string base = req.get_header_value("X-Request-Id");
+  if (base.empty()) base = std::to_string(UnixSeconds()) + "-" + std::to_string(seq);
+  st->engine_request_id = base + "#" + std::to_string(seq);
+  st->header.kind = kind;
+  st->header.id = (kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + base;
+  st->header.created = UnixSeconds();
+  st->header.model = options.served_model_name;
+  st->header.logprobs = oreq.logprobs;
+  st->header.return_token_ids = oreq.return_token_ids;
+  st->endpoint = endpoint;
+  st->include_usage = oreq.include_usage;
+  st->prompt_tokens = n;
+  st->arrival = arrival;
+  st->deadline = Deadline::AfterMs(options.request_timeout_ms);
+  st->assembler = std::make_unique<OutputAssembler>(&tok, oreq.logprobs, std::move(oreq.stop));
+
+  GenerateRequest greq;
+  greq.request_id = st->engine_request_id;
+  greq.prompt_token_ids = std::move(tokens);
+  greq.params = oreq.params;
+  greq.kv_transfer_params = oreq.kv_transfer_params;
+  st->channel = service->Submit(std::move(greq));
+  res.set_header("X-Request-Id", base);
+
+  // The first output decides the status code: engine refusals become 4xx/5xx, not a stream.
+  const Deadline first_deadline =
+      Deadline::AfterMs(std::min(options.first_output_timeout_ms, st->deadline.RemainingMs()));
+  auto first = st->channel->Pop(first_deadline);
+  if (!first.ok()) {
+    service->Abort(st->engine_request_id);
+    return ReplyError(res, endpoint, first.status());
+  }
+  if (first->finished && first->finish_reason == engine::FinishReason::kError) {
+    metrics->OnRequestFinished("error", n, 0, SecondsSince(arrival));
+    return ReplyError(res, endpoint, ErrorOf(*first));
+  }
+  if (oreq.stream) return Stream(st, std::move(first).value(), res);
+
+  engine::RequestOutput out = std::move(first).value();
+  while (true) {
+    Absorb(*st, out);
+    if (st->assembler->finished()) break;
+    auto next = st->channel->Pop(st->deadline);
+    if (!next.ok()) {
+      service->Abort(st->engine_request_id);
+      return ReplyError(res, endpoint, next.status());
+    }
+    out = std::move(next).value();
+    if (out.finished && out.finish_reason == engine::FinishReason::kError) {
+      metrics->OnRequestFinished("error", n, st->assembler->num_generated_tokens(),
+                                 SecondsSince(arrival));
+      return ReplyError(res, endpoint, ErrorOf(out));
+    }
+  }
+  Reply(res, endpoint, 200,
+        FormatResponse(st->header, st->assembler->total(), UsageOf(*st), st->kv_transfer_params));
+}
+
+void OpenAiServer::Impl::Stream(std::shared_ptr<Inflight> st, engine::RequestOutput first,
+                                httplib::Response& res) {
+  metrics->OnHttpResponse(st->endpoint, 200);
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  auto pending = std::make_shared<std::optional<engine::RequestOutput>>(std::move(first));
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [this, st, pending](size_t /*offset*/, httplib::DataSink& sink) {
+        bool first_chunk = true;
+        auto write = [&sink](const std::string& s) { return sink.write(s.data(), s.size()); };
+        while (true) {
+          engine::RequestOutput out;
+          if (pending->has_value()) {
+            out = std::move(**pending);
+            pending->reset();
+          } else {
+            auto next = st->channel->Pop(st->deadline);
+            if (!next.ok()) {
+              service->Abort(st->engine_request_id);
+              write(FormatStreamError(OpenAiErrorBody(next.status())));
+              write(std::string(kStreamDone));
+              sink.done();
+              return true;
+            }
+            out = std::move(next).value();
+          }
+          if (out.finished && out.finish_reason == engine::FinishReason::kError) {
+            st->done = true;
+            metrics->OnRequestFinished("error", st->prompt_tokens,
+                                       st->assembler->num_generated_tokens(),
+                                       SecondsSince(st->arrival));
+            write(FormatStreamError(OpenAiErrorBody(ErrorOf(out))));
+            write(std::string(kStreamDone));
+            sink.done();
+            return true;
+          }
+          ChoiceOutput delta = Absorb(*st, out);
+          const bool finished = st->assembler->finished();
+          if (first_chunk || finished || !delta.text.empty() || !delta.token_ids.empty()) {
+            const std::optional<connector::KvTransferParams> kv =
+                finished ? st->kv_transfer_params : std::nullopt;
+            if (!write(FormatStreamChunk(st->header, delta, first_chunk, kv))) {
+              return false;  // client gone: the releaser aborts the request
+            }
+            first_chunk = false;
+          }
+          if (finished) {
+            if (st->include_usage && !write(FormatUsageChunk(st->header, UsageOf(*st)))) {
+              return false;
+            }
+            write(std::string(kStreamDone));
+            sink.done();
+            return true;
+          }
+        }
+      },
+      [this, st](bool /*success*/) {
+        if (!st->done) {
+          KVF_LOG_INFO("client of {} went away; aborting", st->engine_request_id);
+          service->Abort(st->engine_request_id);
+          st->done = true;
+          metrics->OnRequestFinished("abort", st->prompt_tokens,
+                                     st->assembler->num_generated_tokens(),
+                                     SecondsSince(st->arrival));
+        }
+      });
+}
+
+OpenAiServer::OpenAiServer(ServerOptions options, GenerationService* service,
+                           ServerMetrics* metrics)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  impl_->service = service;
+  impl_->metrics = metrics;
+}
+
+OpenAiServer::~OpenAiServer() { Stop(); }
+
+Status OpenAiServer::Start() {
+  Impl* impl = impl_.get();
+  httplib::Server& http = impl->http;
+  const int threads = impl->options.num_http_threads;
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  http.set_payload_max_length(64u << 20);
+  http.set_tcp_nodelay(true);
+  http.Post("/v1/completions", [impl](const httplib::Request& req, httplib::Response& res) {
+    impl->HandleGenerate(ApiKind::kCompletion, req, res);
+  });
+  http.Post("/v1/chat/completions", [impl](const httplib::Request& req, httplib::Response& res) {
+    impl->HandleGenerate(ApiKind::kChat, req, res);
+  });
+  http.Get("/v1/models", [impl](const httplib::Request&, httplib::Response& res) {
+    nlohmann::json model = {{"id", impl->options.served_model_name},
+                            {"object", "model"},
+                            {"created", UnixSeconds()},
+                            {"owned_by", "kvferry"},
+                            {"root", impl->options.served_model_name},
+                            {"max_model_len", impl->service->max_model_len()}};
+    impl->Reply(res, "/v1/models", 200,
+                nlohmann::json{{"object", "list"}, {"data", {model}}}.dump());
+  });
+  http.Get("/health", [impl](const httplib::Request&, httplib::Response& res) {
+    const bool ok = impl->service->healthy() && !impl->draining.load();
+    impl->Reply(res, "/health", ok ? 200 : 503, "", "text/plain");
+  });
+  http.Get("/metrics", [impl](const httplib::Request&, httplib::Response& res) {
+    res.status = 200;
+    res.set_content(impl->metrics->Render(), "text/plain; version=0.0.4");
+  });
+  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    const std::string msg = res.status == 404 ? "Not found: " + req.method + " " + req.path
+                                              : "HTTP error " + std::to_string(res.status);
+    res.set_content(OpenAiErrorBody(res.status, msg), "application/json");
+  });
+
+  const std::string& host = impl->options.host;
+  if (impl->options.port == 0) {
+    impl->bound_port = http.bind_to_any_port(host);
+  } else {
+    impl->bound_port = http.bind_to_port(host, impl->options.port) ? impl->options.port : -1;
+  }
+  if (impl->bound_port <= 0) {
+    return UnavailableError("cannot listen on " + host + ":" + std::to_string(impl->options.port));
+  }
+  impl->thread = std::thread([impl] { impl->http.listen_after_bind(); });
+  // stop() before the listener runs would be lost (httplib checks is_running()); wait for it.
+  const Deadline ready = Deadline::AfterMs(5000);
+  while (!http.is_running() && !ready.Expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!http.is_running()) return InternalError("HTTP listener did not start");
+  return Status::Ok();
+}
+
+int OpenAiServer::port() const { return impl_->bound_port; }
+
+void OpenAiServer::BeginDrain() { impl_->draining = true; }
+
+void OpenAiServer::Stop() {
+  if (!impl_->thread.joinable()) return;
+  impl_->http.stop();
+  impl_->thread.join();
+}
+
+}  // namespace kvferry::server

@@ -1,0 +1,106 @@
+#include "kvferry/server/server_metrics.h"
+
+namespace kvferry::server {
+
+ServerMetrics::ServerMetrics() {
+  ttft_ = registry_.GetHistogram("kvferry:time_to_first_token_seconds",
+                                 "Time from request arrival to its first generated token.",
+                                 LatencyBucketsSeconds());
+  itl_ = registry_.GetHistogram("kvferry:inter_token_latency_seconds",
+                                "Time between two outputs of a request after the first token.",
+                                LatencyBucketsSeconds());
+  e2e_ = registry_.GetHistogram("kvferry:e2e_request_latency_seconds",
+                                "Time from request arrival to its last output.",
+                                LatencyBucketsSeconds());
+  prompt_tokens_ =
+      registry_.GetCounter("kvferry:prompt_tokens_total", "Prompt tokens of finished requests.");
+  generation_tokens_ = registry_.GetCounter("kvferry:generation_tokens_total",
+                                            "Generated tokens of finished requests.");
+  // Create the snapshot families up front so /metrics shows them from the start.
+  UpdateEngine(engine::EngineStats{});
+  UpdateConnector(connector::ConnectorStats{});
+}
+
+void ServerMetrics::OnHttpResponse(std::string_view endpoint, int http_status) {
+  registry_
+      .GetCounter("kvferry:http_requests_total", "HTTP requests answered, by endpoint and code.",
+                  {{"endpoint", std::string(endpoint)}, {"code", std::to_string(http_status)}})
+      ->Inc();
+}
+
+void ServerMetrics::OnRequestFinished(std::string_view finish_reason, int32_t prompt_tokens,
+                                      int32_t generation_tokens, double e2e_seconds) {
+  registry_
+      .GetCounter("kvferry:request_success_total", "Finished generation requests, by reason.",
+                  {{"finished_reason", std::string(finish_reason)}})
+      ->Inc();
+  prompt_tokens_->Inc(prompt_tokens);
+  generation_tokens_->Inc(generation_tokens);
+  e2e_->Observe(e2e_seconds);
+}
+
+void ServerMetrics::UpdateEngine(const engine::EngineStats& s) {
+  auto gauge = [this](const char* name, const char* help, Labels labels, double v) {
+    registry_.GetGauge(name, help, labels)->Set(v);
+  };
+  auto total = [this](const char* name, const char* help, double v) {
+    registry_.GetCounter(name, help)->SetTotal(v);
+  };
+  const char* kReq = "Requests in the engine, by state.";
+  gauge("kvferry:num_requests", kReq, {{"state", "running"}}, s.num_running);
+  gauge("kvferry:num_requests", kReq, {{"state", "waiting"}}, s.num_waiting);
+  gauge("kvferry:num_requests", kReq, {{"state", "waiting_for_remote_kv"}},
+        s.num_waiting_for_remote_kv);
+  const char* kBlocks = "Logical KV blocks of the pool, by state.";
+  gauge("kvferry:kv_blocks", kBlocks, {{"state", "free"}}, s.num_blocks_free);
+  gauge("kvferry:kv_blocks", kBlocks, {{"state", "cached"}}, s.num_blocks_cached);
+  gauge("kvferry:kv_blocks", kBlocks, {{"state", "used"}}, s.num_blocks_used);
+  gauge("kvferry:kv_blocks", kBlocks, {{"state", "held_for_transfer"}}, s.num_blocks_held);
+  gauge("kvferry:kv_blocks_total", "Logical KV blocks in the pool.", {}, s.num_blocks_total);
+  total("kvferry:prefix_cache_hit_tokens_total",
+        "Prompt tokens served from the local prefix cache.",
+        static_cast<double>(s.num_prefix_cache_hit_tokens));
+  total("kvferry:num_preemptions_total", "Requests preempted (recomputed later).",
+        static_cast<double>(s.num_preemptions));
+  total("kvferry:engine_steps_total", "Engine steps run.", static_cast<double>(s.num_steps));
+}
+
+void ServerMetrics::UpdateConnector(const connector::ConnectorStats& s) {
+  auto total = [this](const char* name, const char* help, Labels labels, double v) {
+    registry_.GetCounter(name, help, labels)->SetTotal(v);
+  };
+  total("kvferry:kv_transfers_total", "Completed KV pulls (decode side).", {},
+        static_cast<double>(s.transfers));
+  total("kvferry:kv_transfer_bytes_total", "Bytes moved by KV pulls.", {},
+        static_cast<double>(s.bytes));
+  total("kvferry:kv_transfer_descriptors_total", "Transfer descriptors posted by KV pulls.", {},
+        static_cast<double>(s.descriptors));
+  total("kvferry:kv_transfer_duration_seconds_total", "KV pull time, post to completion, summed.",
+        {}, static_cast<double>(s.duration_us_total) / 1e6);
+  const char* kFail = "KV loads that failed, by kind.";
+  total("kvferry:kv_transfer_failures_total", kFail, {{"kind", "handshake"}},
+        static_cast<double>(s.failures_handshake));
+  total("kvferry:kv_transfer_failures_total", kFail, {{"kind", "transfer"}},
+        static_cast<double>(s.failures_transfer));
+  total("kvferry:kv_transfer_failures_total", kFail, {{"kind", "deadline"}},
+        static_cast<double>(s.failures_deadline));
+  total("kvferry:kv_transfer_failures_total", kFail, {{"kind", "generation"}},
+        static_cast<double>(s.failures_generation));
+  const char* kLease = "Block leases held for remote readers (prefill side), by event.";
+  total("kvferry:kv_leases_total", kLease, {{"event", "granted"}},
+        static_cast<double>(s.leases_granted));
+  total("kvferry:kv_leases_total", kLease, {{"event", "released_by_notification"}},
+        static_cast<double>(s.leases_released_by_notification));
+  total("kvferry:kv_leases_total", kLease, {{"event", "expired"}},
+        static_cast<double>(s.leases_expired));
+  total("kvferry:kv_notifications_sent_total", "Read-done notifications sent to prefill.", {},
+        static_cast<double>(s.notifications_sent));
+  total("kvferry:kv_staged_kernel_blocks_total", "Kernel blocks staged into the host buffer.", {},
+        static_cast<double>(s.staged_kernel_blocks));
+  registry_
+      .GetGauge("kvferry:kv_connector_blocks_held",
+                "Logical blocks the connector holds for remote readers (prefill side).")
+      ->Set(static_cast<double>(s.blocks_held));
+}
+
+}  // namespace kvferry::server
