@@ -1,0 +1,268 @@
+// P and D engines with real FerryConnectors in one process over the loopback backend: D's output
+// equals colocated output token for token and logprob for logprob over a geometry matrix, every
+// failure kind is reported with D's logical blocks and recovered (or failed, per policy), and
+// both pools end where they started.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "connector/ferry_connector_impl.h"
+#include "kvferry/transfer/loopback.h"
+#include "pd_harness.h"
+
+namespace kvferry::pd_test {
+namespace {
+
+using kv::Layout;
+
+std::vector<InstanceSpec> AllSpecs() {
+  std::vector<InstanceSpec> out;
+  for (int32_t bs : {16, 64, 128, 256})
+    for (const char* backend : {"flash", "paged"})
+      for (Layout layout : {Layout::kNHD, Layout::kHND})
+        for (bool host : {false, true}) out.push_back({bs, backend, layout, host});
+  return out;
+}
+
+// A loopback config with the given overrides (0 / empty: the default).
+connector::KvTransferConfig Config(int64_t lease_ms = 0, std::string auth_token = "",
+                                   int64_t transfer_timeout_ms = 0) {
+  connector::KvTransferConfig c;
+  c.backend = connector::TransferBackendKind::kLoopback;
+  if (lease_ms > 0) c.lease_ms = lease_ms;
+  c.auth_token = std::move(auth_token);
+  if (transfer_timeout_ms > 0) c.transfer_timeout_ms = transfer_timeout_ms;
+  return c;
+}
+
+engine::SamplingParams Greedy(int32_t max_tokens) {
+  engine::SamplingParams sp;
+  sp.max_tokens = max_tokens;
+  sp.ignore_eos = true;
+  return sp;
+}
+
+struct Case {
+  InstanceSpec p, d;
+};
+
+// One P/D pair over two prompts (shorter than a block, and spanning many); D's completions must
+// equal the colocated ones, and both pools must be clean afterwards.
+void RunPair(const Case& c, const std::vector<std::vector<int32_t>>& prompts,
+             const std::vector<Completion>& reference, const engine::SamplingParams& sp) {
+  SCOPED_TRACE("P " + Describe(c.p) + "  D " + Describe(c.d));
+  auto p = MakeInstance("P", c.p, Config());
+  auto d = MakeInstance("D", c.d, Config());
+  ASSERT_TRUE(p && d);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string id = "req" + std::to_string(i);
+    auto params = Prefill(*p, id, prompts[i]);
+    ASSERT_TRUE(params.has_value());
+    ASSERT_TRUE(d->engine->AddRequest(id, prompts[i], sp, *params).ok());
+    auto all = RunAll({d->engine.get(), p->engine.get()});
+    ASSERT_TRUE(all[id].finished);
+    ExpectSame(all[id], reference[i], "prompt " + std::to_string(prompts[i].size()));
+    EXPECT_EQ(all[id].num_cached_tokens, static_cast<int32_t>(prompts[i].size()) - 1);
+  }
+  EXPECT_TRUE(d->worker->invalid.empty());
+  EXPECT_EQ(d->connector->Stats().transfers, prompts.size());
+  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, prompts.size());
+  ExpectPoolClean(*p->engine, "P");
+  ExpectPoolClean(*d->engine, "D");
+}
+
+class PdEngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    prompts_ = {MakePrompt(5, 1), MakePrompt(600, 2)};
+    for (const auto& prompt : prompts_) reference_.push_back(Colocated(prompt, Greedy(4)));
+  }
+  static std::vector<std::vector<int32_t>> prompts_;
+  static std::vector<Completion> reference_;
+};
+std::vector<std::vector<int32_t>> PdEngineTest::prompts_;
+std::vector<Completion> PdEngineTest::reference_;
+
+TEST_F(PdEngineTest, SeedConfigurationBlockSize128OnFlash) {
+  // The seed's case: --block-size 128 on a backend whose kernel pages are at most 64 (R = 2).
+  RunPair({{128, "flash", Layout::kNHD, false}, {128, "flash", Layout::kNHD, false}}, prompts_,
+          reference_, Greedy(4));
+  RunPair({{128, "flash", Layout::kHND, true}, {128, "flash", Layout::kHND, true}}, prompts_,
+          reference_, Greedy(4));
+}
+
+TEST_F(PdEngineTest, GeometryMatrixSample) {
+  // Every instance spec appears as P and as D, each paired with two different partners.
+  // KVFERRY_PD_FULL_MATRIX=1 runs all 32 x 32 pairs (the `long` test below).
+  const std::vector<InstanceSpec> specs = AllSpecs();
+  const size_t n = specs.size();
+  const bool full = std::getenv("KVFERRY_PD_FULL_MATRIX") != nullptr;
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<size_t> partners = {(i * 7 + 3) % n, (i * 13 + 10) % n};
+    if (full) {
+      partners.clear();
+      for (size_t j = 0; j < n; ++j) partners.push_back(j);
+    }
+    for (size_t j : partners) {
+      RunPair({specs[i], specs[j]}, prompts_, reference_, Greedy(4));
+      if (HasFatalFailure()) return;
+    }
+  }
+}
+
+TEST_F(PdEngineTest, DPrefixHitPullsOnlyTheTail) {
+  // D already has the first blocks of the prompt in its prefix cache: only the tail is pulled.
+  auto p = MakeInstance("P", {64, "paged", Layout::kNHD, false}, Config());
+  auto d = MakeInstance("D", {128, "flash", Layout::kHND, false}, Config());
+  ASSERT_TRUE(p && d);
+  const std::vector<int32_t>& prompt = prompts_[1];  // 600 tokens
+  // Warm D's prefix cache with the first 300 tokens (2 full logical blocks of 128).
+  std::vector<int32_t> head(prompt.begin(), prompt.begin() + 300);
+  ASSERT_TRUE(d->engine->AddRequest("warm", head, Greedy(1)).ok());
+  RunAll({d->engine.get()});
+  auto params = Prefill(*p, "r", prompt);
+  ASSERT_TRUE(params.has_value());
+  ASSERT_TRUE(d->engine->AddRequest("r", prompt, Greedy(4), *params).ok());
+  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ExpectSame(all["r"], reference_[1], "tail pull");
+  const connector::ConnectorStats s = d->connector->Stats();
+  EXPECT_EQ(s.transfers, 1u);
+  // 600 - 256 = 344 tokens pulled: P kernel blocks of 64 covering [256, 600) = 6 blocks
+  // (4..9), per region, in P's geometry (tiny: 4 layers, 2 KV heads, head dim 32, f32).
+  const uint64_t bytes_per_kernel_block = 64 * 2 * 32 * 4;
+  EXPECT_EQ(s.bytes, 6 * 8 * bytes_per_kernel_block);
+  ExpectPoolClean(*p->engine, "P");
+  ExpectPoolClean(*d->engine, "D");
+}
+
+// ---- failures: one named test per kind; D recomputes and still matches colocated ----
+
+struct FailureRun {
+  std::unique_ptr<Instance> p, d;
+  Completion out;
+};
+
+// Runs the hand-off with `before_pull` applied after P's prefill; D gets `d_config`.
+FailureRun RunWithFailure(const std::vector<int32_t>& prompt, connector::KvTransferConfig p_config,
+                          connector::KvTransferConfig d_config, engine::KvLoadFailurePolicy policy,
+                          const std::function<void(FailureRun&)>& before_pull) {
+  FailureRun run;
+  p_config.backend = connector::TransferBackendKind::kLoopback;
+  d_config.backend = connector::TransferBackendKind::kLoopback;
+  // P is never notified after most failures: a short lease keeps the test short.
+  if (p_config.lease_ms == connector::KvTransferConfig{}.lease_ms) p_config.lease_ms = 300;
+  // P's pool holds exactly one 600-token prompt, so a second prompt reuses the same blocks.
+  run.p = MakeInstance("P", {128, "flash", Layout::kNHD, false, 5}, p_config);
+  run.d = MakeInstance("D", {64, "paged", Layout::kHND, false}, d_config, policy);
+  if (!run.p || !run.d) return run;
+  auto params = Prefill(*run.p, "f", prompt);
+  EXPECT_TRUE(params.has_value());
+  if (!params) return run;
+  if (before_pull) before_pull(run);
+  EXPECT_TRUE(run.d->engine->AddRequest("f", prompt, Greedy(4), *params).ok());
+  run.out = RunAll({run.d->engine.get(), run.p->engine.get()})["f"];
+  return run;
+}
+
+// D's logical blocks as the engine allocated them for a fresh request on a fresh pool: the
+// failure report must name exactly the blocks of the pulled range, all of them.
+void ExpectReportedAllBlocks(const FailureRun& run, size_t prompt_len) {
+  const size_t d_blocks = (prompt_len + 63) / 64;
+  std::set<int32_t> ids;
+  for (kv::LogicalBlockId id : run.d->worker->invalid) ids.insert(id.value());
+  EXPECT_EQ(run.d->worker->invalid.size(), d_blocks);
+  EXPECT_EQ(ids.size(), d_blocks);
+  for (int32_t id : ids) {
+    EXPECT_GE(id, 0);
+    EXPECT_LT(id, run.d->engine->stats().num_blocks_total);
+  }
+}
+
+TEST_F(PdEngineTest, HandshakeFails) {
+  FailureRun run = RunWithFailure(prompts_[1], Config(0, "p-secret"), Config(0, "wrong"),
+                                  engine::KvLoadFailurePolicy::kRecompute, nullptr);
+  ASSERT_TRUE(run.out.finished);
+  ExpectSame(run.out, reference_[1], "recomputed after a handshake failure");
+  ExpectReportedAllBlocks(run, prompts_[1].size());
+  EXPECT_EQ(run.d->connector->Stats().failures_handshake, 1u);
+  EXPECT_EQ(run.p->connector->Stats().leases_expired, 1u);
+  ExpectPoolClean(*run.d->engine, "D");
+  ExpectPoolClean(*run.p->engine, "P");
+}
+
+TEST_F(PdEngineTest, TransferFails) {
+  FailureRun run = RunWithFailure(
+      prompts_[1], Config(), Config(), engine::KvLoadFailurePolicy::kRecompute, [](FailureRun& r) {
+        ASSERT_TRUE(transfer::loopback::InjectFault(r.d->config.engine_id,
+                                                    transfer::loopback::Fault::kFailNext)
+                        .ok());
+      });
+  ASSERT_TRUE(run.out.finished);
+  ExpectSame(run.out, reference_[1], "recomputed after a transfer failure");
+  ExpectReportedAllBlocks(run, prompts_[1].size());
+  EXPECT_EQ(run.d->connector->Stats().failures_transfer, 1u);
+  ExpectPoolClean(*run.d->engine, "D");
+  ExpectPoolClean(*run.p->engine, "P");
+}
+
+TEST_F(PdEngineTest, TransferDeadline) {
+  FailureRun run =
+      RunWithFailure(prompts_[1], Config(), Config(0, "", 200),
+                     engine::KvLoadFailurePolicy::kRecompute, [](FailureRun& r) {
+                       ASSERT_TRUE(transfer::loopback::InjectFault(
+                                       r.d->config.engine_id, transfer::loopback::Fault::kStallNext)
+                                       .ok());
+                     });
+  ASSERT_TRUE(run.out.finished);
+  ExpectSame(run.out, reference_[1], "recomputed after a transfer deadline");
+  ExpectReportedAllBlocks(run, prompts_[1].size());
+  EXPECT_EQ(run.d->connector->Stats().failures_deadline, 1u);
+  ExpectPoolClean(*run.d->engine, "D");
+  ExpectPoolClean(*run.p->engine, "P");
+}
+
+TEST_F(PdEngineTest, LeaseExpiresDuringRead) {
+  // P's lease runs out while D's read is not yet confirmed; P frees the blocks and reuses them
+  // for another prompt before D checks. D must detect it and recompute.
+  std::vector<int32_t> other = MakePrompt(600, 9);
+  FailureRun run = RunWithFailure(
+      prompts_[1], Config(100), Config(), engine::KvLoadFailurePolicy::kRecompute,
+      [&other](FailureRun& r) {
+        auto* impl = static_cast<connector::internal::FerryConnectorImpl*>(r.d->connector.get());
+        Instance* p = r.p.get();
+        impl->after_data_read_for_test = [p, &other](const std::string&) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(150));
+          // P notices the lease ran out, frees, and prefills another prompt into the same
+          // blocks (P's pool has room for one prompt only).
+          auto params = Prefill(*p, "other", other);
+          EXPECT_TRUE(params.has_value());
+        };
+      });
+  ASSERT_TRUE(run.out.finished);
+  ExpectSame(run.out, reference_[1], "recomputed after the lease ran out");
+  ExpectReportedAllBlocks(run, prompts_[1].size());
+  EXPECT_EQ(run.d->connector->Stats().failures_generation, 1u);
+  EXPECT_GE(run.p->connector->Stats().leases_expired, 1u);
+  ExpectPoolClean(*run.d->engine, "D");
+  // "other" is still held by P for a reader that never comes; let its lease run out too.
+  RunAll({run.p->engine.get()});
+  ExpectPoolClean(*run.p->engine, "P");
+}
+
+TEST_F(PdEngineTest, FailPolicyFailsTheRequest) {
+  FailureRun run = RunWithFailure(
+      prompts_[1], Config(), Config(), engine::KvLoadFailurePolicy::kFail, [](FailureRun& r) {
+        ASSERT_TRUE(transfer::loopback::InjectFault(r.d->config.engine_id,
+                                                    transfer::loopback::Fault::kFailNext)
+                        .ok());
+      });
+  ASSERT_TRUE(run.out.finished);
+  EXPECT_EQ(run.out.reason, engine::FinishReason::kError);
+  EXPECT_FALSE(run.out.error.ok());
+  ExpectReportedAllBlocks(run, prompts_[1].size());
+  ExpectPoolClean(*run.d->engine, "D");
+  ExpectPoolClean(*run.p->engine, "P");
+}
+
+}  // namespace
+}  // namespace kvferry::pd_test

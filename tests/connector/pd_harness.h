@@ -1,0 +1,206 @@
+// Test-only: a P engine and a D engine, each with a real FerryConnector, in one process, plus a
+// colocated reference. Runs the hand-off of DESIGN.md §6 the way a proxy does:
+//   P: the prompt with max_tokens 1 and {"do_remote_decode": true} -> kv_transfer_params
+//   D: the prompt with the caller's sampling params and those params -> the completion
+// and steps both engines until D is done and P has freed its blocks.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kvferry/connector/ferry_connector.h"
+#include "kvferry/engine/engine.h"
+
+namespace kvferry::pd_test {
+
+struct InstanceSpec {
+  int32_t block_size = 16;  // logical
+  std::string backend = "paged";
+  kv::Layout layout = kv::Layout::kNHD;
+  bool host_buffer = false;
+  int32_t num_kv_blocks = 0;  // 0: room for 2048 tokens plus a few blocks
+};
+
+inline std::string Describe(const InstanceSpec& s) {
+  return std::to_string(s.block_size) + "/" + s.backend + "/" +
+         std::string(kv::LayoutName(s.layout)) + (s.host_buffer ? "/cpu" : "");
+}
+
+// Records every ConnectorOutput the engine consumed (to assert reported logical ids).
+class RecordingWorker : public connector::ConnectorWorker {
+ public:
+  explicit RecordingWorker(connector::ConnectorWorker* inner) : inner_(inner) {}
+  Status RegisterKvCache(kv::KvCache* cache, int32_t block_size_logical) override {
+    return inner_->RegisterKvCache(cache, block_size_logical);
+  }
+  void BindMetadata(const connector::ConnectorMetadata& m) override { inner_->BindMetadata(m); }
+  void StartLoadKv() override { inner_->StartLoadKv(); }
+  void AfterForward() override { inner_->AfterForward(); }
+  connector::ConnectorOutput GetFinished() override {
+    connector::ConnectorOutput out = inner_->GetFinished();
+    invalid.insert(invalid.end(), out.invalid_block_ids.begin(), out.invalid_block_ids.end());
+    finished_recving.insert(finished_recving.end(), out.finished_recving.begin(),
+                            out.finished_recving.end());
+    return out;
+  }
+  void Shutdown() override { inner_->Shutdown(); }
+
+  std::vector<kv::LogicalBlockId> invalid;
+  std::vector<std::string> finished_recving;
+
+ private:
+  connector::ConnectorWorker* inner_;
+};
+
+struct Instance {
+  std::unique_ptr<connector::FerryConnector> connector;
+  std::unique_ptr<RecordingWorker> worker;
+  std::unique_ptr<engine::Engine> engine;
+  connector::KvTransferConfig config;
+};
+
+inline int NextInstanceNumber() {
+  static int n = 0;
+  return ++n;
+}
+
+inline engine::EngineConfig BaseEngineConfig(const InstanceSpec& s) {
+  engine::EngineConfig ec;
+  ec.model = "tiny";
+  ec.block_size = s.block_size;
+  ec.attention_backend = s.backend;
+  ec.kv_cache_layout = s.layout;
+  ec.num_kv_blocks = s.num_kv_blocks > 0 ? s.num_kv_blocks : 2048 / s.block_size + 8;
+  ec.max_num_batched_tokens = 512;
+  ec.num_threads = 1;
+  return ec;
+}
+
+// `config` supplies the extra settings (timeouts, lease, auth, backend); engine id, buffer
+// device and (unless set) backend are filled in here.
+inline std::unique_ptr<Instance> MakeInstance(
+    const std::string& role, const InstanceSpec& s, connector::KvTransferConfig config = {},
+    engine::KvLoadFailurePolicy policy = engine::KvLoadFailurePolicy::kRecompute) {
+  auto inst = std::make_unique<Instance>();
+  config.engine_id = role + "-" + std::to_string(NextInstanceNumber());
+  config.kv_buffer_device = s.host_buffer ? "cpu" : "direct";
+  if (config.handshake_timeout_ms == connector::KvTransferConfig{}.handshake_timeout_ms) {
+    config.handshake_timeout_ms = 3000;
+  }
+  inst->config = config;
+  auto conn = connector::CreateFerryConnector(config, {.model_name = "tiny"});
+  EXPECT_TRUE(conn.ok()) << conn.status();
+  if (!conn.ok()) return nullptr;
+  inst->connector = std::move(*conn);
+  inst->worker = std::make_unique<RecordingWorker>(inst->connector->worker());
+  engine::EngineConfig ec = BaseEngineConfig(s);
+  ec.connector_scheduler = inst->connector->scheduler();
+  ec.connector_worker = inst->worker.get();
+  ec.kv_load_failure_policy = policy;
+  auto eng = engine::Engine::Create(ec);
+  EXPECT_TRUE(eng.ok()) << eng.status();
+  if (!eng.ok()) return nullptr;
+  inst->engine = std::move(*eng);
+  return inst;
+}
+
+struct Completion {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  engine::FinishReason reason = engine::FinishReason::kNone;
+  Status error;
+  std::optional<connector::KvTransferParams> kv_transfer_params;
+  int32_t num_cached_tokens = 0;
+  bool finished = false;
+};
+
+inline void Collect(std::vector<engine::RequestOutput> outs,
+                    std::map<std::string, Completion>* all) {
+  for (engine::RequestOutput& o : outs) {
+    Completion& c = (*all)[o.request_id];
+    c.tokens.insert(c.tokens.end(), o.new_token_ids.begin(), o.new_token_ids.end());
+    c.logprobs.insert(c.logprobs.end(), o.new_logprobs.begin(), o.new_logprobs.end());
+    if (o.finished) {
+      c.finished = true;
+      c.reason = o.finish_reason;
+      c.error = o.error;
+      c.kv_transfer_params = o.kv_transfer_params;
+      c.num_cached_tokens = o.num_cached_tokens;
+    }
+  }
+}
+
+// Steps the given engines until none has work, or `timeout_ms` passed.
+inline std::map<std::string, Completion> RunAll(std::vector<engine::Engine*> engines,
+                                                int64_t timeout_ms = 20000) {
+  std::map<std::string, Completion> all;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    bool work = false, computable = false;
+    for (engine::Engine* e : engines) {
+      if (!e->HasWork()) continue;
+      work = true;
+      Collect(e->Step(), &all);
+      computable = computable || e->HasComputableWork();
+    }
+    if (!work) break;
+    if (!computable) std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return all;
+}
+
+inline Completion Colocated(const std::vector<int32_t>& prompt,
+                            const engine::SamplingParams& params) {
+  engine::EngineConfig ec = BaseEngineConfig({});
+  auto eng = engine::Engine::Create(ec);
+  EXPECT_TRUE(eng.ok()) << eng.status();
+  EXPECT_TRUE((*eng)->AddRequest("ref", prompt, params).ok());
+  return RunAll({eng->get()})["ref"];
+}
+
+// P's half of the hand-off: returns P's kv_transfer_params (engine keeps holding the blocks).
+inline std::optional<connector::KvTransferParams> Prefill(Instance& p, const std::string& id,
+                                                          const std::vector<int32_t>& prompt) {
+  engine::SamplingParams sp;
+  sp.max_tokens = 1;
+  connector::KvTransferParams in;
+  in.do_remote_decode = true;
+  Status st = p.engine->AddRequest(id, prompt, sp, in);
+  EXPECT_TRUE(st.ok()) << st;
+  std::map<std::string, Completion> all;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!all[id].finished && std::chrono::steady_clock::now() < deadline) {
+    Collect(p.engine->Step(), &all);
+  }
+  EXPECT_TRUE(all[id].finished);
+  return all[id].kv_transfer_params;
+}
+
+inline void ExpectSame(const Completion& a, const Completion& b, const std::string& what) {
+  EXPECT_EQ(a.tokens, b.tokens) << what;
+  ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
+  EXPECT_EQ(0, std::memcmp(a.logprobs.data(), b.logprobs.data(), a.logprobs.size() * 4)) << what;
+}
+
+inline void ExpectPoolClean(const engine::Engine& e, const std::string& what) {
+  const engine::EngineStats s = e.stats();
+  EXPECT_EQ(s.num_blocks_used, 0) << what;
+  EXPECT_EQ(s.num_blocks_held, 0) << what;
+  EXPECT_EQ(s.num_blocks_free + s.num_blocks_cached, s.num_blocks_total) << what;
+  EXPECT_EQ(s.num_waiting_for_remote_kv, 0) << what;
+}
+
+inline std::vector<int32_t> MakePrompt(int32_t n, int32_t salt = 0) {
+  std::vector<int32_t> v(n);
+  for (int32_t i = 0; i < n; ++i) v[i] = 1 + static_cast<int32_t>((i * 37 + salt * 11) % 250);
+  return v;
+}
+
+}  // namespace kvferry::pd_test
