@@ -6,7 +6,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_GEN  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CTEST_ARGS ?=
 
-.PHONY: all build deps configure test test-long format format-check tsa asan tsan bench demo clean
+.PHONY: all build deps configure test test-long format format-check tsa asan tsan fuzz bench demo clean
 
 all: build
 
@@ -26,8 +26,16 @@ test: deps format-check build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE long $(CTEST_ARGS)
 
 # Longer suites: fuzzing for a bounded time, load, sanitizer runs. .ci/run runs it after `test`.
-test-long: deps build tsa
+test-long: deps build tsa fuzz
 	cd $(BUILD) && ctest --output-on-failure -L long $(CTEST_ARGS)
+
+# libFuzzer targets (clang, ASan+UBSan) in build-fuzz, each run FUZZ_SECONDS (tests/fuzz/run.sh).
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	cmake -S . -B build-fuzz $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+	  -DCMAKE_C_COMPILER=clang -DKVFERRY_FUZZ=ON -DKVFERRY_SANITIZE=address,undefined -DKVFERRY_BENCH=OFF
+	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
+	tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
 
 # Second build with clang and -Wthread-safety (errors), libraries and tests only, no run.
 tsa: deps
@@ -61,4 +69,4 @@ demo: deps build
 	scripts/demo.sh $(BUILD)/bin/kvferry
 
 clean:
-	rm -rf $(BUILD) build-tsa build-asan build-tsan
+	rm -rf $(BUILD) build-tsa build-asan build-tsan build-fuzz
