@@ -1,0 +1,177 @@
+// P and D in two processes over the UCX backend: P (a forked child) prefills and hands its
+// kv_transfer_params to D (the parent) through a pipe, as a proxy would; D pulls over UCX and
+// its output must equal colocated output bit for bit; P frees on D's notification. And a P
+// that dies before D pulls is a handshake failure D recovers from by recomputing.
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "pd_harness.h"
+
+namespace kvferry::pd_test {
+namespace {
+
+using kv::Layout;
+
+engine::SamplingParams Greedy(int32_t max_tokens) {
+  engine::SamplingParams sp;
+  sp.max_tokens = max_tokens;
+  sp.ignore_eos = true;
+  return sp;
+}
+
+connector::KvTransferConfig UcxConfig() {
+  connector::KvTransferConfig c;
+  c.backend = connector::TransferBackendKind::kUcx;
+  c.handshake_timeout_ms = 3000;
+  c.transfer_timeout_ms = 10000;
+  c.lease_ms = 15000;
+  return c;
+}
+
+// Child: P. Writes one line of JSON (the params) to `fd`, then serves until its blocks are freed.
+// Exit codes: 0 freed by D's notification, 2 setup failed, 3 not freed in time, 4 not clean.
+[[noreturn]] void RunPrefillChild(int fd, const InstanceSpec& spec,
+                                  const std::vector<int32_t>& prompt, bool die_after_params) {
+  auto p = MakeInstance("P-ucx", spec, UcxConfig());
+  if (!p) _exit(2);
+  auto params = Prefill(*p, "remote-req", prompt);
+  if (!params) _exit(2);
+  std::string line = connector::ToJson(*params).dump() + "\n";
+  if (write(fd, line.data(), line.size()) != static_cast<ssize_t>(line.size())) _exit(2);
+  close(fd);
+  if (die_after_params) _exit(0);  // no destructors: like a crash
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (p->engine->HasWork() && std::chrono::steady_clock::now() < deadline) {
+    p->engine->Step();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  if (p->engine->HasWork()) _exit(3);
+  const engine::EngineStats s = p->engine->stats();
+  if (s.num_blocks_used != 0 || s.num_blocks_held != 0) _exit(4);
+  if (p->connector->Stats().leases_released_by_notification != 1) _exit(3);
+  p.reset();
+  _exit(0);
+}
+
+// Reads one line from `fd` within `timeout_ms`.
+std::string ReadLine(int fd, int timeout_ms) {
+  std::string out;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  char c = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd pfd{fd, POLLIN, 0};
+    if (poll(&pfd, 1, 100) <= 0) continue;
+    ssize_t n = read(fd, &c, 1);
+    if (n <= 0) break;
+    if (c == '\n') return out;
+    out.push_back(c);
+  }
+  return out;
+}
+
+// Waits for the child within `timeout_ms`; returns its exit code, or -1 (then it is killed).
+int WaitChild(pid_t pid, int timeout_ms) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return -1;
+}
+
+struct TwoProcessResult {
+  Completion d_out;
+  int child_exit = -1;
+  connector::ConnectorStats d_stats;
+  std::vector<kv::LogicalBlockId> invalid;
+  bool d_clean = false;
+};
+
+TwoProcessResult RunTwoProcess(const InstanceSpec& p_spec, const InstanceSpec& d_spec,
+                               const std::vector<int32_t>& prompt, bool p_dies) {
+  TwoProcessResult result;
+  int fds[2];
+  if (pipe(fds) != 0) {
+    ADD_FAILURE() << "pipe";
+    return result;
+  }
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    RunPrefillChild(fds[1], p_spec, prompt, p_dies);
+  }
+  close(fds[1]);
+  std::string line = ReadLine(fds[0], 30000);
+  close(fds[0]);
+  if (line.empty()) {
+    ADD_FAILURE() << "P sent no kv_transfer_params";
+    WaitChild(pid, 1000);
+    return result;
+  }
+  auto params = connector::ParseKvTransferParams(nlohmann::json::parse(line));
+  EXPECT_TRUE(params.ok()) << params.status();
+  if (p_dies) WaitChild(pid, 10000);  // make sure it is gone before D pulls
+  auto d = MakeInstance("D-ucx", d_spec, UcxConfig());
+  if (!d || !params.ok()) {
+    WaitChild(pid, 1000);
+    return result;
+  }
+  EXPECT_TRUE(d->engine->AddRequest("local-req", prompt, Greedy(4), *params).ok());
+  result.d_out = RunAll({d->engine.get()}, 30000)["local-req"];
+  result.d_stats = d->connector->Stats();
+  result.invalid = d->worker->invalid;
+  const engine::EngineStats s = d->engine->stats();
+  result.d_clean = s.num_blocks_used == 0 && s.num_blocks_held == 0;
+  result.child_exit = p_dies ? 0 : WaitChild(pid, 30000);
+  return result;
+}
+
+TEST(PdUcxTwoProcessTest, PullOverUcxEqualsColocated) {
+  const std::vector<int32_t> prompt = MakePrompt(600, 3);
+  // P: the seed's geometry (logical 128, kernel 64, NHD); D: logical 64, HND, host buffer.
+  TwoProcessResult r = RunTwoProcess({128, "flash", Layout::kNHD, false},
+                                     {64, "paged", Layout::kHND, true}, prompt, false);
+  ASSERT_TRUE(r.d_out.finished);
+  const Completion reference = Colocated(prompt, Greedy(4));
+  ExpectSame(r.d_out, reference, "two processes over UCX");
+  EXPECT_EQ(r.d_out.num_cached_tokens, 599);
+  EXPECT_TRUE(r.invalid.empty());
+  EXPECT_EQ(r.d_stats.transfers, 1u);
+  EXPECT_GT(r.d_stats.bytes, 0u);
+  EXPECT_EQ(r.child_exit, 0) << "P did not free its blocks on D's notification";
+  EXPECT_TRUE(r.d_clean);
+}
+
+TEST(PdUcxTwoProcessTest, DirectReadEqualGeometry) {
+  const std::vector<int32_t> prompt = MakePrompt(300, 4);
+  TwoProcessResult r = RunTwoProcess({64, "paged", Layout::kHND, false},
+                                     {128, "flash", Layout::kHND, false}, prompt, false);
+  ASSERT_TRUE(r.d_out.finished);
+  ExpectSame(r.d_out, Colocated(prompt, Greedy(4)), "direct read over UCX");
+  EXPECT_EQ(r.child_exit, 0);
+  EXPECT_TRUE(r.d_clean);
+}
+
+TEST(PdUcxTwoProcessTest, PrefillDiesBeforePull) {
+  const std::vector<int32_t> prompt = MakePrompt(300, 5);
+  auto t0 = std::chrono::steady_clock::now();
+  TwoProcessResult r = RunTwoProcess({128, "flash", Layout::kNHD, false},
+                                     {128, "flash", Layout::kNHD, false}, prompt, true);
+  ASSERT_TRUE(r.d_out.finished);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
+  ExpectSame(r.d_out, Colocated(prompt, Greedy(4)), "recomputed after P died");
+  EXPECT_EQ(r.d_stats.failures_handshake, 1u);
+  EXPECT_EQ(r.invalid.size(), 3u);  // D's 3 logical blocks of 128 for 300 tokens
+  EXPECT_TRUE(r.d_clean);
+}
+
+}  // namespace
+}  // namespace kvferry::pd_test
