@@ -1,0 +1,259 @@
+// `kvferry bench engine`: prefill and decode throughput of the engine at several batch sizes for
+// the built-in models, and the engine's matmul beside OpenBLAS sgemm on the model's shapes,
+// measured in the same run (the ratio is the figure of merit; docs/benchmarks.md "## Engine").
+//
+// OpenBLAS is a benchmark-only dependency: bench/engine/CMakeLists.txt links it into the CLI and
+// defines KVF_HAVE_OPENBLAS; without it the sgemm column reads "n/a".
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "engine/kernels/matmul.h"
+#include "engine/thread_pool.h"
+#include "kvferry/engine/engine.h"
+#include "tools/command_registry.h"
+
+#ifdef KVF_HAVE_OPENBLAS
+#include <cblas.h>
+extern "C" void openblas_set_num_threads(int);
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using kvferry::engine::Engine;
+using kvferry::engine::EngineConfig;
+using kvferry::engine::SamplingParams;
+
+struct BenchOptions {
+  std::vector<std::string> models = {"tiny", "small"};
+  std::vector<int> batch_sizes = {1, 4, 16};
+  int prompt_len = 128;
+  int decode_tokens = 16;
+  int threads = 2;
+  double min_seconds = 0.3;
+  bool json = false;
+};
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+std::vector<int32_t> Prompt(int len, int salt) {
+  std::vector<int32_t> p = {256};
+  for (int i = 1; i < len; ++i) p.push_back(32 + (i * 7 + salt * 13) % 95);
+  return p;
+}
+
+struct EngineResult {
+  std::string model;
+  int batch = 0;
+  double prefill_tok_s = 0;
+  double decode_tok_s = 0;
+};
+
+std::unique_ptr<Engine> MakeEngine(const std::string& model, int batch, int prompt_len,
+                                   int threads) {
+  EngineConfig c;
+  c.model = model;
+  c.num_threads = threads;
+  c.enable_prefix_caching = false;
+  c.max_num_batched_tokens = batch * prompt_len;
+  c.max_num_seqs = batch;
+  c.kv_cache_memory_bytes = 512ll << 20;
+  auto e = Engine::Create(c);
+  if (!e.ok()) {
+    std::fprintf(stderr, "error: %s\n", e.status().ToString().c_str());
+    return nullptr;
+  }
+  return std::move(*e);
+}
+
+EngineResult BenchEngine(const std::string& model, int batch, const BenchOptions& o) {
+  EngineResult r;
+  r.model = model;
+  r.batch = batch;
+  // Prefill: `batch` prompts of prompt_len tokens in one step, max_tokens 1.
+  {
+    auto e = MakeEngine(model, batch, o.prompt_len, o.threads);
+    if (!e) return r;
+    SamplingParams p;
+    p.max_tokens = 1;
+    p.ignore_eos = true;
+    int64_t tokens = 0;
+    double elapsed = 0;
+    for (int rep = 0; elapsed < o.min_seconds || rep < 1; ++rep) {
+      for (int b = 0; b < batch; ++b) {
+        (void)e->AddRequest("p" + std::to_string(rep) + "_" + std::to_string(b),
+                            Prompt(o.prompt_len, rep * batch + b), p);
+      }
+      const auto t0 = Clock::now();
+      while (e->HasWork()) e->Step();
+      elapsed += Seconds(t0, Clock::now());
+      tokens += int64_t{batch} * o.prompt_len;
+    }
+    r.prefill_tok_s = tokens / elapsed;
+  }
+  // Decode: `batch` requests with 16-token prompts; time the steps after the prefill step.
+  {
+    auto e = MakeEngine(model, batch, 16, o.threads);
+    if (!e) return r;
+    SamplingParams p;
+    p.max_tokens = o.decode_tokens + 1;
+    p.ignore_eos = true;
+    int64_t tokens = 0;
+    double elapsed = 0;
+    for (int rep = 0; elapsed < o.min_seconds || rep < 1; ++rep) {
+      for (int b = 0; b < batch; ++b) {
+        (void)e->AddRequest("d" + std::to_string(rep) + "_" + std::to_string(b),
+                            Prompt(16, rep * batch + b), p);
+      }
+      e->Step();  // prefill + first token
+      const auto t0 = Clock::now();
+      while (e->HasWork()) e->Step();
+      elapsed += Seconds(t0, Clock::now());
+      tokens += int64_t{batch} * o.decode_tokens;
+    }
+    r.decode_tok_s = tokens / elapsed;
+  }
+  return r;
+}
+
+struct MatmulResult {
+  std::string shape;
+  int64_t m = 0, k = 0, n = 0;
+  double ours_gflops = 0;
+  double openblas_gflops = 0;  // 0: unavailable
+};
+
+template <typename F>
+double Gflops(int64_t m, int64_t k, int64_t n, double min_seconds, F&& run) {
+  run();  // warm up
+  int64_t reps = 0;
+  const auto t0 = Clock::now();
+  double elapsed = 0;
+  while (elapsed < min_seconds) {
+    run();
+    ++reps;
+    elapsed = Seconds(t0, Clock::now());
+  }
+  return 2.0 * m * k * n * reps / elapsed / 1e9;
+}
+
+MatmulResult BenchMatmul(const std::string& name, int64_t m, int64_t k, int64_t n,
+                         kvferry::engine::ThreadPool* pool, double min_seconds) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> x(m * k), w(n * k), y(m * n);
+  for (float& v : x) v = dist(rng);
+  for (float& v : w) v = dist(rng);
+  MatmulResult r{name, m, k, n};
+  r.ours_gflops = Gflops(m, k, n, min_seconds, [&] {
+    kvferry::engine::kernels::MatMul(x.data(), m, k, w.data(), n, y.data(), pool);
+  });
+#ifdef KVF_HAVE_OPENBLAS
+  r.openblas_gflops = Gflops(m, k, n, min_seconds, [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(m), static_cast<int>(n),
+                static_cast<int>(k), 1.0f, x.data(), static_cast<int>(k), w.data(),
+                static_cast<int>(k), 0.0f, y.data(), static_cast<int>(n));
+  });
+#endif
+  return r;
+}
+
+int RunBench(const BenchOptions& o) {
+#ifdef KVF_HAVE_OPENBLAS
+  openblas_set_num_threads(o.threads);
+#endif
+  std::vector<EngineResult> engines;
+  for (const std::string& model : o.models) {
+    for (int b : o.batch_sizes) {
+      engines.push_back(BenchEngine(model, b, o));
+      if (!o.json) {
+        const EngineResult& r = engines.back();
+        std::printf("engine %-6s batch %3d  prefill %10.1f tok/s  decode %9.1f tok/s\n",
+                    r.model.c_str(), r.batch, r.prefill_tok_s, r.decode_tok_s);
+        std::fflush(stdout);
+      }
+    }
+  }
+  // The small model's projection shapes: decode (M = 1, 16) and prefill (M = 128) rows.
+  kvferry::engine::ThreadPool pool(o.threads);
+  std::vector<MatmulResult> mms;
+  for (int64_t m : {1, 16, 128}) {
+    mms.push_back(BenchMatmul("small.qkv", m, 512, 1024, &pool, o.min_seconds));
+    mms.push_back(BenchMatmul("small.gate_up", m, 512, 2816, &pool, o.min_seconds));
+    mms.push_back(BenchMatmul("small.down", m, 1408, 512, &pool, o.min_seconds));
+  }
+  if (!o.json) {
+    for (const MatmulResult& r : mms) {
+      if (r.openblas_gflops > 0) {
+        std::printf(
+            "matmul %-14s M=%4lld K=%5lld N=%5lld  ours %7.2f GFLOP/s  openblas %7.2f "
+            "GFLOP/s  ratio %.2f\n",
+            r.shape.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.k),
+            static_cast<long long>(r.n), r.ours_gflops, r.openblas_gflops,
+            r.ours_gflops / r.openblas_gflops);
+      } else {
+        std::printf("matmul %-14s M=%4lld K=%5lld N=%5lld  ours %7.2f GFLOP/s  openblas n/a\n",
+                    r.shape.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.k),
+                    static_cast<long long>(r.n), r.ours_gflops);
+      }
+    }
+    return 0;
+  }
+  nlohmann::json j;
+  j["threads"] = o.threads;
+  j["prompt_len"] = o.prompt_len;
+  j["decode_tokens"] = o.decode_tokens;
+  for (const EngineResult& r : engines) {
+    j["engine"].push_back({{"model", r.model},
+                           {"batch", r.batch},
+                           {"prefill_tok_s", r.prefill_tok_s},
+                           {"decode_tok_s", r.decode_tok_s}});
+  }
+  for (const MatmulResult& r : mms) {
+    nlohmann::json m = {
+        {"shape", r.shape}, {"m", r.m}, {"k", r.k}, {"n", r.n}, {"ours_gflops", r.ours_gflops}};
+    if (r.openblas_gflops > 0) {
+      m["openblas_gflops"] = r.openblas_gflops;
+      m["ratio"] = r.ours_gflops / r.openblas_gflops;
+    }
+    j["matmul"].push_back(m);
+  }
+  std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
+void AddBenchEngine(CLI::App& app) {
+  // `bench` may already exist (other areas register `bench <area>` too).
+  CLI::App* bench = nullptr;
+  try {
+    bench = app.get_subcommand("bench");
+  } catch (const CLI::OptionNotFound&) {
+    bench = app.add_subcommand("bench", "Benchmarks");
+    bench->require_subcommand(1);
+  }
+  auto opts = std::make_shared<BenchOptions>();
+  auto* sub = bench->add_subcommand(
+      "engine", "Engine prefill/decode tokens/s and matmul GFLOP/s beside OpenBLAS sgemm");
+  sub->add_option("--models", opts->models, "Built-in models to run")->capture_default_str();
+  sub->add_option("--batch-sizes", opts->batch_sizes, "Requests per batch")->capture_default_str();
+  sub->add_option("--prompt-len", opts->prompt_len, "Prompt tokens in the prefill runs")
+      ->capture_default_str();
+  sub->add_option("--decode-tokens", opts->decode_tokens, "Decode steps timed per request")
+      ->capture_default_str();
+  sub->add_option("--threads", opts->threads, "Kernel threads (and OpenBLAS threads)")
+      ->capture_default_str();
+  sub->add_option("--min-seconds", opts->min_seconds, "Minimum time per measurement")
+      ->capture_default_str();
+  sub->add_flag("--json", opts->json, "Print JSON instead of a table");
+  sub->callback([opts] { throw CLI::RuntimeError(RunBench(*opts)); });
+}
+KVF_REGISTER_COMMAND(AddBenchEngine);
+
+}  // namespace
