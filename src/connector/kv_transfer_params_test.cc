@@ -35,6 +35,19 @@ TEST(KvTransferParamsTest, ParsesVllmProxyRequestAndIgnoresUnknownKeys) {
   EXPECT_TRUE(parsed->remote_block_ids.empty());
 }
 
+TEST(KvTransferParamsTest, PartialParamsRoundTrip) {
+  // Found by fuzzing: fields set without do_remote_prefill must survive ToJson too.
+  for (const char* text : {R"({"remote_port": 5})", R"({"remote_block_ids": [3]})",
+                           R"({"remote_host": "h", "tp_size": 4})",
+                           R"({"remote_request_id": "r", "do_remote_decode": true})"}) {
+    auto parsed = ParseKvTransferParams(nlohmann::json::parse(text));
+    ASSERT_TRUE(parsed.ok()) << text;
+    auto again = ParseKvTransferParams(ToJson(*parsed));
+    ASSERT_TRUE(again.ok()) << text;
+    EXPECT_EQ(*again, *parsed) << text;
+  }
+}
+
 TEST(KvTransferParamsTest, AcceptsRemoteTpSizeAlias) {
   auto j = nlohmann::json::parse(R"({"do_remote_prefill": true, "remote_engine_id": "e",
       "remote_request_id": "r", "remote_block_ids": [1], "remote_host": "h", "remote_port": 1,
