@@ -1,0 +1,55 @@
+// ProxyServer: `kvferry proxy`, the router in front of prefill (P) and decode (D) instances
+// (DESIGN.md §6 and §8, docs/serving.md).
+//
+// For each POST /v1/completions or /v1/chat/completions it picks a P and a D round-robin, sends
+// P the prefill-only request (handoff.h), then D the client's request with P's
+// kv_transfer_params, and passes D's answer through — streamed as it arrives when the client
+// asked for a stream. One X-Request-Id (the client's, or a new one) goes to both legs.
+// An unreachable, silent or failing instance is answered with an OpenAI-style error naming it
+// (503 unreachable, 504 timed out, P's or D's own error status otherwise) within the configured
+// timeouts, never a hang. GET /health (and /healthcheck, as vLLM's proxy) answers 200;
+// GET /v1/models is forwarded to a D.
+//
+// Thread-safety: Start/Stop from one controlling thread; handlers run on the server's own pool.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kvferry/common/status.h"
+
+namespace kvferry::proxy {
+
+struct ProxyOptions {
+  std::string host = "127.0.0.1";
+  int port = 8192;  // 0: an ephemeral port, see ProxyServer::port()
+  std::vector<std::string> prefill_urls;
+  std::vector<std::string> decode_urls;
+  int64_t connect_timeout_ms = 2000;
+  int64_t prefill_timeout_ms = 120000;  // P's whole answer
+  int64_t decode_timeout_ms = 300000;   // D's first byte, and the longest gap between chunks
+  int num_http_threads = 64;
+};
+
+class ProxyServer {
+ public:
+  // InvalidArgument for a bad URL or an empty prefill or decode list.
+  static StatusOr<std::unique_ptr<ProxyServer>> Create(ProxyOptions options);
+  ~ProxyServer();
+  ProxyServer(const ProxyServer&) = delete;
+  ProxyServer& operator=(const ProxyServer&) = delete;
+
+  // Binds and serves on a background thread; Unavailable when the address cannot be bound.
+  Status Start();
+  int port() const;
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit ProxyServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvferry::proxy

@@ -1,0 +1,190 @@
+// ProxyServer in front of real OpenAiServers (with fake engines) and of misbehaving upstreams.
+#include "kvferry/proxy/proxy_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "kvferry/server/openai_server.h"
+#include "server/testing/fake_generation_service.h"
+
+namespace kvferry::proxy {
+namespace {
+
+using nlohmann::json;
+using server::testing::FakeGenerationService;
+
+struct Instance {
+  Instance() {
+    server::ServerOptions o;
+    o.port = 0;
+    server = std::make_unique<server::OpenAiServer>(o, &fake, &metrics);
+    EXPECT_TRUE(server->Start().ok());
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(server->port()); }
+  server::ServerMetrics metrics;
+  FakeGenerationService fake;
+  std::unique_ptr<server::OpenAiServer> server;
+};
+
+std::unique_ptr<ProxyServer> StartProxy(std::vector<std::string> p, std::vector<std::string> d,
+                                        int64_t timeout_ms = 5000) {
+  ProxyOptions o;
+  o.port = 0;
+  o.prefill_urls = std::move(p);
+  o.decode_urls = std::move(d);
+  o.connect_timeout_ms = 1000;
+  o.prefill_timeout_ms = timeout_ms;
+  o.decode_timeout_ms = timeout_ms;
+  auto proxy = ProxyServer::Create(o);
+  EXPECT_TRUE(proxy.ok()) << proxy.status();
+  EXPECT_TRUE((*proxy)->Start().ok());
+  return std::move(proxy).value();
+}
+
+// A free port nobody listens on (bound, not listened on, then released).
+int DeadPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(ProxyServerTest, HandsOffFromPrefillToDecodeRoundRobin) {
+  Instance p1, p2, d1;
+  auto proxy = StartProxy({p1.url(), p2.url()}, {d1.url()});
+  httplib::Client c("127.0.0.1", proxy->port());
+  for (int i = 0; i < 4; ++i) {
+    httplib::Headers h = {{"X-Request-Id", "req-" + std::to_string(i)}};
+    auto r = c.Post("/v1/completions", h, R"({"prompt":"abc","max_tokens":5})", "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], "bcabc");
+  }
+  ASSERT_EQ(p1.fake.submitted().size(), 2u);
+  ASSERT_EQ(p2.fake.submitted().size(), 2u);
+  const server::GenerateRequest p_leg = p1.fake.submitted()[0];
+  EXPECT_EQ(p_leg.params.max_tokens, 1);
+  ASSERT_TRUE(p_leg.kv_transfer_params.has_value());
+  EXPECT_TRUE(p_leg.kv_transfer_params->do_remote_decode);
+  ASSERT_EQ(d1.fake.submitted().size(), 4u);
+  const server::GenerateRequest d_leg = d1.fake.submitted()[0];
+  EXPECT_EQ(d_leg.params.max_tokens, 5);
+  ASSERT_TRUE(d_leg.kv_transfer_params.has_value());
+  EXPECT_TRUE(d_leg.kv_transfer_params->do_remote_prefill);
+  EXPECT_EQ(d_leg.kv_transfer_params->remote_engine_id, "fake-p");
+  // The same X-Request-Id on both legs: P's engine id names it, and P returned it to D.
+  EXPECT_EQ(p_leg.request_id.rfind("req-0#", 0), 0u) << p_leg.request_id;
+  EXPECT_EQ(d_leg.kv_transfer_params->remote_request_id, p_leg.request_id);
+}
+
+TEST(ProxyServerTest, StreamsDecodeOutputThrough) {
+  Instance p, d;
+  auto proxy = StartProxy({p.url()}, {d.url()});
+  httplib::Client c("127.0.0.1", proxy->port());
+  auto r = c.Post("/v1/chat/completions",
+                  R"({"messages":[{"role":"user","content":"x"}],"max_tokens":4,"stream":true})",
+                  "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_NE(r->get_header_value("Content-Type").find("text/event-stream"), std::string::npos);
+  EXPECT_NE(r->body.find("chat.completion.chunk"), std::string::npos);
+  EXPECT_TRUE(r->body.ends_with("data: [DONE]\n\n")) << r->body;
+  EXPECT_FALSE(p.fake.submitted()[0].kv_transfer_params->do_remote_prefill);
+}
+
+TEST(ProxyServerTest, UpstreamErrorsAreForwardedWithTheirStatus) {
+  Instance p, d;
+  auto proxy = StartProxy({p.url()}, {d.url()});
+  httplib::Client c("127.0.0.1", proxy->port());
+  auto bad = c.Post("/v1/completions", R"({"prompt":"FAIL"})", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["error"]["code"], 400);
+  auto not_json = c.Post("/v1/completions", "{", "application/json");
+  ASSERT_TRUE(not_json);
+  EXPECT_EQ(not_json->status, 400);
+}
+
+TEST(ProxyServerTest, UnreachablePrefillIsA503NamingIt) {
+  Instance d;
+  const std::string dead = "http://127.0.0.1:" + std::to_string(DeadPort());
+  auto proxy = StartProxy({dead}, {d.url()});
+  httplib::Client c("127.0.0.1", proxy->port());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = c.Post("/v1/completions", R"({"prompt":"abc"})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+  EXPECT_EQ(r->status, 503) << r->body;
+  EXPECT_NE(json::parse(r->body)["error"]["message"].get<std::string>().find(dead),
+            std::string::npos)
+      << r->body;
+}
+
+TEST(ProxyServerTest, SilentDecodeTimesOutWith504) {
+  Instance p;
+  httplib::Server silent;
+  silent.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));
+    res.set_content("{}", "application/json");
+  });
+  const int port = silent.bind_to_any_port("127.0.0.1");
+  std::thread t([&] { silent.listen_after_bind(); });
+  while (!silent.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto proxy = StartProxy({p.url()}, {"http://127.0.0.1:" + std::to_string(port)},
+                          /*timeout_ms=*/500);
+  httplib::Client c("127.0.0.1", proxy->port());
+  c.set_read_timeout(std::chrono::seconds(10));
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = c.Post("/v1/completions", R"({"prompt":"abc"})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2900));
+  EXPECT_EQ(r->status, 504) << r->body;
+  proxy->Stop();
+  silent.stop();
+  t.join();
+}
+
+TEST(ProxyServerTest, PrefillWithoutKvParamsIsAClearError) {
+  httplib::Server plain;  // answers like a colocated server: no kv_transfer_params
+  plain.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"choices":[{"text":"x"}],"kv_transfer_params":null})", "application/json");
+  });
+  const int port = plain.bind_to_any_port("127.0.0.1");
+  std::thread t([&] { plain.listen_after_bind(); });
+  while (!plain.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  Instance d;
+  auto proxy = StartProxy({"http://127.0.0.1:" + std::to_string(port)}, {d.url()});
+  httplib::Client c("127.0.0.1", proxy->port());
+  auto r = c.Post("/v1/completions", R"({"prompt":"abc"})", "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("--kv-transfer-config"), std::string::npos);
+  proxy->Stop();
+  plain.stop();
+  t.join();
+}
+
+TEST(ProxyServerTest, CreateRejectsBadConfigs) {
+  EXPECT_EQ(ProxyServer::Create({}).status().code(), StatusCode::kInvalidArgument);
+  ProxyOptions o;
+  o.prefill_urls = {"http://x:1"};
+  o.decode_urls = {"nonsense"};
+  EXPECT_EQ(ProxyServer::Create(o).status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvferry::proxy
