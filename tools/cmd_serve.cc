@@ -1,0 +1,184 @@
+// `kvferry serve`: an OpenAI-compatible server over one engine (docs/serving.md). The flags
+// follow `vllm serve` where a vLLM user would look for them.
+#include <signal.h>
+
+#include <cstdio>
+#include <ctime>
+#include <memory>
+#include <string>
+
+#include "kvferry/common/logging.h"
+#include "kvferry/connector/kv_transfer_config.h"
+#include "kvferry/engine/engine.h"
+#include "kvferry/kv/cache_spec.h"
+#include "kvferry/kv/dtype.h"
+#include "kvferry/server/engine_loop.h"
+#include "kvferry/server/openai_server.h"
+#include "tools/command_registry.h"
+
+namespace {
+
+struct ServeOptions {
+  std::string model = "tiny";
+  std::string served_model_name;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  int block_size = 16;
+  std::string attention_backend = "paged";
+  std::string kv_cache_layout = "NHD";
+  std::string kv_cache_dtype = "f32";
+  int num_kv_blocks = 0;
+  int kv_cache_memory_mb = 64;
+  int max_num_batched_tokens = 256;
+  int max_num_seqs = 64;
+  int max_model_len = 0;
+  int threads = 2;
+  long long seed = 0;
+  bool no_prefix_caching = false;
+  std::string kv_transfer_config;
+  int num_http_threads = 64;
+  int request_timeout_s = 600;
+  int shutdown_timeout_s = 10;
+};
+
+int Fail(const std::string& what, const kvferry::Status& s) {
+  std::fprintf(stderr, "kvferry serve: %s: %s\n", what.c_str(), s.ToString().c_str());
+  return 2;
+}
+
+int RunServe(const ServeOptions& o) {
+  using namespace kvferry;
+  server::EngineLoopOptions loop_opts;
+  engine::EngineConfig& c = loop_opts.engine;
+  c.model = o.model;
+  c.block_size = o.block_size;
+  c.attention_backend = o.attention_backend;
+  auto layout = kv::ParseLayout(o.kv_cache_layout);
+  if (!layout.ok()) return Fail("--kv-cache-layout", layout.status());
+  c.kv_cache_layout = *layout;
+  auto dtype = kv::ParseDType(o.kv_cache_dtype);
+  if (!dtype.ok()) return Fail("--kv-cache-dtype", dtype.status());
+  c.kv_cache_dtype = *dtype;
+  c.num_kv_blocks = o.num_kv_blocks;
+  c.kv_cache_memory_bytes = static_cast<int64_t>(o.kv_cache_memory_mb) << 20;
+  c.max_num_batched_tokens = o.max_num_batched_tokens;
+  c.max_num_seqs = o.max_num_seqs;
+  c.max_model_len = o.max_model_len;
+  c.num_threads = o.threads;
+  c.enable_prefix_caching = !o.no_prefix_caching;
+  c.seed = static_cast<uint64_t>(o.seed);
+  if (!o.kv_transfer_config.empty()) {
+    auto kv = connector::ParseKvTransferConfig(o.kv_transfer_config);
+    if (!kv.ok()) return Fail("--kv-transfer-config", kv.status());
+    loop_opts.kv_transfer = *kv;
+  }
+
+  // SIGINT/SIGTERM are taken synchronously by this thread; block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  server::ServerMetrics metrics;
+  auto loop = server::EngineLoop::Start(loop_opts, &metrics);
+  if (!loop.ok()) return Fail("engine", loop.status());
+
+  server::ServerOptions sopts;
+  sopts.host = o.host;
+  sopts.port = o.port;
+  sopts.served_model_name = o.served_model_name.empty() ? o.model : o.served_model_name;
+  sopts.num_http_threads = o.num_http_threads;
+  sopts.request_timeout_ms = static_cast<int64_t>(o.request_timeout_s) * 1000;
+  server::OpenAiServer http(sopts, loop->get(), &metrics);
+  Status started = http.Start();
+  if (!started.ok()) return Fail("http", started);
+  std::string role = "colocated";
+  if (loop_opts.kv_transfer) {
+    role = std::string(connector::KvRoleName(loop_opts.kv_transfer->kv_role)) + ", engine_id " +
+           (*loop)->engine_id() + ", side channel " + loop_opts.kv_transfer->side_channel_host +
+           ":" + std::to_string((*loop)->side_channel_port());
+  }
+  KVF_LOG_INFO("kvferry serve: http://{}:{} model {} ({}), max_model_len {}", o.host, http.port(),
+               sopts.served_model_name, role, (*loop)->max_model_len());
+
+  int sig = 0;
+  while (sig <= 0) {
+    timespec tick{1, 0};
+    sig = sigtimedwait(&signals, nullptr, &tick);
+    if (!(*loop)->healthy()) {
+      KVF_LOG_ERROR("engine loop stopped; exiting");
+      break;
+    }
+  }
+  KVF_LOG_INFO("kvferry serve: {}, draining (up to {} s)", sig > 0 ? strsignal(sig) : "engine down",
+               o.shutdown_timeout_s);
+  http.BeginDrain();
+  (*loop)->Stop(static_cast<int64_t>(o.shutdown_timeout_s) * 1000);
+  http.Stop();
+  KVF_LOG_INFO("kvferry serve: stopped");
+  return 0;
+}
+
+void AddServe(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  auto* sub = app.add_subcommand(
+      "serve", "Serve a model over an OpenAI-compatible HTTP API (docs/serving.md)");
+  sub->add_option("--model", o->model,
+                  "Built-in model (tiny, small) or checkpoint path; also the served model name")
+      ->capture_default_str();
+  sub->add_option("--served-model-name", o->served_model_name,
+                  "Model name clients send and /v1/models reports (default: --model)");
+  sub->add_option("--host", o->host, "Address to listen on")->capture_default_str();
+  sub->add_option("--port", o->port, "HTTP port (0: any free port)")->capture_default_str();
+  sub->add_option("--block-size", o->block_size,
+                  "Logical KV block size in tokens (scheduler, prefix cache, kv_transfer_params); "
+                  "the kernel block size is chosen by the attention backend")
+      ->capture_default_str();
+  sub->add_option("--attention-backend", o->attention_backend,
+                  "flash (kernel blocks 16/32/64: --block-size 128 gives kernel 64) or paged "
+                  "(any multiple of 16)")
+      ->capture_default_str();
+  sub->add_option("--kv-cache-layout", o->kv_cache_layout,
+                  "KV tensor layout: NHD ([block][token][head][dim]) or HND")
+      ->capture_default_str();
+  sub->add_option("--kv-cache-dtype", o->kv_cache_dtype, "KV storage dtype: f32, f16, bf16")
+      ->capture_default_str();
+  sub->add_option("--num-kv-blocks", o->num_kv_blocks,
+                  "Logical KV blocks to allocate (0: from --kv-cache-memory-mb)")
+      ->capture_default_str();
+  sub->add_option("--kv-cache-memory-mb", o->kv_cache_memory_mb,
+                  "KV cache budget in MiB when --num-kv-blocks is 0")
+      ->capture_default_str();
+  sub->add_option("--max-num-batched-tokens", o->max_num_batched_tokens,
+                  "Token budget of one engine step (longer prefills are chunked)")
+      ->capture_default_str();
+  sub->add_option("--max-num-seqs", o->max_num_seqs, "Running requests at most")
+      ->capture_default_str();
+  sub->add_option("--max-model-len", o->max_model_len,
+                  "Longest sequence, prompt + output (0: the model's maximum)")
+      ->capture_default_str();
+  sub->add_option("--threads", o->threads, "Kernel threads (outputs do not depend on it)")
+      ->capture_default_str();
+  sub->add_option("--seed", o->seed, "Engine seed for requests without their own")
+      ->capture_default_str();
+  sub->add_flag("--no-enable-prefix-caching", o->no_prefix_caching, "Disable the prefix cache");
+  sub->add_option("--kv-transfer-config", o->kv_transfer_config,
+                  "JSON enabling P/D transfer, vLLM's fields: kv_connector (FerryConnector), "
+                  "kv_role (kv_producer|kv_consumer|kv_both), kv_buffer_device (cpu: host "
+                  "buffer), engine_id, kv_load_failure_policy (recompute|fail), "
+                  "kv_connector_extra_config {side_channel_host, side_channel_port, lease_ms, "
+                  "handshake_timeout_ms, transfer_timeout_ms, backend (ucx|loopback)}");
+  sub->add_option("--num-http-threads", o->num_http_threads, "Concurrent HTTP connections")
+      ->capture_default_str();
+  sub->add_option("--request-timeout", o->request_timeout_s, "A request's whole life, seconds")
+      ->capture_default_str();
+  sub->add_option("--shutdown-timeout", o->shutdown_timeout_s,
+                  "On SIGTERM/SIGINT, seconds to let running requests finish before aborting")
+      ->capture_default_str();
+  sub->callback([o] { throw CLI::RuntimeError(RunServe(*o)); });
+}
+KVF_REGISTER_COMMAND(AddServe);
+
+}  // namespace
