@@ -118,31 +118,70 @@ Status FerryConnectorImpl::Register(kv::KvCache* cache, int32_t block_size_logic
   return Status::Ok();
 }
 
-std::string FerryConnectorImpl::HandleSideChannel(std::string_view request) const {
+bool FerryConnectorImpl::TokenMatches(const std::string& presented) const {
+  const std::string& want = config_.auth_token;
+  if (want.empty()) return true;
+  // Constant-time comparison: the token's bytes are not revealed by timing.
+  unsigned char diff = want.size() == presented.size() ? 0 : 1;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff |= static_cast<unsigned char>(want[i] ^ (i < presented.size() ? presented[i] : 0));
+  }
+  return diff == 0;
+}
+
+std::string FerryConnectorImpl::HandleSideChannel(std::string_view request) {
   StatusOr<HandshakeRequest> req = DecodeHandshakeRequest(request);
   if (!req.ok()) {
+    if (StatusOr<ReleaseRequest> rel = DecodeReleaseRequest(request); rel.ok()) {
+      if (!TokenMatches(rel->auth_token)) return EncodeHandshakeError("bad auth token");
+      MutexLock lock(&released_mu_);
+      released_.push_back(std::move(rel->request_id));
+      return EncodeOk();
+    }
     KVF_LOG_WARN("connector {}: rejected side-channel message: {}", engine_id_,
                  req.status().ToString());
     return EncodeHandshakeError(fmt::format("malformed request: {}", req.status().message()));
   }
-  if (!config_.auth_token.empty()) {
-    // Constant-time comparison: the token's bytes are not revealed by timing.
-    const std::string& want = config_.auth_token;
-    unsigned char diff = want.size() == req->auth_token.size() ? 0 : 1;
-    for (size_t i = 0; i < want.size(); ++i) {
-      diff |= static_cast<unsigned char>(want[i] ^
-                                         (i < req->auth_token.size() ? req->auth_token[i] : 0));
-    }
-    if (diff != 0) {
-      KVF_LOG_WARN("connector {}: side-channel request with a bad auth token", engine_id_);
-      return EncodeHandshakeError("bad auth token");
-    }
+  if (!TokenMatches(req->auth_token)) {
+    KVF_LOG_WARN("connector {}: side-channel request with a bad auth token", engine_id_);
+    return EncodeHandshakeError("bad auth token");
   }
   if (req->tp_rank != options_.tp_rank) {
     return EncodeHandshakeError(
         fmt::format("no TP rank {} here (this is rank {})", req->tp_rank, options_.tp_rank));
   }
   return handshake_reply_;
+}
+
+void FerryConnectorImpl::ReleaseRemoteAsync(const KvTransferParams& remote) {
+  auto job = std::make_unique<ReleaseJob>();
+  ReleaseJob* raw = job.get();
+  job->thread = std::thread(
+      [this, raw, host = remote.remote_host, port = remote.remote_port,
+       request = EncodeReleaseRequest(remote.remote_request_id, config_.auth_token),
+       id = remote.remote_request_id, deadline = Deadline::AfterMs(config_.handshake_timeout_ms)] {
+        StatusOr<std::string> reply = FetchOverSideChannel(host, port, request, deadline);
+        Status st = reply.ok() ? DecodeOkReply(*reply) : reply.status();
+        if (st.ok()) {
+          UpdateStats([](ConnectorStats& s) { ++s.notifications_sent; });
+        } else {
+          KVF_LOG_WARN("connector {}: release of {} at {}:{} failed ({}); P frees at lease end",
+                       engine_id_, id, host, port, st.ToString());
+        }
+        raw->done.store(true);
+      });
+  release_jobs_.push_back(std::move(job));
+}
+
+void FerryConnectorImpl::ReapReleaseJobs(bool all) {
+  for (auto it = release_jobs_.begin(); it != release_jobs_.end();) {
+    if (all || (*it)->done.load()) {
+      if ((*it)->thread.joinable()) (*it)->thread.join();
+      it = release_jobs_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -181,6 +220,17 @@ void FerryConnectorImpl::StagePendingSaves(const std::string* only_request) {
 
 void FerryConnectorImpl::CollectProducerFinished() {
   if (leases_ == nullptr) return;
+  std::vector<std::string> released;
+  {
+    MutexLock lock(&released_mu_);
+    released.swap(released_);
+  }
+  for (std::string& id : released) {
+    if (leases_->End(id).ok()) {
+      pending_out_.finished_sending.push_back(std::move(id));
+      UpdateStats([](ConnectorStats& s) { ++s.leases_released_by_notification; });
+    }
+  }
   for (transfer::Notification& n : agent_->GetNotifications()) {
     Status st = leases_->End(n.message);
     if (st.ok()) {
@@ -208,6 +258,7 @@ void FerryConnectorImpl::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
   if (server_ != nullptr) server_->Stop();
+  ReapReleaseJobs(/*all=*/true);
   for (auto& [engine, peer] : peers_) {
     if (peer.job != nullptr && peer.job->thread.joinable()) peer.job->thread.join();
   }
@@ -292,16 +343,11 @@ FinishResult SchedulerHalf::RequestFinished(const RequestView& request,
     }
     auto pending = std::find_if(c_->pending_loads_.begin(), c_->pending_loads_.end(),
                                 [&](const LoadSpec& l) { return l.request_id == id; });
-    if (pending != c_->pending_loads_.end()) {
-      // Not handed to the worker yet: turn it into a notification so P frees early.
-      pending->local_block_ids.clear();
-      pending->num_external_tokens = 0;
-    } else if (!issued) {
-      // Finished before it was ever scheduled: tell P to free its blocks now, not at lease end.
-      LoadSpec spec;
-      spec.request_id = id;
-      spec.remote = *p;
-      c_->pending_loads_.push_back(std::move(spec));
+    if (pending != c_->pending_loads_.end() || !issued) {
+      // Finished before its pull started: tell P to free its blocks now, not at lease end, over
+      // the side channel in the background (the engine may not step again for a while).
+      if (pending != c_->pending_loads_.end()) c_->pending_loads_.erase(pending);
+      c_->ReleaseRemoteAsync(*p);
     }
     return {};
   }
@@ -368,6 +414,7 @@ void WorkerHalf::StartLoadKv() { c_->StartLoads(); }
 void WorkerHalf::AfterForward() { c_->StagePendingSaves(nullptr); }
 
 ConnectorOutput WorkerHalf::GetFinished() {
+  c_->ReapReleaseJobs(/*all=*/false);
   c_->StartLoads();
   c_->PollLoads();
   c_->CollectProducerFinished();

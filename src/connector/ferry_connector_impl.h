@@ -13,6 +13,7 @@
 // their HandshakeJob under its mutex) and Stats() (any thread; stats_mu_).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -134,7 +135,11 @@ class FerryConnectorImpl : public FerryConnector {
 
   // --- ferry_connector.cc ---
   Status Register(kv::KvCache* cache, int32_t block_size_logical);
-  std::string HandleSideChannel(std::string_view request) const;
+  std::string HandleSideChannel(std::string_view request);  // server thread
+  bool TokenMatches(const std::string& presented) const;
+  // D: tells P over the side channel, in the background, that a request will not be pulled.
+  void ReleaseRemoteAsync(const KvTransferParams& remote);
+  void ReapReleaseJobs(bool all);
   void StagePendingSaves(const std::string* only_request);
   void CollectProducerFinished();
   void Shutdown();
@@ -203,6 +208,15 @@ class FerryConnectorImpl : public FerryConnector {
   std::map<std::string, RecvState> recvs_;  // by local request id
   std::set<std::string> aborted_loads_;     // D: finished while their pull was in flight
   ConnectorOutput pending_out_;             // drained by GetFinished
+  struct ReleaseJob {
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  std::vector<std::unique_ptr<ReleaseJob>> release_jobs_;
+
+  // P: request ids D released over the side channel (server thread -> engine thread).
+  Mutex released_mu_;
+  std::vector<std::string> released_ GUARDED_BY(released_mu_);
 
   mutable Mutex stats_mu_;
   ConnectorStats stats_ GUARDED_BY(stats_mu_);

@@ -307,6 +307,43 @@ StatusOr<HandshakeRequest> DecodeHandshakeRequest(std::string_view bytes) {
   return HandshakeRequest{static_cast<int32_t>(a->ptr[3].via.u64), std::string(AsStr(a->ptr[4]))};
 }
 
+std::string EncodeReleaseRequest(std::string_view request_id, std::string_view auth_token) {
+  msgpack::sbuffer buf;
+  Packer pk(buf);
+  PackEnvelopeHead(pk, 5, "release");
+  PackStr(pk, request_id);
+  PackStr(pk, auth_token);
+  return std::string(buf.data(), buf.size());
+}
+
+StatusOr<ReleaseRequest> DecodeReleaseRequest(std::string_view bytes) {
+  KVF_ASSIGN_OR_RETURN(msgpack::object_handle oh, Unpack(bytes, "release request"));
+  KVF_ASSIGN_OR_RETURN(const msgpack::object_array* a, Envelope(oh.get(), "release request"));
+  if (AsStr(a->ptr[2]) != "release" || a->size != 5 || !IsStr(a->ptr[3]) || !IsStr(a->ptr[4])) {
+    return InvalidArgumentError(
+        "release request: expected [magic, version, \"release\", request_id, auth_token]");
+  }
+  return ReleaseRequest{std::string(AsStr(a->ptr[3])), std::string(AsStr(a->ptr[4]))};
+}
+
+std::string EncodeOk() {
+  msgpack::sbuffer buf;
+  Packer pk(buf);
+  PackEnvelopeHead(pk, 3, "ok");
+  return std::string(buf.data(), buf.size());
+}
+
+Status DecodeOkReply(std::string_view bytes) {
+  KVF_ASSIGN_OR_RETURN(msgpack::object_handle oh, Unpack(bytes, "reply"));
+  KVF_ASSIGN_OR_RETURN(const msgpack::object_array* a, Envelope(oh.get(), "reply"));
+  std::string_view kind = AsStr(a->ptr[2]);
+  if (kind == "ok" && a->size == 3) return Status::Ok();
+  if (kind == "error" && a->size == 4 && IsStr(a->ptr[3])) {
+    return UnavailableError(fmt::format("peer refused: {}", AsStr(a->ptr[3])));
+  }
+  return InvalidArgumentError("reply: expected [magic, version, \"ok\"]");
+}
+
 std::string EncodeHandshakeReply(std::string_view compat_hash, const HandshakeMetadata& meta) {
   msgpack::sbuffer buf;
   Packer pk(buf);

@@ -5,8 +5,10 @@
 // incompatible model. All messages are msgpack arrays:
 //
 //   request : ["kvferry.hs", version, "get_meta", tp_rank, auth_token]
+//             ["kvferry.hs", version, "release", request_id, auth_token]   (D: free my lease)
 //   reply   : ["kvferry.hs", version, "meta", compat_hash, body]      body = msgpack bin
 //             ["kvferry.hs", version, "error", message]
+//             ["kvferry.hs", version, "ok"]                               (to "release")
 //   body    : msgpack map, string keys (unknown keys ignored, missing required ones rejected):
 //             engine_id, tp_rank, tp_size, block_size_logical, block_size_kernel, layout,
 //             dtype, kind, num_layers, num_kv_heads, head_dim, num_blocks_kernel, host_buffer,
@@ -77,6 +79,18 @@ struct HandshakeRequest {
   std::string auth_token;
 };
 StatusOr<HandshakeRequest> DecodeHandshakeRequest(std::string_view bytes);
+
+// "release": D tells P over the side channel that it will not read a request's blocks (used when
+// D drops a request before its pull, so P need not wait for the lease to run out).
+std::string EncodeReleaseRequest(std::string_view request_id, std::string_view auth_token);
+struct ReleaseRequest {
+  std::string request_id;
+  std::string auth_token;
+};
+StatusOr<ReleaseRequest> DecodeReleaseRequest(std::string_view bytes);
+std::string EncodeOk();
+// OK for "ok"; the peer's error (Unavailable) for "error"; InvalidArgument otherwise.
+Status DecodeOkReply(std::string_view bytes);
 
 std::string EncodeHandshakeReply(std::string_view compat_hash, const HandshakeMetadata& meta);
 std::string EncodeHandshakeError(std::string_view message);

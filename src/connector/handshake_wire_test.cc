@@ -49,6 +49,22 @@ TEST(HandshakeWireTest, RequestRoundTrips) {
   EXPECT_EQ(r->auth_token, "tok");
 }
 
+TEST(HandshakeWireTest, ReleaseRoundTripsAndIsNotAGetMeta) {
+  std::string bytes = EncodeReleaseRequest("req-9", "tok");
+  auto r = DecodeReleaseRequest(bytes);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->request_id, "req-9");
+  EXPECT_EQ(r->auth_token, "tok");
+  EXPECT_FALSE(DecodeHandshakeRequest(bytes).ok());
+  EXPECT_FALSE(DecodeReleaseRequest(EncodeHandshakeRequest(0, "tok")).ok());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_FALSE(DecodeReleaseRequest(std::string_view(bytes.data(), n)).ok());
+  }
+  EXPECT_TRUE(DecodeOkReply(EncodeOk()).ok());
+  EXPECT_EQ(DecodeOkReply(EncodeHandshakeError("no")).code(), StatusCode::kUnavailable);
+  EXPECT_EQ(DecodeOkReply("junk").code(), StatusCode::kInvalidArgument);
+}
+
 TEST(HandshakeWireTest, CompatibilityHashCoversModelShapeNotBlockSizes) {
   kv::CacheSpec a = SampleSpec();
   std::string h = CompatibilityHash("tiny", a);

@@ -135,6 +135,42 @@ TEST_F(PdEngineTest, DPrefixHitPullsOnlyTheTail) {
   ExpectPoolClean(*d->engine, "D");
 }
 
+TEST_F(PdEngineTest, AbortWhileWaitingForRemoteKv) {
+  // D aborts a request whose pull is in flight: its blocks stay allocated until the pull has
+  // stopped, P is still notified and frees, and both pools end clean.
+  auto p = MakeInstance("P", {128, "flash", Layout::kNHD, false}, Config());
+  auto d = MakeInstance("D", {64, "paged", Layout::kNHD, false}, Config());
+  ASSERT_TRUE(p && d);
+  auto params = Prefill(*p, "a", prompts_[1]);
+  ASSERT_TRUE(params.has_value());
+  ASSERT_TRUE(d->engine->AddRequest("a", prompts_[1], Greedy(4), *params).ok());
+  d->engine->Step();  // admitted, waiting for remote KV, handshake in the background
+  EXPECT_EQ(d->engine->stats().num_waiting_for_remote_kv, 1);
+  ASSERT_TRUE(d->engine->Abort("a").ok());
+  auto all = RunAll({d->engine.get(), p->engine.get()}, 10000);
+  EXPECT_TRUE(all["a"].finished);
+  EXPECT_EQ(all["a"].reason, engine::FinishReason::kAbort);
+  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, 1u);
+  ExpectPoolClean(*p->engine, "P");
+  ExpectPoolClean(*d->engine, "D");
+}
+
+TEST_F(PdEngineTest, AbortBeforeScheduleNotifiesP) {
+  // A D request aborted before it was ever scheduled still tells P to free (no lease wait).
+  auto p = MakeInstance("P", {64, "paged", Layout::kHND, true}, Config());
+  auto d = MakeInstance("D", {64, "paged", Layout::kHND, true}, Config());
+  ASSERT_TRUE(p && d);
+  auto params = Prefill(*p, "b", prompts_[1]);
+  ASSERT_TRUE(params.has_value());
+  ASSERT_TRUE(d->engine->AddRequest("b", prompts_[1], Greedy(4), *params).ok());
+  ASSERT_TRUE(d->engine->Abort("b").ok());
+  RunAll({d->engine.get(), p->engine.get()}, 10000);
+  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, 1u);
+  EXPECT_EQ(d->connector->Stats().transfers, 0u);
+  ExpectPoolClean(*p->engine, "P");
+  ExpectPoolClean(*d->engine, "D");
+}
+
 // ---- failures: one named test per kind; D recomputes and still matches colocated ----
 
 struct FailureRun {
