@@ -220,6 +220,16 @@ TEST(EngineTest, AbortFinishesOnceAndFreesBlocks) {
   EXPECT_EQ(out["a"].finished_count, 1);
   EXPECT_EQ(out["b"].reason, FinishReason::kLength);
   ExpectPoolClean(*e);
+  // Aborting the only request still reports it: HasWork() stays true until the next Step().
+  ASSERT_TRUE(e->AddRequest("c", e->tokenizer().Encode("only"), Greedy(50)).ok());
+  e->Step();
+  ASSERT_TRUE(e->Abort("c").ok());
+  EXPECT_TRUE(e->HasWork());
+  auto last = e->Step();
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].finish_reason, FinishReason::kAbort);
+  EXPECT_FALSE(e->HasWork());
+  ExpectPoolClean(*e);
 }
 
 TEST(EngineTest, StopsOnStopToken) {

@@ -81,7 +81,8 @@ class Scheduler {
   // Outputs gathered since the last call, in the order requests first appeared.
   std::vector<RequestOutput> TakeOutputs();
 
-  bool HasWork() const { return !requests_.empty() || !held_.empty(); }
+  // Also true while outputs wait to be taken (e.g. an abort reported by the next Step()).
+  bool HasWork() const { return !requests_.empty() || !held_.empty() || !outputs_.empty(); }
   bool HasComputableWork() const;
   EngineStats Stats() const;
   const kv::BlockPool& pool() const { return pool_; }

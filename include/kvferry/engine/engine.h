@@ -138,7 +138,8 @@ class Engine {
   // NotFound when no live request has that id.
   Status Abort(std::string_view request_id);
 
-  // True while a request is unfinished or blocks are held for a remote reader (call Step()).
+  // True while a request is unfinished, an output (e.g. an abort) is not yet reported, or blocks
+  // are held for a remote reader: keep calling Step().
   bool HasWork() const;
   // True while some request can compute (not only waiting for transfers); when HasWork() but not
   // this, the caller should sleep briefly between Step()s.
