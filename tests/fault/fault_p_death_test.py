@@ -1,0 +1,186 @@
+"""P dies or hangs around a pull; the proxy faces a dead or hung P (docs/reliability.md).
+
+Both instances use UCX over tcp (UCX_TLS=tcp), where P's worker must progress for D's READ to
+complete, so a stopped P really stalls the pull. Every case checks the answer's exactness
+against a colocated reference instance and a stated time bound.
+"""
+import argparse
+import signal
+import threading
+import time
+
+from kvf_harness import (Node, check, decode_body, is_openai_error, kv_config, measure, prefill,
+                         run_cases, text_of, wait_until)
+
+HANDSHAKE_S = 2.0
+TRANSFER_S = 3.0
+SLACK_S = 5.0  # process scheduling on a loaded 2-core CI machine
+ENV = {"UCX_TLS": "tcp"}
+PROMPT = "The quick brown fox jumps over the lazy dog; " * 3
+BODY = {"prompt": PROMPT, "max_tokens": 12, "temperature": 0}
+
+args = None
+_reference = {}
+
+
+def reference(body):
+    key = body["prompt"]
+    if key not in _reference:
+        ref = Node(args.node, "serve", name="ref")
+        status, resp, _ = ref.post(body)
+        check(status == 200, f"reference answered {status}: {resp}")
+        _reference[key] = text_of(resp)
+        ref.stop()
+    return _reference[key]
+
+
+def start_p(**extra):
+    cfg = dict(lease_ms=30000)
+    cfg.update(extra)
+    return Node(args.node, "serve", ["--kv-transfer-config", kv_config("p0", **cfg)], env=ENV,
+                name="P")
+
+
+def start_d(policy="recompute"):
+    cfg = kv_config("d0", handshake_timeout_ms=int(HANDSHAKE_S * 1000),
+                    transfer_timeout_ms=int(TRANSFER_S * 1000), kv_load_failure_policy=policy)
+    return Node(args.node, "serve", ["--kv-transfer-config", cfg], env=ENV, name="D")
+
+
+def failures(d, kind):
+    return d.gauge(f'kvferry:kv_transfer_failures_total{{kind="{kind}"}}')
+
+
+def eventually(pred, what, timeout=5):
+    """Metrics are published by the engine thread after its step: poll briefly."""
+    check(wait_until(pred, timeout) is not None, what)
+
+
+def warm_up(p, d):
+    """One good P->D hand-off, so D has P's metadata (the next pull skips the handshake)."""
+    body = {"prompt": "warm up " * 4, "max_tokens": 2, "temperature": 0}
+    status, resp, _ = d.post(decode_body(body, prefill(p, body)))
+    check(status == 200, f"warm-up answered {status}: {resp}")
+    eventually(lambda: d.gauge("kvferry:kv_transfers_total") == 1, "warm-up did not pull")
+
+
+def check_d_recovered(d):
+    check(wait_until(lambda: d.blocks_in_use() == 0, 5) is not None, "D's blocks not released")
+    status, resp, _ = d.post(BODY)
+    check(status == 200 and text_of(resp) == reference(BODY), f"D unusable after fault: {resp}")
+
+
+def case_p_killed_before_handshake():
+    want = reference(BODY)
+    p, d = start_p(), start_d()
+    params = prefill(p, BODY)
+    p.kill()
+    status, resp, secs = d.post(decode_body(BODY, params))
+    check(status == 200, f"D answered {status}: {resp}")
+    check(text_of(resp) == want, f"recomputed text {text_of(resp)!r} != {want!r}")
+    eventually(lambda: failures(d, "handshake") == 1, "no handshake failure counted")
+    measure("p_killed_before_handshake.recompute", secs, HANDSHAKE_S + SLACK_S)
+    check_d_recovered(d)
+
+
+def case_p_killed_before_handshake_policy_fail():
+    p, d = start_p(), start_d(policy="fail")
+    params = prefill(p, BODY)
+    p.kill()
+    status, resp, secs = d.post(decode_body(BODY, params))
+    check(status is not None and status >= 400, f"policy fail answered {status}: {resp}")
+    check(is_openai_error(resp), f"not an OpenAI error body: {resp}")
+    measure("p_killed_before_handshake.fail_policy", secs, HANDSHAKE_S + SLACK_S)
+    check_d_recovered(d)
+
+
+def case_p_hung_during_pull():
+    want = reference(BODY)
+    p, d = start_p(), start_d()
+    warm_up(p, d)
+    params = prefill(p, BODY)
+    p.signal(signal.SIGSTOP)
+    status, resp, secs = d.post(decode_body(BODY, params))
+    p.signal(signal.SIGCONT)
+    check(status == 200 and text_of(resp) == want, f"D answered {status}: {resp}")
+    eventually(lambda: failures(d, "deadline") == 1, "no deadline failure counted")
+    measure("p_hung_during_pull.deadline", secs, TRANSFER_S + HANDSHAKE_S + SLACK_S)
+    check_d_recovered(d)
+    # P is back: a new hand-off pulls again.
+    before = d.gauge("kvferry:kv_transfers_total")
+    body = {"prompt": "after the stall " * 3, "max_tokens": 4, "temperature": 0}
+    status, resp, _ = d.post(decode_body(body, prefill(p, body)))
+    check(status == 200 and text_of(resp) == reference(body), f"after SIGCONT: {resp}")
+    eventually(lambda: d.gauge("kvferry:kv_transfers_total") == before + 1,
+               "no pull after recovery")
+
+
+def case_p_killed_during_pull():
+    want = reference(BODY)
+    p, d = start_p(), start_d()
+    warm_up(p, d)
+    params = prefill(p, BODY)
+    p.signal(signal.SIGSTOP)  # the READ hangs on P's side
+    result = {}
+
+    def go():
+        result["r"] = d.post(decode_body(BODY, params))
+        result["t"] = time.monotonic()
+
+    t = threading.Thread(target=go)
+    t.start()
+    time.sleep(0.5)
+    killed_at = time.monotonic()
+    p.kill()
+    t.join(60)
+    check(not t.is_alive(), "D never answered")
+    status, resp, _ = result["r"]
+    check(status == 200 and text_of(resp) == want, f"D answered {status}: {resp}")
+    measure("p_killed_during_pull.after_kill", result["t"] - killed_at, TRANSFER_S + SLACK_S)
+    check_d_recovered(d)
+
+
+def case_proxy_p_dead_or_hung():
+    p, d = start_p(), start_d()
+    proxy = Node(args.node, "proxy", ["--prefill", p.url, "--decode", d.url,
+                                      "--prefill-timeout-ms", "3000"], name="proxy")
+    status, resp, _ = proxy.post(BODY)
+    check(status == 200 and text_of(resp) == reference(BODY), f"proxy baseline: {resp}")
+    # P hung: the proxy's prefill timeout answers.
+    p.signal(signal.SIGSTOP)
+    status, resp, secs = proxy.post(BODY)
+    check(status is not None and 500 <= status < 600 and is_openai_error(resp),
+          f"hung P: proxy answered {status}: {resp}")
+    measure("proxy_p_hung.error", secs, 3.0 + SLACK_S)
+    # P dies while the proxy waits for it.
+    result = {}
+    t = threading.Thread(target=lambda: result.update(r=proxy.post(BODY)))
+    t.start()
+    time.sleep(0.3)
+    killed_at = time.monotonic()
+    p.kill()
+    t.join(30)
+    check(not t.is_alive(), "proxy never answered")
+    status, resp, _ = result["r"]
+    check(status is not None and 500 <= status < 600 and is_openai_error(resp),
+          f"P died mid-request: proxy answered {status}: {resp}")
+    measure("proxy_p_killed_mid_request.error", time.monotonic() - killed_at, 3.0 + SLACK_S)
+    # P gone: connection refused.
+    status, resp, secs = proxy.post(BODY)
+    check(status is not None and 500 <= status < 600 and is_openai_error(resp),
+          f"dead P: proxy answered {status}: {resp}")
+    measure("proxy_p_dead.error", secs, 2.0 + SLACK_S)
+    check(d.blocks_in_use() == 0, "D holds blocks")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--node", required=True)
+    args = ap.parse_args()
+    run_cases([
+        ("p_killed_before_handshake", case_p_killed_before_handshake),
+        ("p_killed_before_handshake_policy_fail", case_p_killed_before_handshake_policy_fail),
+        ("p_hung_during_pull", case_p_hung_during_pull),
+        ("p_killed_during_pull", case_p_killed_during_pull),
+        ("proxy_p_dead_or_hung", case_proxy_p_dead_or_hung),
+    ])
