@@ -110,6 +110,17 @@ TEST_F(PdEngineTest, GeometryMatrixSample) {
   }
 }
 
+TEST_F(PdEngineTest, ChunkedPrefillHostBufferStagesEveryChunk) {
+  // vLLM #30358: with a host buffer only the first chunk of a chunked prefill was staged. Here
+  // P prefills 600 tokens in chunks of 48 (not a multiple of any block size) into its host
+  // buffer: logical 128 on flash (kernel 64, R = 2), then logical 32 (kernel 32).
+  InstanceSpec ps{128, "flash", Layout::kHND, true};
+  ps.max_num_batched_tokens = 48;
+  RunPair({ps, {64, "paged", Layout::kNHD, true}}, prompts_, reference_, Greedy(4));
+  ps.block_size = 32;
+  RunPair({ps, {256, "flash", Layout::kHND, false}}, prompts_, reference_, Greedy(4));
+}
+
 TEST_F(PdEngineTest, DPrefixHitPullsOnlyTheTail) {
   // D already has the first blocks of the prompt in its prefix cache: only the tail is pulled.
   auto p = MakeInstance("P", {64, "paged", Layout::kNHD, false}, Config());

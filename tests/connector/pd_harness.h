@@ -25,7 +25,8 @@ struct InstanceSpec {
   std::string backend = "paged";
   kv::Layout layout = kv::Layout::kNHD;
   bool host_buffer = false;
-  int32_t num_kv_blocks = 0;  // 0: room for 2048 tokens plus a few blocks
+  int32_t num_kv_blocks = 0;             // 0: room for 2048 tokens plus a few blocks
+  int32_t max_num_batched_tokens = 512;  // P: a 600-token prompt prefills in 2 chunks
 };
 
 inline std::string Describe(const InstanceSpec& s) {
@@ -78,7 +79,7 @@ inline engine::EngineConfig BaseEngineConfig(const InstanceSpec& s) {
   ec.attention_backend = s.backend;
   ec.kv_cache_layout = s.layout;
   ec.num_kv_blocks = s.num_kv_blocks > 0 ? s.num_kv_blocks : 2048 / s.block_size + 8;
-  ec.max_num_batched_tokens = 512;
+  ec.max_num_batched_tokens = s.max_num_batched_tokens;
   ec.num_threads = 1;
   return ec;
 }
