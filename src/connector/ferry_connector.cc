@@ -273,6 +273,9 @@ void FerryConnectorImpl::Shutdown() {
   for (auto& [id, r] : recvs_) ReleaseScratch(r);
   recvs_.clear();
   peers_.clear();
+  // The agent goes before the memory it registered (cache, host buffer, generation table):
+  // its progress thread must not serve a peer's read from freed memory.
+  agent_.reset();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -326,7 +329,7 @@ FinishResult SchedulerHalf::RequestFinished(const RequestView& request,
                                             std::span<const kv::LogicalBlockId> block_ids) {
   const KvTransferParams* p = request.kv_transfer_params;
   const std::string& id = request.request_id;
-  if (p == nullptr) return {};
+  if (p == nullptr || c_->shut_down_) return {};
   if (p->do_remote_prefill && c_->config_.kv_role != KvRole::kProducer) {
     const bool issued = c_->loads_issued_.erase(id) != 0;
     // The worker's own state says whether a pull may still write into the blocks (the engine
@@ -402,6 +405,7 @@ void SchedulerHalf::UpdateConnectorOutput(const ConnectorOutput& output) {
 // Worker half: thin adapters.
 
 Status WorkerHalf::RegisterKvCache(kv::KvCache* cache, int32_t block_size_logical) {
+  if (c_->shut_down_) return FailedPreconditionError("connector is shut down");
   return c_->Register(cache, block_size_logical);
 }
 
@@ -409,11 +413,16 @@ void WorkerHalf::BindMetadata(const ConnectorMetadata& metadata) {
   c_->bound_loads_.insert(c_->bound_loads_.end(), metadata.loads.begin(), metadata.loads.end());
 }
 
-void WorkerHalf::StartLoadKv() { c_->StartLoads(); }
+void WorkerHalf::StartLoadKv() {
+  if (!c_->shut_down_) c_->StartLoads();
+}
 
-void WorkerHalf::AfterForward() { c_->StagePendingSaves(nullptr); }
+void WorkerHalf::AfterForward() {
+  if (!c_->shut_down_) c_->StagePendingSaves(nullptr);
+}
 
 ConnectorOutput WorkerHalf::GetFinished() {
+  if (c_->shut_down_) return {};
   c_->ReapReleaseJobs(/*all=*/false);
   c_->StartLoads();
   c_->PollLoads();

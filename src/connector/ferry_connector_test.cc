@@ -425,5 +425,17 @@ TEST(FerryConnectorTest, SideChannelGarbageKeepsServing) {
   EXPECT_TRUE(out.invalid.empty());
 }
 
+TEST(FerryConnectorTest, ShutdownIsIdempotentAndLaterCallsAreHarmless) {
+  Side p = Side::Make("P", {64, 64, Layout::kNHD, false});
+  auto prompt = Prompt(70);
+  KvTransferParams params = PrefillOnP(p, "s", prompt, Ids({1, 2}), 12);
+  p.conn->worker()->Shutdown();
+  p.conn->worker()->Shutdown();
+  ConnectorOutput o = p.conn->worker()->GetFinished();
+  EXPECT_TRUE(o.finished_sending.empty());
+  RequestView view{"s2", prompt, 70, &params};
+  EXPECT_FALSE(p.conn->scheduler()->RequestFinished(view, Ids({3})).kv_transfer_params);
+}
+
 }  // namespace
 }  // namespace kvferry::connector
