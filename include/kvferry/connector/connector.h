@@ -71,6 +71,8 @@ struct LoadSpec {
 
 // Host-buffer staging on P: after this step's forward pass, copy the kernel blocks covering
 // tokens [token_begin, token_end) of the request into the registered host buffer.
+// (FerryConnector stages from OnTokensComputed directly — in AfterForward, or at the latest in
+// RequestFinished before the lease is granted — and leaves ConnectorMetadata::saves empty.)
 struct SaveSpec {
   std::string request_id;
   std::vector<kv::LogicalBlockId> block_ids;  // all of the request's blocks on P
