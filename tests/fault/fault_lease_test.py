@@ -4,12 +4,11 @@ P's pool must come back to its baseline (used + held_for_transfer blocks, from /
 the lease runs out; a D that reads blocks P already gave back must detect it (generation
 check) and still answer exactly what a colocated instance answers.
 """
-import argparse
 import signal
 import threading
 import time
 
-from kvf_harness import (Node, check, decode_body, kv_config, measure, prefill, run_cases,
+from kvf_harness import (Node, parse_args, check, decode_body, kv_config, measure, prefill, run_cases,
                          text_of, wait_until)
 
 LEASE_S = 1.5
@@ -136,9 +135,7 @@ def case_slow_reader_lease_expires_during_read():
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--node", required=True)
-    args = ap.parse_args()
+    args = parse_args()
     run_cases([
         ("d_never_reads", case_d_never_reads),
         ("d_killed_mid_request", case_d_killed_mid_request),

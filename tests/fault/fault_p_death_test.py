@@ -4,12 +4,11 @@ Both instances use UCX over tcp (UCX_TLS=tcp), where P's worker must progress fo
 complete, so a stopped P really stalls the pull. Every case checks the answer's exactness
 against a colocated reference instance and a stated time bound.
 """
-import argparse
 import signal
 import threading
 import time
 
-from kvf_harness import (Node, check, decode_body, is_openai_error, kv_config, measure, prefill,
+from kvf_harness import (Node, parse_args, check, decode_body, is_openai_error, kv_config, measure, prefill,
                          run_cases, text_of, wait_until)
 
 HANDSHAKE_S = 2.0
@@ -174,9 +173,7 @@ def case_proxy_p_dead_or_hung():
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--node", required=True)
-    args = ap.parse_args()
+    args = parse_args()
     run_cases([
         ("p_killed_before_handshake", case_p_killed_before_handshake),
         ("p_killed_before_handshake_policy_fail", case_p_killed_before_handshake_policy_fail),

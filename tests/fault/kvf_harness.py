@@ -237,3 +237,12 @@ def run_cases(cases):
     if failed:
         print("failed cases: " + ", ".join(failed))
         sys.exit(1)
+
+
+def parse_args():
+    """--node kvf_fault_node [--probe kvf_side_probe] (CMake passes both to every script)."""
+    import argparse
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--node", required=True)
+    ap.add_argument("--probe")
+    return ap.parse_args()
