@@ -1,0 +1,134 @@
+"""HTTP bad input (docs/reliability.md): every malformed or out-of-range request body gets a 4xx
+OpenAI error body, the server keeps serving, and no block leaks (pool gauges from /metrics).
+Syntactically valid but unusable kv_transfer_params (unknown engine, unreachable host,
+out-of-range, duplicated or too few block ids) are load failures: D recomputes and the answer is
+exactly the colocated one.
+"""
+import time
+
+from kvf_harness import (Node, check, is_openai_error, kv_config, parse_args, prefill, run_cases,
+                         text_of, wait_until)
+
+args = None
+BODY = {"prompt": "Bad input must not hurt anyone. " * 3, "max_tokens": 8, "temperature": 0}
+
+
+def reference(body):
+    ref = Node(args.node, "serve", name="ref")
+    status, resp, _ = ref.post(body)
+    check(status == 200, f"reference answered {status}: {resp}")
+    ref.stop()
+    return text_of(resp)
+
+
+def expect_4xx(node, body, path="/v1/completions", what=""):
+    status, resp, _ = node.post(body, path=path)
+    check(status is not None and 400 <= status < 500, f"{what}: answered {status}: {resp}")
+    check(is_openai_error(resp, status), f"{what}: not an OpenAI error body: {resp}")
+    return resp["error"]["message"]
+
+
+def case_malformed_requests():
+    d = Node(args.node, "serve", ["--kv-transfer-config", kv_config("d0")], name="D")
+    baseline = d.blocks_in_use()
+    big = "x " * 5000  # far over the tiny model's context
+    cases = [
+        ("malformed JSON", '{"prompt": "x", "max_tokens": '),
+        ("empty body", ""),
+        ("not an object", "[1, 2, 3]"),
+        ("binary junk", b"\xff\xfe\x00garbage"),
+        ("prompt wrong type", {"prompt": 5}),
+        ("prompt missing", {"max_tokens": 3}),
+        ("max_tokens string", {"prompt": "a", "max_tokens": "ten"}),
+        ("max_tokens negative", {"prompt": "a", "max_tokens": -1}),
+        ("max_tokens zero", {"prompt": "a", "max_tokens": 0}),
+        ("max_tokens huge", {"prompt": "a", "max_tokens": 10 ** 12}),
+        ("max_tokens float", {"prompt": "a", "max_tokens": 2.5}),
+        ("temperature string", {"prompt": "a", "temperature": "hot"}),
+        ("temperature negative", {"prompt": "a", "temperature": -1}),
+        ("top_p out of range", {"prompt": "a", "top_p": 1.5}),
+        ("n > 1", {"prompt": "a", "n": 2}),
+        ("stream not bool", {"prompt": "a", "stream": "yes"}),
+        ("token ids out of vocab", {"prompt": [1, 2, 10 ** 9]}),
+        ("prompt over context", {"prompt": big, "max_tokens": 4}),
+        ("kv params not object", {"prompt": "a", "kv_transfer_params": "abc"}),
+        ("kv ids not array", {"prompt": "a", "kv_transfer_params": {
+            "do_remote_prefill": True, "remote_engine_id": "p0", "remote_request_id": "r",
+            "remote_block_ids": "0,1", "remote_host": "127.0.0.1", "remote_port": 1}}),
+        ("kv negative id", {"prompt": "a", "kv_transfer_params": {
+            "do_remote_prefill": True, "remote_engine_id": "p0", "remote_request_id": "r",
+            "remote_block_ids": [-1], "remote_host": "127.0.0.1", "remote_port": 1}}),
+        ("kv port out of range", {"prompt": "a", "kv_transfer_params": {
+            "do_remote_prefill": True, "remote_engine_id": "p0", "remote_request_id": "r",
+            "remote_block_ids": [0], "remote_host": "127.0.0.1", "remote_port": 70000}}),
+        ("kv generations count mismatch", {"prompt": "a", "kv_transfer_params": {
+            "do_remote_prefill": True, "remote_engine_id": "p0", "remote_request_id": "r",
+            "remote_block_ids": [0, 1], "remote_block_generations": [1],
+            "remote_host": "127.0.0.1", "remote_port": 1}}),
+        ("kv missing fields", {"prompt": "a", "kv_transfer_params": {"do_remote_prefill": True}}),
+    ]
+    for what, body in cases:
+        msg = expect_4xx(d, body, what=what)
+        print(f"  {what}: {msg[:100]}")
+    expect_4xx(d, {"messages": "hi"}, path="/v1/chat/completions", what="chat messages string")
+    expect_4xx(d, {"messages": [{"role": 5, "content": "x"}]}, path="/v1/chat/completions",
+               what="chat role not a string")
+    expect_4xx(d, {"messages": [{"role": "user", "content": 7}]}, path="/v1/chat/completions",
+               what="chat content not text")
+    # Unknown fields are ignored, as OpenAI servers do.
+    status, resp, _ = d.post({"prompt": "a", "max_tokens": 2, "frobnicate": {"x": [1]}})
+    check(status == 200, f"unknown field refused: {status} {resp}")
+    check(wait_until(lambda: d.blocks_in_use() == baseline, 3) is not None,
+          f"blocks leaked: {d.metrics()}")
+    status, _, _ = d.request("GET", "/health")
+    check(status == 200, "unhealthy after bad input")
+
+
+def case_unusable_kv_params():
+    want = reference(BODY)
+    p = Node(args.node, "serve", ["--kv-transfer-config", kv_config("p0", lease_ms=1500)],
+             name="P")
+    d = Node(args.node, "serve",
+             ["--kv-transfer-config", kv_config("d0", handshake_timeout_ms=1500)], name="D")
+    p_base = p.blocks_in_use()
+    params = prefill(p, BODY)
+    n = len(params["remote_block_ids"])
+    ids = params["remote_block_ids"]
+    variants = {
+        "unknown engine": dict(params, remote_engine_id="no-such-engine"),
+        "unreachable host": dict(params, remote_host="127.0.0.1", remote_port=1),
+        "out-of-range ids": dict(params, remote_block_ids=[2 ** 31 - 1] * n,
+                                 remote_block_generations=[1] * n),
+        "duplicated ids": dict(params, remote_block_ids=[ids[0]] * n),
+        "too few ids": dict(params, remote_block_ids=ids[:1],
+                            remote_block_generations=params["remote_block_generations"][:1]),
+        "too many ids": dict(params, remote_block_ids=ids + ids,
+                             remote_block_generations=params["remote_block_generations"] * 2),
+    }
+    for what, kv in variants.items():
+        if what == "duplicated ids":
+            kv = dict(kv, remote_block_generations=[params["remote_block_generations"][0]] * n)
+        t0 = time.monotonic()
+        status, resp, _ = d.post(dict(BODY, kv_transfer_params=kv))
+        print(f"  {what}: {status} in {time.monotonic() - t0:.2f} s, "
+              f"text ok={text_of(resp) == want}")
+        check(status == 200 or (status is not None and 400 <= status < 500
+                                and is_openai_error(resp)), f"{what}: {status} {resp}")
+        if status == 200:
+            check(text_of(resp) == want, f"{what}: wrong text {text_of(resp)!r} != {want!r}")
+    check(wait_until(lambda: d.blocks_in_use() == 0, 5) is not None, f"D leaked: {d.metrics()}")
+    # P's lease for the granted blocks ends (no valid reader notified it).
+    check(wait_until(lambda: p.blocks_in_use() == p_base, 1.5 + 5) is not None,
+          f"P leaked: {p.metrics()}")
+    # The real params still work afterwards.
+    params = prefill(p, BODY)
+    status, resp, _ = d.post(dict(BODY, kv_transfer_params=params))
+    check(status == 200 and text_of(resp) == want, f"valid params after bad ones: {resp}")
+
+
+if __name__ == "__main__":
+    args = parse_args()
+    run_cases([
+        ("malformed_requests", case_malformed_requests),
+        ("unusable_kv_params", case_unusable_kv_params),
+    ])
