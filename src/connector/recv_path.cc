@@ -189,6 +189,11 @@ Status FerryConnectorImpl::StartPull(RecvState& r, PeerEntry& peer) {
 
   const size_t n_gens = r.plan.remote_logical_blocks.size();
   const auto& gens = r.spec.remote.remote_block_generations;
+  if (!gens.empty() && gens.size() != r.spec.remote.remote_block_ids.size()) {
+    return InvalidArgumentError(
+        fmt::format("kv_transfer_params: {} remote_block_generations for {} remote_block_ids",
+                    gens.size(), r.spec.remote.remote_block_ids.size()));
+  }
   if (!gens.empty()) {
     for (int32_t index : r.plan.remote_logical_index) r.expected_generations.push_back(gens[index]);
   }
