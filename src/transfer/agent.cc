@@ -305,18 +305,17 @@ StatusOr<XferState> Agent::Poll(XferHandle xfer) {
 Status Agent::Wait(XferHandle xfer, Deadline deadline) {
   KVF_ASSIGN_OR_RETURN(std::shared_ptr<Prepared> p, impl_->FindXfer(xfer));
   if (!p->inflight) return FailedPreconditionError("transfer was never posted");
-  // Wake at the transfer's own deadline too, so that the Poll backstop can fire.
-  Deadline first = p->inflight->deadline().time_point() < deadline.time_point()
-                       ? p->inflight->deadline()
-                       : deadline;
-  if (!p->inflight->WaitUntil(first) && deadline.Expired()) {
-    return DeadlineExceededError("Wait: deadline passed, transfer still in flight");
-  }
   while (true) {
+    // Wake at the transfer's own deadline too, so that the Poll backstop can fire.
+    Deadline first = p->inflight->deadline().time_point() < deadline.time_point()
+                         ? p->inflight->deadline()
+                         : deadline;
+    impl_->backend->Drive(p->inflight, first);
     KVF_ASSIGN_OR_RETURN(XferState st, Poll(xfer));
     if (st == XferState::kDone) return Status::Ok();
-    if (deadline.Expired()) return DeadlineExceededError("Wait: deadline passed");
-    p->inflight->WaitUntil(deadline);
+    if (deadline.Expired()) {
+      return DeadlineExceededError("Wait: deadline passed, transfer still in flight");
+    }
   }
 }
 

@@ -78,6 +78,11 @@ class Backend {
   // through `completion`; the backend must finish it by its deadline.
   virtual Status Post(uint32_t peer_id, XferOp op, std::vector<Segment> segments,
                       std::string notification, std::shared_ptr<Completion> completion) = 0;
+  // Blocks until `completion` is done or `until` passes, making progress on the calling thread
+  // where the backend can (UCX); the default just waits.
+  virtual void Drive(const std::shared_ptr<Completion>& completion, Deadline until) {
+    completion->WaitUntil(until);
+  }
   // Cancels a posted transfer (Release while in flight): finishes it with Aborted.
   virtual void Cancel(const std::shared_ptr<Completion>& completion) = 0;
 

@@ -15,6 +15,7 @@
 #include "transfer/backends/ucx/ucx_backend.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -61,7 +62,7 @@ Status UcxBackend::Start() {
   context_.reset(raw_ctx);
   ucp_worker_params_t wp{};
   wp.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
-  wp.thread_mode = UCS_THREAD_MODE_SINGLE;
+  wp.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // one thread at a time, under wmu_
   ucp_worker_h raw_w = nullptr;
   KVF_RETURN_IF_ERROR(FromUcs(ucp_worker_create(context_.get(), &wp, &raw_w), "ucp_worker_create"));
   worker_.reset(raw_w);
@@ -111,44 +112,81 @@ void UcxBackend::Stop() {
   context_.reset();
 }
 
+unsigned UcxBackend::ProgressOnce() {
+  unsigned n = 0;
+  for (int i = 0; i < 64 && ucp_worker_progress(worker_.get()) != 0; ++i) ++n;
+  while (!deferred_.empty()) {
+    auto fn = std::move(deferred_.front());
+    deferred_.pop_front();
+    fn();
+    ++n;
+  }
+  auto now = Clock::now();
+  if (now - last_housekeeping_ > std::chrono::milliseconds(1)) {
+    last_housekeeping_ = now;
+    Housekeeping();
+  }
+  return n;
+}
+
+void UcxBackend::Drive(const std::shared_ptr<Completion>& c, Deadline until) {
+  // The waiting thread progresses the worker itself: no hand-off to the progress thread on
+  // the completion path (each hand-off costs a scheduler wake-up on a busy machine).
+  ++drivers_;
+  do {
+    {
+      MutexLock l(&wmu_);
+      ProgressOnce();
+    }
+    if (c->done()) break;
+    sched_yield();
+  } while (!until.Expired());
+  --drivers_;
+}
+
 void UcxBackend::Loop() {
   Clock::time_point last_busy = Clock::now();
+  // After activity the thread busy-polls this long before it sleeps on the worker's event fd.
+  const char* spin_env = getenv("KVFERRY_UCX_SPIN_US");
+  const auto spin_window = std::chrono::microseconds(spin_env ? std::atoll(spin_env) : 2000);
+  pollfd fds[2] = {{event_fd_, POLLIN, 0}, {ucp_fd_, POLLIN, 0}};
   while (true) {
-    std::deque<std::function<void()>> cmds;
+    bool busy;
     {
-      MutexLock l(&mu_);
-      cmds.swap(commands_);
-    }
-    for (auto& c : cmds) c();
-    unsigned n = 0;
-    for (int i = 0; i < 64 && ucp_worker_progress(worker_.get()) != 0; ++i) ++n;
-    while (!deferred_.empty()) {
-      auto fn = std::move(deferred_.front());
-      deferred_.pop_front();
-      fn();
-      ++n;
+      MutexLock l(&wmu_);
+      std::deque<std::function<void()>> cmds;
+      {
+        MutexLock q(&mu_);
+        cmds.swap(commands_);
+      }
+      for (auto& c : cmds) c();
+      unsigned n = ProgressOnce();
+      if (stop_) break;
+      busy = n > 0 || !cmds.empty() || !xfers_.empty() || !inbound_.empty() || !closing_.empty();
     }
     auto now = Clock::now();
-    if (now - last_housekeeping_ > std::chrono::milliseconds(1)) {
-      last_housekeeping_ = now;
-      Housekeeping();
+    if (drivers_ > 0) {  // an application thread is progressing: stay out of its way
+      poll(fds, 1, 1);
+      continue;
     }
-    if (stop_) break;
-    bool busy = n > 0 || !cmds.empty() || !xfers_.empty() || !inbound_.empty() || !closing_.empty();
     if (busy) {
       last_busy = now;
       continue;
     }
-    if (now - last_busy < std::chrono::microseconds(500)) continue;
-    ucs_status_t st = ucp_worker_arm(worker_.get());
+    if (now - last_busy < spin_window) continue;
+    ucs_status_t st;
+    {
+      MutexLock l(&wmu_);
+      st = ucp_worker_arm(worker_.get());
+    }
     if (st == UCS_ERR_BUSY) continue;
-    pollfd fds[2] = {{event_fd_, POLLIN, 0}, {ucp_fd_, POLLIN, 0}};
     poll(fds, 2, 50);
     uint64_t v;
     while (read(event_fd_, &v, sizeof(v)) > 0) {
     }
   }
-  // Shutdown: fail what is left, force-close every endpoint, wait (bounded) for the closes.
+  // Shutdown (wmu_ still held by the loop's scope above is released by break; retake it).
+  MutexLock l(&wmu_);
   for (auto& [id, p] : peers_) FailPeer(id, AbortedError("agent shutting down"));
   for (auto& [conn, b] : back_) CloseEp(b.ep);
   back_.clear();
@@ -293,6 +331,9 @@ Status UcxBackend::AddPeer(uint32_t peer_id, const std::string& name, std::strin
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
     ep.address = reinterpret_cast<const ucp_address_t*>(parsed.address.data());
     ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    if (p->same_host && !p->use_am && getenv("KVFERRY_UCX_SHM_CMA") != nullptr) {
+      ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // keeps the cma (single-copy) lane
+    }
     ep.err_handler.cb = OnEpError;
     ep.err_handler.arg = err_arg;
     ucs_status_t st = ucp_ep_create(worker_.get(), &ep, &p->ep);

@@ -168,9 +168,11 @@ class UcxBackend final : public Backend {
     x->segs = std::move(segs);
     x->notification = std::move(notification);
     x->completion = std::move(completion);
-    Enqueue([this, x] { DoPost(x); });
+    MutexLock l(&wmu_);  // posted inline by the caller's thread: no hand-off
+    DoPost(x);
     return Status::Ok();
   }
+  void Drive(const std::shared_ptr<Completion>& c, Deadline until) override;
   void Cancel(const std::shared_ptr<Completion>& c) override {
     Enqueue([this, c] {
       for (auto it = xfers_.begin(); it != xfers_.end(); ++it) {
@@ -210,6 +212,7 @@ class UcxBackend final : public Backend {
     return f.get();
   }
   void Loop();
+  unsigned ProgressOnce();  // one pass: worker progress, deferred work, housekeeping
   void Housekeeping();
 
   // ---- progress-thread work ----
@@ -264,11 +267,16 @@ class UcxBackend final : public Backend {
   std::thread thread_;
   std::atomic<bool> stop_{false};
 
+  // Held by whichever thread touches the worker and the state below (the progress thread, or an
+  // application thread inside Post or Drive). The worker is UCS_THREAD_MODE_SERIALIZED.
+  Mutex wmu_ ACQUIRED_BEFORE(mu_);
+  std::atomic<int> drivers_{0};  // application threads inside Drive
+
   Mutex mu_;
   std::deque<std::function<void()>> commands_ GUARDED_BY(mu_);
   std::set<uint32_t> failed_peers_ GUARDED_BY(mu_);
 
-  // Progress-thread only.
+  // Under wmu_ (not annotated: reached from UCX callbacks the analysis cannot follow).
   std::map<uint32_t, LocalRegion> regions_;
   std::map<uint32_t, std::unique_ptr<Peer>> peers_;
   std::map<uint64_t, std::shared_ptr<Xfer>> xfers_;
