@@ -203,6 +203,9 @@ class FerryConnectorImpl : public FerryConnector {
     int32_t token_end = 0;
   };
   std::vector<PendingSave> pending_saves_;
+  // P, host buffer: the first token this request computed itself (tokens before it came from
+  // P's prefix cache, possibly from a request that was never staged).
+  std::map<std::string, int32_t> first_computed_token_;
   std::vector<LoadSpec> bound_loads_;
   std::map<std::string, PeerEntry> peers_;  // by remote engine id
   std::map<std::string, RecvState> recvs_;  // by local request id

@@ -121,6 +121,26 @@ TEST_F(PdEngineTest, ChunkedPrefillHostBufferStagesEveryChunk) {
   RunPair({ps, {256, "flash", Layout::kHND, false}}, prompts_, reference_, Greedy(4));
 }
 
+TEST_F(PdEngineTest, HostBufferPrefixHitOnP) {
+  // P's prefix cache serves the first blocks of a remote-decode prompt from a request that was
+  // not a remote decode (so nothing staged them); the host buffer must still hold them.
+  auto p = MakeInstance("P", {64, "flash", Layout::kHND, true}, Config());
+  auto d = MakeInstance("D", {128, "paged", Layout::kNHD, false}, Config());
+  ASSERT_TRUE(p && d);
+  const std::vector<int32_t>& prompt = prompts_[1];
+  std::vector<int32_t> head(prompt.begin(), prompt.begin() + 400);
+  ASSERT_TRUE(p->engine->AddRequest("local", head, Greedy(1)).ok());
+  RunAll({p->engine.get()});
+  auto params = Prefill(*p, "r", prompt);
+  ASSERT_TRUE(params.has_value());
+  ASSERT_TRUE(d->engine->AddRequest("r", prompt, Greedy(4), *params).ok());
+  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ExpectSame(all["r"], reference_[1], "P prefix hit, host buffer");
+  EXPECT_GT(p->engine->stats().num_prefix_cache_hit_tokens, 0);
+  ExpectPoolClean(*p->engine, "P");
+  ExpectPoolClean(*d->engine, "D");
+}
+
 TEST_F(PdEngineTest, DPrefixHitPullsOnlyTheTail) {
   // D already has the first blocks of the prompt in its prefix cache: only the tail is pulled.
   auto p = MakeInstance("P", {64, "paged", Layout::kNHD, false}, Config());
