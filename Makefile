@@ -43,15 +43,28 @@ tsa: deps
 	  -DCMAKE_C_COMPILER=clang -DKVFERRY_THREAD_SAFETY=ON -DKVFERRY_BENCH=OFF
 	cmake --build build-tsa -j $(JOBS)
 
+# Sanitizer runs (docs/reliability.md, "Sanitizers"). Only the targets the selected tests run
+# are built (tests/sanitize/ctest_targets.py). UCX's malloc/mmap hooks, signal handlers and VFS
+# thread fight the sanitizers' interceptors, so SAN_ENV turns them off; tests/sanitize/ holds the
+# suppressions for the uninstrumented system libraries (UCX, ZeroMQ).
+SAN_ENV = UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none \
+  UCX_ERROR_SIGNALS= UCX_HANDLE_ERRORS=none UCX_VFS_ENABLE=n \
+  ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=0 \
+  LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp:print_suppressions=0 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  TSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/tsan.supp:halt_on_error=1:second_deadlock_stack=1
+ASAN_SELECT = -LE "long|e2e|nosan"
+TSAN_SELECT = -L "transfer|connector" -LE "long|nosan"
+
 asan: deps
-	cmake -S . -B build-asan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DKVFERRY_SANITIZE=address,undefined -DKVFERRY_BENCH=OFF
-	cmake --build build-asan -j $(JOBS)
-	cd build-asan && ctest --output-on-failure -j $(JOBS) -LE "long|e2e|nosan"
+	cmake -S . -B build-asan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVFERRY_SANITIZE=address,undefined -DKVFERRY_BENCH=OFF
+	cmake --build build-asan -j $(JOBS) --target $$(tests/sanitize/ctest_targets.py build-asan $(ASAN_SELECT))
+	cd build-asan && env $(SAN_ENV) ctest --output-on-failure -j $(JOBS) $(ASAN_SELECT)
 
 tsan: deps
-	cmake -S . -B build-tsan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DKVFERRY_SANITIZE=thread -DKVFERRY_BENCH=OFF
-	cmake --build build-tsan -j $(JOBS)
-	cd build-tsan && ctest --output-on-failure -j $(JOBS) -L "transfer|connector" -LE "long|nosan"
+	cmake -S . -B build-tsan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVFERRY_SANITIZE=thread -DKVFERRY_BENCH=OFF
+	cmake --build build-tsan -j $(JOBS) --target $$(tests/sanitize/ctest_targets.py build-tsan $(TSAN_SELECT))
+	cd build-tsan && env $(SAN_ENV) ctest --output-on-failure -j $(JOBS) $(TSAN_SELECT)
 
 FORMAT_FILES = $(shell git ls-files '*.h' '*.cc' '*.cpp' 2>/dev/null)
 format:
