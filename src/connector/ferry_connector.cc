@@ -320,8 +320,12 @@ void SchedulerHalf::OnTokensComputed(const RequestView& request,
     return;
   }
   // Every chunk of a chunked prefill is staged (vLLM #30358 staged only the first).
-  auto [it, inserted] = c_->first_computed_token_.emplace(request.request_id, token_begin);
-  if (!inserted) it->second = std::min(it->second, token_begin);
+  auto [it, inserted] = c_->computed_.try_emplace(
+      request.request_id, FerryConnectorImpl::ComputedRange{token_begin, token_end});
+  if (!inserted) {
+    if (token_begin != it->second.end) it->second.first = token_begin;  // re-admitted
+    it->second.end = token_end;
+  }
   c_->pending_saves_.push_back({request.request_id,
                                 std::vector<kv::LogicalBlockId>(block_ids.begin(), block_ids.end()),
                                 token_begin, token_end});
@@ -365,15 +369,15 @@ FinishResult SchedulerHalf::RequestFinished(const RequestView& request,
   // never read a host block P has not written yet. Tokens served by P's prefix cache were
   // computed by another request, which may never have been staged: stage them too.
   if (c_->config_.use_host_buffer()) {
-    auto first = c_->first_computed_token_.find(id);
+    auto first = c_->computed_.find(id);
     const int32_t prompt_len = static_cast<int32_t>(request.prompt_tokens.size());
     const int32_t cached_end =
-        first == c_->first_computed_token_.end() ? prompt_len : std::min(first->second, prompt_len);
+        first == c_->computed_.end() ? prompt_len : std::min(first->second.first, prompt_len);
     if (cached_end > 0 && !block_ids.empty()) {
       c_->pending_saves_.push_back(
           {id, std::vector<kv::LogicalBlockId>(block_ids.begin(), block_ids.end()), 0, cached_end});
     }
-    if (first != c_->first_computed_token_.end()) c_->first_computed_token_.erase(first);
+    if (first != c_->computed_.end()) c_->computed_.erase(first);
   }
   c_->StagePendingSaves(&id);
   if (block_ids.empty()) return {};

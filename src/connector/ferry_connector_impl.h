@@ -203,9 +203,14 @@ class FerryConnectorImpl : public FerryConnector {
     int32_t token_end = 0;
   };
   std::vector<PendingSave> pending_saves_;
-  // P, host buffer: the first token this request computed itself (tokens before it came from
-  // P's prefix cache, possibly from a request that was never staged).
-  std::map<std::string, int32_t> first_computed_token_;
+  // P, host buffer: [first, end) of the tokens this request computed itself since it was last
+  // admitted (tokens before `first` came from P's prefix cache, possibly from a request that
+  // was never staged). A chunk not starting at `end` means a new admission (preemption).
+  struct ComputedRange {
+    int32_t first = 0;
+    int32_t end = 0;
+  };
+  std::map<std::string, ComputedRange> computed_;
   std::vector<LoadSpec> bound_loads_;
   std::map<std::string, PeerEntry> peers_;  // by remote engine id
   std::map<std::string, RecvState> recvs_;  // by local request id
