@@ -425,6 +425,28 @@ TEST(FerryConnectorTest, SideChannelGarbageKeepsServing) {
   EXPECT_TRUE(out.invalid.empty());
 }
 
+TEST(FerryConnectorTest, RolesProducerAndConsumer) {
+  KvTransferConfig pc;
+  pc.kv_role = KvRole::kProducer;
+  Side p = Side::Make("P", {64, 64, Layout::kNHD, true}, pc);
+  KvTransferConfig dc;
+  dc.kv_role = KvRole::kConsumer;
+  Side d = Side::Make("D", {64, 64, Layout::kNHD, true}, dc);
+  EXPECT_GT(p.conn->side_channel_port(), 0);
+  EXPECT_EQ(d.conn->side_channel_port(), 0);  // a consumer serves nothing
+  auto prompt = Prompt(100);
+  KvTransferParams params = PrefillOnP(p, "roles", prompt, Ids({1, 2}), 13);
+  // A producer never pulls.
+  RequestView view{"x", prompt, 100, &params};
+  EXPECT_EQ(p.conn->scheduler()->GetNumNewMatchedTokens(view, 0).num_external_tokens, 0);
+  LoadOutcome out = PullOnD(d, "roles", prompt, params, Ids({3, 4}), 0);
+  ASSERT_TRUE(out.finished);
+  EXPECT_TRUE(out.invalid.empty());
+  auto dblocks = Ids({3, 4});
+  EXPECT_TRUE(d.Holds(13, dblocks, 0, 100));
+  EXPECT_TRUE(WaitSent(p, "roles"));
+}
+
 TEST(FerryConnectorTest, ShutdownIsIdempotentAndLaterCallsAreHarmless) {
   Side p = Side::Make("P", {64, 64, Layout::kNHD, false});
   auto prompt = Prompt(70);
