@@ -96,7 +96,9 @@ void EngineLoop::Run(EngineLoopOptions options) {
   int64_t last_publish_ms = 0;
   while (true) {
     DrainInbox();
-    if (stop_requested_ && NowMs() >= drain_deadline_ms_) break;
+    // Draining ends when no client waits any more (blocks held only for remote readers get a
+    // bounded grace period in Shutdown()), or at the drain deadline.
+    if (stop_requested_ && (live_.empty() || NowMs() >= drain_deadline_ms_)) break;
     if (engine_->HasWork()) {
       Dispatch(engine_->Step());
       if (!engine_->HasComputableWork()) {
@@ -105,7 +107,6 @@ void EngineLoop::Run(EngineLoopOptions options) {
                     [this]() REQUIRES(mu_) { return !submissions_.empty() || !aborts_.empty(); });
       }
     } else {
-      if (stop_requested_ && live_.empty()) break;
       MutexLock lock(&mu_);
       cv_.WaitFor(&mu_, std::chrono::milliseconds(20), [this]() REQUIRES(mu_) {
         return !submissions_.empty() || !aborts_.empty() || stop_requested_.load();
@@ -189,7 +190,6 @@ std::shared_ptr<OutputChannel> EngineLoop::Submit(GenerateRequest request) {
     MutexLock lock(&mu_);
     if (accepting_) {
       submissions_.push_back({std::move(request), channel});
-      channel = submissions_.back().channel;
     } else {
       channel->Push(ErrorOutput(request.request_id, UnavailableError("server is shutting down")));
       return channel;

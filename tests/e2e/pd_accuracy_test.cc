@@ -1,0 +1,279 @@
+// The accuracy test (after vLLM's run_accuracy_test.sh and test_edge_cases.py), with real
+// processes on loopback: outputs through the proxy (P -> D) must equal a colocated instance's,
+// token for token and logprob for logprob, over a matrix of KV geometries (block sizes,
+// attention backends, layouts), host buffer on/off, prompts shorter than one block, D prefix-
+// cache full and partial hits, streaming, and concurrent requests. Afterwards no block may be
+// left held or used on either side.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "e2e_process.h"
+
+namespace kvferry::e2e {
+namespace {
+
+using nlohmann::json;
+
+struct Geometry {
+  int block_size;
+  const char* backend;
+  const char* layout;
+};
+
+std::vector<std::string> ServeArgs(const Geometry& g, const std::string& engine_id,
+                                   bool host_buffer) {
+  json kv = {{"kv_connector", "FerryConnector"},
+             {"kv_role", "kv_both"},
+             {"engine_id", engine_id},
+             {"kv_connector_extra_config",
+              {{"side_channel_host", "127.0.0.1"}, {"side_channel_port", 0}}}};
+  if (host_buffer) kv["kv_buffer_device"] = "cpu";
+  return {"serve",
+          "--port",
+          "0",
+          "--threads",
+          "1",
+          "--block-size",
+          std::to_string(g.block_size),
+          "--attention-backend",
+          g.backend,
+          "--kv-cache-layout",
+          g.layout,
+          "--kv-transfer-config",
+          kv.dump()};
+}
+
+// Deterministic printable prompt of `len` bytes; prompts with the same seed share prefixes.
+std::string Prompt(int len, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> c(32, 126);
+  std::string s;
+  for (int i = 0; i < len; ++i) s += static_cast<char>(c(rng));
+  return s;
+}
+
+json Request(const std::string& prompt, int max_tokens, bool stream = false) {
+  return {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
+          {"logprobs", 0},    {"return_token_ids", true}, {"ignore_eos", true},
+          {"stream", stream}};
+}
+
+// What must be equal: the tokens and their logprobs (and hence the text).
+json Essence(const json& answer) {
+  const json& c = answer["choices"][0];
+  return {{"text", c["text"]},
+          {"token_ids", c["token_ids"]},
+          {"logprobs", c["logprobs"]["token_logprobs"]},
+          {"finish_reason", c["finish_reason"]}};
+}
+
+class PdAccuracyTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    log_dir_ = new std::string(std::filesystem::temp_directory_path() /
+                               ("kvferry-e2e-" + std::to_string(getpid())));
+    std::filesystem::create_directories(*log_dir_);
+    colocated_ =
+        new KvferryProcess("colocated", {"serve", "--port", "0", "--threads", "1"}, *log_dir_);
+  }
+  static void TearDownTestSuite() {
+    delete colocated_;
+    colocated_ = nullptr;
+    if (!::testing::UnitTest::GetInstance()->Failed()) std::filesystem::remove_all(*log_dir_);
+    delete log_dir_;
+  }
+
+  // The colocated reference answer for `body` (cached).
+  json Reference(const json& body) {
+    json b = body;
+    b["stream"] = false;
+    auto r = Post(colocated_->port(), "/v1/completions", b);
+    EXPECT_TRUE(r.has_value());
+    EXPECT_EQ((*r)["_status"], 200) << r->dump();
+    return Essence(*r);
+  }
+
+  struct Deployment {
+    std::unique_ptr<KvferryProcess> p, d, proxy;
+    bool ok() const { return p->ok() && d->ok() && proxy->ok(); }
+    std::string error() const { return p->error() + d->error() + proxy->error(); }
+  };
+  Deployment Start(const Geometry& pg, const Geometry& dg, bool host_buffer, const char* tag) {
+    Deployment dep;
+    dep.p = std::make_unique<KvferryProcess>(
+        std::string(tag) + "-p", ServeArgs(pg, std::string(tag) + "-p", host_buffer), *log_dir_);
+    dep.d = std::make_unique<KvferryProcess>(
+        std::string(tag) + "-d", ServeArgs(dg, std::string(tag) + "-d", host_buffer), *log_dir_);
+    if (!dep.p->ok() || !dep.d->ok()) {
+      dep.proxy = std::make_unique<KvferryProcess>("none", std::vector<std::string>{"version"},
+                                                   *log_dir_, 1);
+      return dep;
+    }
+    dep.proxy = std::make_unique<KvferryProcess>(
+        std::string(tag) + "-proxy",
+        std::vector<std::string>{"proxy", "--port", "0", "--prefill", dep.p->url(), "--decode",
+                                 dep.d->url()},
+        *log_dir_);
+    return dep;
+  }
+
+  // Sends every body through the proxy concurrently and compares with the reference.
+  void ExpectPdEqualsColocated(const Deployment& dep, const std::vector<json>& bodies) {
+    std::vector<std::optional<json>> answers(bodies.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      threads.emplace_back(
+          [&, i] { answers[i] = Post(dep.proxy->port(), "/v1/completions", bodies[i]); });
+    }
+    for (auto& t : threads) t.join();
+    for (size_t i = 0; i < bodies.size(); ++i) {
+      ASSERT_TRUE(answers[i].has_value()) << "request " << i << " got no answer";
+      ASSERT_EQ((*answers[i])["_status"], 200) << answers[i]->dump();
+      EXPECT_EQ(Essence(*answers[i]), Reference(bodies[i]))
+          << "prompt of " << bodies[i]["prompt"].get<std::string>().size() << " bytes";
+    }
+  }
+
+  // Nothing held or used on P or D once the requests are done (metrics refresh every 50 ms).
+  void ExpectNoBlocksLeft(const Deployment& dep) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    double p_held = -1, p_used = -1, d_used = -1;
+    while (std::chrono::steady_clock::now() < deadline) {
+      p_held = Metric(dep.p->port(), "kvferry:kv_blocks{state=\"held_for_transfer\"}");
+      p_used = Metric(dep.p->port(), "kvferry:kv_blocks{state=\"used\"}");
+      d_used = Metric(dep.d->port(), "kvferry:kv_blocks{state=\"used\"}");
+      if (p_held == 0 && p_used == 0 && d_used == 0) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(p_held, 0);
+    EXPECT_EQ(p_used, 0);
+    EXPECT_EQ(d_used, 0);
+  }
+
+  static std::string* log_dir_;
+  static KvferryProcess* colocated_;
+};
+std::string* PdAccuracyTest::log_dir_ = nullptr;
+KvferryProcess* PdAccuracyTest::colocated_ = nullptr;
+
+// Prompt lengths (bytes; +1 token for <bos>) around the block sizes used below.
+std::vector<json> MatrixBodies() {
+  std::vector<json> bodies;
+  unsigned seed = 100;
+  for (int len : {3, 20, 63, 127, 128, 200, 400}) bodies.push_back(Request(Prompt(len, seed++), 8));
+  return bodies;
+}
+
+struct MatrixCase {
+  const char* name;
+  Geometry p, d;
+  bool host_buffer;
+};
+
+class PdMatrixTest : public PdAccuracyTest, public ::testing::WithParamInterface<MatrixCase> {};
+
+TEST_P(PdMatrixTest, ProxyOutputEqualsColocated) {
+  ASSERT_TRUE(colocated_->ok()) << colocated_->error();
+  const MatrixCase& c = GetParam();
+  Deployment dep = Start(c.p, c.d, c.host_buffer, c.name);
+  ASSERT_TRUE(dep.ok()) << dep.error();
+  ExpectPdEqualsColocated(dep, MatrixBodies());
+  EXPECT_GT(Metric(dep.d->port(), "kvferry:kv_transfers_total"), 0);
+  EXPECT_EQ(Metric(dep.d->port(), "kvferry:kv_transfer_failures_total{kind=\"transfer\"}"), 0);
+  ExpectNoBlocksLeft(dep);
+  EXPECT_TRUE(dep.proxy->Stop());
+  EXPECT_TRUE(dep.d->Stop());
+  EXPECT_TRUE(dep.p->Stop());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Geometries, PdMatrixTest,
+    ::testing::Values(
+        MatrixCase{"same128", {128, "flash", "NHD"}, {128, "flash", "NHD"}, false},
+        MatrixCase{"p128flash_d32hnd", {128, "flash", "NHD"}, {32, "paged", "HND"}, false},
+        MatrixCase{"p16hnd_d64flash", {16, "paged", "HND"}, {64, "flash", "NHD"}, false},
+        MatrixCase{"p48paged_d128flashhnd", {48, "paged", "NHD"}, {128, "flash", "HND"}, false},
+        MatrixCase{"hostbuf_same", {128, "flash", "NHD"}, {128, "flash", "NHD"}, true},
+        MatrixCase{"hostbuf_p128_d16hnd", {128, "flash", "NHD"}, {16, "flash", "HND"}, true}),
+    [](const ::testing::TestParamInfo<MatrixCase>& info) { return std::string(info.param.name); });
+
+// vLLM's edge cases, plus streaming and concurrency, on P block 128 (kernel 64) / D block 32 HND.
+TEST_F(PdAccuracyTest, EdgeCasesPrefixHitsStreamingAndConcurrency) {
+  ASSERT_TRUE(colocated_->ok()) << colocated_->error();
+  Deployment dep = Start({128, "flash", "NHD"}, {32, "paged", "HND"}, false, "edge");
+  ASSERT_TRUE(dep.ok()) << dep.error();
+
+  // 1. A prompt shorter than one block of P.
+  ExpectPdEqualsColocated(dep, {Request("Hi", 10)});
+
+  // 2. A full prefix-cache hit on D: prime D directly, then go through the proxy.
+  const json full = Request(Prompt(300, 7), 10);
+  auto primed = Post(dep.d->port(), "/v1/completions", full);
+  ASSERT_TRUE(primed.has_value());
+  ASSERT_EQ((*primed)["_status"], 200);
+  EXPECT_EQ(Essence(*primed), Reference(full));
+  ExpectPdEqualsColocated(dep, {full});
+
+  // 3. A partial prefix hit on D: a longer prompt sharing D's cached prefix.
+  const json shorter = Request(Prompt(160, 9), 4);
+  ASSERT_TRUE(Post(dep.d->port(), "/v1/completions", shorter).has_value());
+  json longer = Request(Prompt(160, 9) + Prompt(150, 10), 10);
+  ExpectPdEqualsColocated(dep, {longer});
+
+  // 4. Streaming through the proxy.
+  auto streamed = Post(dep.proxy->port(), "/v1/completions", Request(Prompt(250, 11), 12, true));
+  ASSERT_TRUE(streamed.has_value());
+  EXPECT_EQ(Essence(*streamed), Reference(Request(Prompt(250, 11), 12)));
+
+  // 5. Concurrent requests, some sharing prefixes with each other.
+  std::vector<json> many;
+  for (int i = 0; i < 12; ++i) {
+    many.push_back(Request(Prompt(64 + 40 * (i % 5), 20 + i % 3) + Prompt(i, 50 + i), 6));
+  }
+  ExpectPdEqualsColocated(dep, many);
+
+  // 6. Chat through the proxy equals chat on the colocated instance.
+  const json chat = {{"messages", {{{"role", "user"}, {"content", Prompt(140, 12)}}}},
+                     {"max_tokens", 8},
+                     {"temperature", 0},
+                     {"logprobs", true}};
+  auto pd_chat = Post(dep.proxy->port(), "/v1/chat/completions", chat);
+  auto co_chat = Post(colocated_->port(), "/v1/chat/completions", chat);
+  ASSERT_TRUE(pd_chat.has_value() && co_chat.has_value());
+  EXPECT_EQ((*pd_chat)["choices"][0]["message"], (*co_chat)["choices"][0]["message"]);
+  EXPECT_EQ((*pd_chat)["choices"][0]["logprobs"], (*co_chat)["choices"][0]["logprobs"]);
+
+  ExpectNoBlocksLeft(dep);
+  EXPECT_TRUE(dep.proxy->Stop());
+  EXPECT_TRUE(dep.d->Stop());
+  EXPECT_TRUE(dep.p->Stop());
+}
+
+// An unreachable decode instance is a clear error within the deadline, and P frees its lease.
+TEST_F(PdAccuracyTest, DeadDecodeInstanceIsAnErrorAndLeaksNothing) {
+  ASSERT_TRUE(colocated_->ok()) << colocated_->error();
+  Deployment dep = Start({64, "flash", "NHD"}, {64, "flash", "NHD"}, false, "dead");
+  ASSERT_TRUE(dep.ok()) << dep.error();
+  const int d_port = dep.d->port();
+  EXPECT_TRUE(dep.d->Stop());
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = Post(dep.proxy->port(), "/v1/completions", Request(Prompt(100, 3), 4));
+  ASSERT_TRUE(r.has_value());
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(15));
+  EXPECT_EQ((*r)["_status"], 503) << r->dump();
+  EXPECT_NE((*r)["error"]["message"].get<std::string>().find(std::to_string(d_port)),
+            std::string::npos);
+  // P prefilled and holds the blocks for a reader that never comes, until its lease ends; it
+  // must still shut down cleanly and promptly.
+  EXPECT_TRUE(dep.proxy->Stop());
+  EXPECT_TRUE(dep.p->Stop());
+}
+
+}  // namespace
+}  // namespace kvferry::e2e
