@@ -181,8 +181,10 @@ void KillWait(pid_t pid) {
   waitpid(pid, nullptr, 0);
 }
 
-// iperf3 single stream over loopback with `len`-byte writes. GB/s, or < 0 if unavailable.
+// iperf3 single stream over loopback with `len`-byte writes (iperf3 caps writes at 1 MiB).
+// GB/s, or < 0 if unavailable.
 double Iperf3Gbps(uint64_t len) {
+  len = std::min<uint64_t>(len, 1 << 20);
   int port = 15201 + static_cast<int>(getpid() % 500);
   pid_t srv = SpawnShell("exec iperf3 -s -1 -p " + std::to_string(port) + " >/dev/null 2>&1");
   usleep(300'000);
@@ -443,6 +445,10 @@ int RunXferBench(const XferBenchOptions& o) {
           if (size * batch > s.ws) continue;
           Row r =
               RunPoint(s, transport, op == "read" ? XferOp::kRead : XferOp::kWrite, size, batch, o);
+          if (!r.error.empty()) {  // a failed transfer closes the connection: reconnect
+            auto again = s.agent->LoadRemoteMetadata(*md);
+            if (again.ok()) s.peer = *again;
+          }
           if (!o.json) {
             std::fprintf(stderr, "  %-3s %-5s %6s x %-5u %7.3f GB/s %s\n", transport.c_str(),
                          r.op.c_str(), Human(size).c_str(), batch, r.gbps, r.error.c_str());
