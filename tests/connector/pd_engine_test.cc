@@ -15,62 +15,6 @@ namespace {
 
 using kv::Layout;
 
-std::vector<InstanceSpec> AllSpecs() {
-  std::vector<InstanceSpec> out;
-  for (int32_t bs : {16, 64, 128, 256})
-    for (const char* backend : {"flash", "paged"})
-      for (Layout layout : {Layout::kNHD, Layout::kHND})
-        for (bool host : {false, true}) out.push_back({bs, backend, layout, host});
-  return out;
-}
-
-// A loopback config with the given overrides (0 / empty: the default).
-connector::KvTransferConfig Config(int64_t lease_ms = 0, std::string auth_token = "",
-                                   int64_t transfer_timeout_ms = 0) {
-  connector::KvTransferConfig c;
-  c.backend = connector::TransferBackendKind::kLoopback;
-  if (lease_ms > 0) c.lease_ms = lease_ms;
-  c.auth_token = std::move(auth_token);
-  if (transfer_timeout_ms > 0) c.transfer_timeout_ms = transfer_timeout_ms;
-  return c;
-}
-
-engine::SamplingParams Greedy(int32_t max_tokens) {
-  engine::SamplingParams sp;
-  sp.max_tokens = max_tokens;
-  sp.ignore_eos = true;
-  return sp;
-}
-
-struct Case {
-  InstanceSpec p, d;
-};
-
-// One P/D pair over two prompts (shorter than a block, and spanning many); D's completions must
-// equal the colocated ones, and both pools must be clean afterwards.
-void RunPair(const Case& c, const std::vector<std::vector<int32_t>>& prompts,
-             const std::vector<Completion>& reference, const engine::SamplingParams& sp) {
-  SCOPED_TRACE("P " + Describe(c.p) + "  D " + Describe(c.d));
-  auto p = MakeInstance("P", c.p, Config());
-  auto d = MakeInstance("D", c.d, Config());
-  ASSERT_TRUE(p && d);
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const std::string id = "req" + std::to_string(i);
-    auto params = Prefill(*p, id, prompts[i]);
-    ASSERT_TRUE(params.has_value());
-    ASSERT_TRUE(d->engine->AddRequest(id, prompts[i], sp, *params).ok());
-    auto all = RunAll({d->engine.get(), p->engine.get()});
-    ASSERT_TRUE(all[id].finished);
-    ExpectSame(all[id], reference[i], "prompt " + std::to_string(prompts[i].size()));
-    EXPECT_EQ(all[id].num_cached_tokens, static_cast<int32_t>(prompts[i].size()) - 1);
-  }
-  EXPECT_TRUE(d->worker->invalid.empty());
-  EXPECT_EQ(d->connector->Stats().transfers, prompts.size());
-  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, prompts.size());
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
-}
-
 class PdEngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -89,25 +33,6 @@ TEST_F(PdEngineTest, SeedConfigurationBlockSize128OnFlash) {
           reference_, Greedy(4));
   RunPair({{128, "flash", Layout::kHND, true}, {128, "flash", Layout::kHND, true}}, prompts_,
           reference_, Greedy(4));
-}
-
-TEST_F(PdEngineTest, GeometryMatrixSample) {
-  // Every instance spec appears as P and as D, each paired with two different partners.
-  // KVFERRY_PD_FULL_MATRIX=1 runs all 32 x 32 pairs (the `long` test below).
-  const std::vector<InstanceSpec> specs = AllSpecs();
-  const size_t n = specs.size();
-  const bool full = std::getenv("KVFERRY_PD_FULL_MATRIX") != nullptr;
-  for (size_t i = 0; i < n; ++i) {
-    std::vector<size_t> partners = {(i * 7 + 3) % n, (i * 13 + 10) % n};
-    if (full) {
-      partners.clear();
-      for (size_t j = 0; j < n; ++j) partners.push_back(j);
-    }
-    for (size_t j : partners) {
-      RunPair({specs[i], specs[j]}, prompts_, reference_, Greedy(4));
-      if (HasFatalFailure()) return;
-    }
-  }
 }
 
 TEST_F(PdEngineTest, ChunkedPrefillHostBufferStagesEveryChunk) {

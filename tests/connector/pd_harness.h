@@ -204,4 +204,51 @@ inline std::vector<int32_t> MakePrompt(int32_t n, int32_t salt = 0) {
   return v;
 }
 
+// A loopback config with the given overrides (0 / empty: the default).
+inline connector::KvTransferConfig Config(int64_t lease_ms = 0, std::string auth_token = "",
+                                          int64_t transfer_timeout_ms = 0) {
+  connector::KvTransferConfig c;
+  c.backend = connector::TransferBackendKind::kLoopback;
+  if (lease_ms > 0) c.lease_ms = lease_ms;
+  c.auth_token = std::move(auth_token);
+  if (transfer_timeout_ms > 0) c.transfer_timeout_ms = transfer_timeout_ms;
+  return c;
+}
+
+inline engine::SamplingParams Greedy(int32_t max_tokens) {
+  engine::SamplingParams sp;
+  sp.max_tokens = max_tokens;
+  sp.ignore_eos = true;
+  return sp;
+}
+
+struct Case {
+  InstanceSpec p, d;
+};
+
+// One P/D pair over two prompts (shorter than a block, and spanning many); D's completions must
+// equal the colocated ones, and both pools must be clean afterwards.
+inline void RunPair(const Case& c, const std::vector<std::vector<int32_t>>& prompts,
+                    const std::vector<Completion>& reference, const engine::SamplingParams& sp) {
+  SCOPED_TRACE("P " + Describe(c.p) + "  D " + Describe(c.d));
+  auto p = MakeInstance("P", c.p, Config());
+  auto d = MakeInstance("D", c.d, Config());
+  ASSERT_TRUE(p && d);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const std::string id = "req" + std::to_string(i);
+    auto params = Prefill(*p, id, prompts[i]);
+    ASSERT_TRUE(params.has_value());
+    ASSERT_TRUE(d->engine->AddRequest(id, prompts[i], sp, *params).ok());
+    auto all = RunAll({d->engine.get(), p->engine.get()});
+    ASSERT_TRUE(all[id].finished);
+    ExpectSame(all[id], reference[i], "prompt " + std::to_string(prompts[i].size()));
+    EXPECT_EQ(all[id].num_cached_tokens, static_cast<int32_t>(prompts[i].size()) - 1);
+  }
+  EXPECT_TRUE(d->worker->invalid.empty());
+  EXPECT_EQ(d->connector->Stats().transfers, prompts.size());
+  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, prompts.size());
+  ExpectPoolClean(*p->engine, "P");
+  ExpectPoolClean(*d->engine, "D");
+}
+
 }  // namespace kvferry::pd_test

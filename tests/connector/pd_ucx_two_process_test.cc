@@ -17,13 +17,6 @@ namespace {
 
 using kv::Layout;
 
-engine::SamplingParams Greedy(int32_t max_tokens) {
-  engine::SamplingParams sp;
-  sp.max_tokens = max_tokens;
-  sp.ignore_eos = true;
-  return sp;
-}
-
 connector::KvTransferConfig UcxConfig() {
   connector::KvTransferConfig c;
   c.backend = connector::TransferBackendKind::kUcx;
