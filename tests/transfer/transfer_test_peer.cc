@@ -1,5 +1,5 @@
 // Peer helper for the two-process transfer tests: a target agent in its own process.
-//   transfer_test_peer <socket fd> <tcp|shm|auto> <buffer bytes>
+//   transfer_test_peer <socket fd> <tcp|shm|shm-am> <buffer bytes>
 // Sends its metadata blob and region id over the socket, then serves commands:
 //   DUMP   -> the whole registered buffer
 //   STATS  -> "<notifications checked> <violations>"
@@ -25,9 +25,8 @@ int main(int argc, char** argv) {
   std::string transport = argv[2];
   uint64_t bytes = std::strtoull(argv[3], nullptr, 10);
   AgentOptions opt{.name = "peer", .backend = BackendKind::kUcx};
-  opt.ucx.transport = transport == "tcp"   ? UcxTransport::kTcp
-                      : transport == "shm" ? UcxTransport::kShm
-                                           : UcxTransport::kAuto;
+  opt.ucx.transport = transport == "tcp" ? UcxTransport::kTcp : UcxTransport::kShm;
+  if (transport == "shm-am") opt.ucx.data_path = UcxDataPath::kActiveMessage;
   auto agent = Agent::Create(opt);
   if (!agent.ok()) {
     std::fprintf(stderr, "peer: %s\n", agent.status().ToString().c_str());

@@ -47,6 +47,8 @@ class UcxTwoProcessTest : public ::testing::TestWithParam<std::string> {
     fd_ = sv[0];
     AgentOptions opt{.name = "initiator", .backend = BackendKind::kUcx};
     opt.ucx.transport = GetParam() == "tcp" ? UcxTransport::kTcp : UcxTransport::kShm;
+    // shm-am: shared memory, but the active-message data path (TCP's) instead of put/get.
+    if (GetParam() == "shm-am") opt.ucx.data_path = UcxDataPath::kActiveMessage;
     auto a = Agent::Create(opt);
     ASSERT_TRUE(a.ok()) << a.status();
     agent_ = std::move(*a);
@@ -308,8 +310,12 @@ TEST_P(UcxTwoProcessTest, DescriptorOutOfRange) {
   EXPECT_TRUE(std::memcmp(dump.data(), model_.data(), kBytes) == 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, UcxTwoProcessTest, ::testing::Values("tcp", "shm"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Transports, UcxTwoProcessTest, ::testing::Values("tcp", "shm", "shm-am"),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           std::replace(n.begin(), n.end(), '-', '_');
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace kvferry::transfer
