@@ -3,6 +3,7 @@
 // Sends its metadata blob and region id over the socket, then serves commands:
 //   DUMP   -> the whole registered buffer
 //   STATS  -> "<notifications checked> <violations>"
+//   DEREG  -> deregisters the buffer (the test's remote key goes stale); answers the Status
 //   QUIT   -> exits 0
 // A notification "chk <seed> <n> (<remote off> <len> <local off>)*n" is checked the moment it
 // arrives: the named ranges must already hold the seeded bytes (data before notification).
@@ -69,6 +70,8 @@ int main(int argc, char** argv) {
     if (!cmd || *cmd == "QUIT") break;
     if (*cmd == "DUMP") {
       testing::SendFrame(fd, std::string(reinterpret_cast<const char*>(buf.data()), bytes));
+    } else if (*cmd == "DEREG") {  // makes the remote key the test holds stale
+      testing::SendFrame(fd, (*agent)->DeregisterMemory(*region).ToString());
     } else if (*cmd == "STATS") {
       testing::SendFrame(fd,
                          std::to_string(checked.load()) + " " + std::to_string(violations.load()));
