@@ -103,6 +103,7 @@ void FerryConnectorImpl::AdvanceHandshakes() {
         peer.meta = std::move(**result);
         for (const WireRegion& r : peer.meta.regions) peer.remote_regions.push_back({r.id});
         peer.state = PeerEntry::State::kReady;
+        UpdateStats([](ConnectorStats& st) { ++st.handshakes; });
         KVF_LOG_INFO("connector {}: handshake with {} done (kernel block {}, logical {}, {}{})",
                      engine_id_, it->first, peer.meta.block_size_kernel,
                      peer.meta.block_size_logical, kv::LayoutName(peer.meta.layout),
@@ -152,6 +153,12 @@ void FerryConnectorImpl::StartLoads() {
     RecvState& r = it->second;
     if (r.phase == RecvState::Phase::kWaitHandshake) {
       auto peer = peers_.find(r.spec.remote.remote_engine_id);
+      if (peer == peers_.end()) {
+        // Its engine was dropped (a sibling's transfer failed) before this load started.
+        EnsureHandshake(r.spec.remote);
+        it = next;
+        continue;
+      }
       if (peer != peers_.end() && peer->second.state == PeerEntry::State::kReady) {
         if (r.spec.num_external_tokens == 0) {
           SendNotificationOnly(r.spec, peer->second);

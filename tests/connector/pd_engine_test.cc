@@ -66,6 +66,35 @@ TEST_F(PdEngineTest, HostBufferPrefixHitOnP) {
   ExpectPoolClean(*d->engine, "D");
 }
 
+TEST_F(PdEngineTest, ManyRequestsShareOneHandshake) {
+  // Several requests for the same P arrive together while the handshake is in flight: one
+  // handshake, every pull done, every output equal to colocated.
+  auto p = MakeInstance("P", {128, "flash", Layout::kHND, false}, Config());
+  auto d = MakeInstance("D", {16, "paged", Layout::kNHD, true}, Config());
+  ASSERT_TRUE(p && d);
+  std::vector<std::vector<int32_t>> prompts;
+  std::map<std::string, connector::KvTransferParams> params;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(MakePrompt(100 + 90 * i, 20 + i));
+    auto pp = Prefill(*p, "m" + std::to_string(i), prompts.back());
+    ASSERT_TRUE(pp.has_value());
+    params["m" + std::to_string(i)] = *pp;
+  }
+  for (int i = 0; i < 4; ++i) {
+    const std::string id = "m" + std::to_string(i);
+    ASSERT_TRUE(d->engine->AddRequest(id, prompts[i], Greedy(3), params[id]).ok());
+  }
+  auto all = RunAll({d->engine.get(), p->engine.get()});
+  for (int i = 0; i < 4; ++i) {
+    ExpectSame(all["m" + std::to_string(i)], Colocated(prompts[i], Greedy(3)),
+               "request " + std::to_string(i));
+  }
+  EXPECT_EQ(d->connector->Stats().handshakes, 1u);
+  EXPECT_EQ(d->connector->Stats().transfers, 4u);
+  ExpectPoolClean(*p->engine, "P");
+  ExpectPoolClean(*d->engine, "D");
+}
+
 TEST_F(PdEngineTest, DPrefixHitPullsOnlyTheTail) {
   // D already has the first blocks of the prompt in its prefix cache: only the tail is pulled.
   auto p = MakeInstance("P", {64, "paged", Layout::kNHD, false}, Config());

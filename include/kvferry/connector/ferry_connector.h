@@ -31,6 +31,7 @@ struct ConnectorStats {
   uint64_t descriptors = 0;
   uint64_t duration_us_total = 0;  // post to completion, summed over transfers
   uint64_t notifications_sent = 0;
+  uint64_t handshakes = 0;  // completed handshakes (one per remote engine, again after a drop)
   // D: loads that failed, by kind.
   uint64_t failures_handshake = 0;
   uint64_t failures_transfer = 0;
