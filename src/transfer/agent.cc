@@ -289,6 +289,7 @@ Status Agent::Post(XferHandle xfer) {
 StatusOr<XferState> Agent::Poll(XferHandle xfer) {
   KVF_ASSIGN_OR_RETURN(std::shared_ptr<Prepared> p, impl_->FindXfer(xfer));
   if (!p->inflight) return FailedPreconditionError("transfer was never posted");
+  if (!p->inflight->done()) impl_->backend->Drive(p->inflight, Deadline::AfterMs(0));
   if (!p->inflight->done()) {
     // Backstop: backends enforce deadlines themselves; this keeps Poll honest regardless.
     if (!p->inflight->deadline().Expired()) return XferState::kInProgress;

@@ -120,11 +120,12 @@ class Agent {
   // Starts the transfer; its deadline is now + timeout_ms. FailedPrecondition if in flight.
   // Unavailable if the peer's connection has failed.
   Status Post(XferHandle xfer);
-  // kInProgress or kDone, or the transfer's failure. Cheap: does not block; progress happens
-  // on the backend's own thread.
+  // kInProgress or kDone, or the transfer's failure. Does not block: one progress pass on the
+  // calling thread (UCX), besides the backend's own progress thread.
   StatusOr<XferState> Poll(XferHandle xfer);
   // Blocks until done, failed, or `deadline` (DeadlineExceeded; the transfer continues and
-  // keeps its own deadline).
+  // keeps its own deadline). Progresses the transfer on the calling thread (UCX), so the
+  // completion path needs no thread hand-off.
   Status Wait(XferHandle xfer, Deadline deadline);
   // Forgets the transfer, cancelling it if in flight (see the poisoning rule above).
   Status Release(XferHandle xfer);
