@@ -79,8 +79,10 @@ void RunTask(const KvLayerView& view, const AttentionSequence& s, int32_t query,
 void Attention(const KvLayerView& view, std::span<const AttentionSequence> seqs, const float* q,
                int32_t num_heads, float scale, float* out, ThreadPool* pool) {
   std::vector<Task> tasks;
+  int64_t work = 0;  // key positions visited, summed over tasks
   for (int32_t si = 0; si < static_cast<int32_t>(seqs.size()); ++si) {
     for (int32_t i = 0; i < seqs[si].num_queries; ++i) {
+      work += int64_t{seqs[si].first_pos + i + 1} * view.num_kv_heads;
       for (int32_t h = 0; h < view.num_kv_heads; ++h) tasks.push_back({si, i, h});
     }
   }
@@ -91,7 +93,9 @@ void Attention(const KvLayerView& view, std::span<const AttentionSequence> seqs,
       RunTask(view, seqs[task.seq], task.query, task.kv_head, q, num_heads, scale, out, sc);
     }
   };
-  if (pool == nullptr) {
+  // Small problems (a short decode step) run inline: a hand-off to the workers costs more.
+  // The result is the same either way: tasks never share a reduction.
+  if (pool == nullptr || work < 4096) {
     body(0, static_cast<int64_t>(tasks.size()));
   } else {
     pool->ParallelFor(static_cast<int64_t>(tasks.size()), 1, body);
