@@ -53,5 +53,7 @@ int main(int argc, char** argv) {
   Write(dir, "reply_mla", EncodeHandshakeReply(hash, Sample(true)));
   Write(dir, "reply_other_hash", EncodeHandshakeReply("fedcba9876543210", Sample(false)));
   Write(dir, "error", EncodeHandshakeError("no such rank"));
+  Write(dir, "release", EncodeReleaseRequest("cmpl-1-0#0", "secret"));
+  Write(dir, "ok", EncodeOk());
   return 0;
 }
