@@ -43,6 +43,8 @@ Status UcxBackend::Start() {
   if (ctx_.ucx.transport != UcxTransport::kTcp) {
     setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
     setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+    // Later tcp-only contexts in this process (and children) would warn about these as unused.
+    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
   }
   ucp_config_t* raw_cfg = nullptr;
   KVF_RETURN_IF_ERROR(FromUcs(ucp_config_read(nullptr, nullptr, &raw_cfg), "ucp_config_read"));
