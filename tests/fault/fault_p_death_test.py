@@ -88,6 +88,7 @@ def case_p_killed_before_handshake_policy_fail():
     p.kill()
     status, resp, secs = d.post(decode_body(BODY, params))
     check(status is not None and status >= 400, f"policy fail answered {status}: {resp}")
+    print(f"  policy fail: HTTP {status}: {resp['error']['message'][:120]}")
     check(is_openai_error(resp), f"not an OpenAI error body: {resp}")
     measure("p_killed_before_handshake.fail_policy", secs, HANDSHAKE_S + SLACK_S)
     check_d_recovered(d)
