@@ -14,6 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libopenblas-dev                          # benchmark-only peer for the matmul
   iperf3 iproute2 procps psmisc curl       # benchmark ceilings, netns fault tests, e2e scripts
+  python3                                  # tests/fault and tests/load drivers (stdlib only)
 )
 
 missing=()
