@@ -140,6 +140,21 @@ TEST(EngineTest, OutputsIdenticalAcrossBatchingBudgetGeometryAndThreads) {
   }
 }
 
+TEST(EngineTest, HalfPrecisionCachesAreInvariantAcrossGeometry) {
+  for (kv::DType dtype : {kv::DType::kF16, kv::DType::kBF16}) {
+    EngineConfig base;
+    base.kv_cache_dtype = dtype;
+    const auto expected = RunPrompts(base, Greedy(12), {1});
+    EngineConfig c = base;
+    c.block_size = 128;
+    c.attention_backend = "flash";
+    c.kv_cache_layout = kv::Layout::kHND;
+    c.max_num_batched_tokens = 6;
+    const auto out = RunPrompts(c, Greedy(12));
+    ExpectSameCompletion(expected.at("r1"), out.at("r1"), std::string(kv::DTypeName(dtype)));
+  }
+}
+
 TEST(EngineTest, PrefixCacheHitsGiveIdenticalOutput) {
   EngineConfig c;
   c.block_size = 16;
