@@ -5,6 +5,7 @@
 // cache full and partial hits, streaming, and concurrent requests. Afterwards no block may be
 // left held or used on either side.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -248,6 +249,29 @@ TEST_F(PdAccuracyTest, EdgeCasesPrefixHitsStreamingAndConcurrency) {
   ASSERT_TRUE(pd_chat.has_value() && co_chat.has_value());
   EXPECT_EQ((*pd_chat)["choices"][0]["message"], (*co_chat)["choices"][0]["message"]);
   EXPECT_EQ((*pd_chat)["choices"][0]["logprobs"], (*co_chat)["choices"][0]["logprobs"]);
+
+  // 7. A streaming client that goes away mid-answer: D aborts the request (through the proxy).
+  {
+    httplib::Client c("127.0.0.1", dep.proxy->port());
+    c.set_read_timeout(std::chrono::seconds(30));
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = Request(Prompt(200, 13), 3500, /*stream=*/true).dump();
+    req.set_header("Content-Type", "application/json");
+    int chunks = 0;
+    req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 4; };
+    httplib::Response res;
+    httplib::Error err;
+    c.send(req, res, err);
+    EXPECT_GE(chunks, 4);
+    const std::string aborted = "kvferry:request_success_total{finished_reason=\"abort\"}";
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (Metric(dep.d->port(), aborted) < 1 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(Metric(dep.d->port(), aborted), 1);
+  }
 
   ExpectNoBlocksLeft(dep);
   EXPECT_TRUE(dep.proxy->Stop());
