@@ -1,10 +1,13 @@
 // `kvferry proxy`: routes OpenAI requests P -> D (docs/serving.md).
 #include <signal.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kvferry/common/logging.h"
@@ -13,14 +16,24 @@
 
 namespace {
 
+// SIGINT/SIGTERM set a flag the main thread polls. A handler rather than sigwait: threads that
+// libraries start before main() (OpenBLAS, UCX) do not block the signals, and a second SIGTERM
+// delivered to one of them must not kill the process mid-drain.
+std::atomic<int> g_stop_signal{0};
+void OnStopSignal(int sig) { g_stop_signal.store(sig); }
+void InstallStopHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
+
 int RunProxy(const kvferry::proxy::ProxyOptions& o) {
   using namespace kvferry;
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  InstallStopHandlers();
   auto proxy = proxy::ProxyServer::Create(o);
   if (!proxy.ok()) {
     std::fprintf(stderr, "kvferry proxy: %s\n", proxy.status().ToString().c_str());
@@ -34,9 +47,8 @@ int RunProxy(const kvferry::proxy::ProxyOptions& o) {
   KVF_LOG_INFO("kvferry proxy: http://{}:{} with {} prefill and {} decode instances", o.host,
                (*proxy)->port(), o.prefill_urls.size(), o.decode_urls.size());
   int sig = 0;
-  while (sig <= 0) {
-    timespec tick{1, 0};
-    sig = sigtimedwait(&signals, nullptr, &tick);
+  while ((sig = g_stop_signal.load()) == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   KVF_LOG_INFO("kvferry proxy: {}, stopping", strsignal(sig));
   (*proxy)->Stop();

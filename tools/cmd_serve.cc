@@ -2,10 +2,13 @@
 // follow `vllm serve` where a vLLM user would look for them.
 #include <signal.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "kvferry/common/logging.h"
 #include "kvferry/connector/kv_transfer_config.h"
@@ -17,6 +20,21 @@
 #include "tools/command_registry.h"
 
 namespace {
+
+// SIGINT/SIGTERM set a flag the main thread polls. A handler rather than sigwait: threads that
+// libraries start before main() (OpenBLAS, UCX) do not block the signals, and a second SIGTERM
+// delivered to one of them must not kill the process mid-drain.
+std::atomic<int> g_stop_signal{0};
+void OnStopSignal(int sig) { g_stop_signal.store(sig); }
+void InstallStopHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+}
 
 struct ServeOptions {
   std::string model = "tiny";
@@ -73,13 +91,7 @@ int RunServe(const ServeOptions& o) {
     loop_opts.kv_transfer = *kv;
   }
 
-  // SIGINT/SIGTERM are taken synchronously by this thread; block them before any thread starts.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-  signal(SIGPIPE, SIG_IGN);
+  InstallStopHandlers();
 
   server::ServerMetrics metrics;
   auto loop = server::EngineLoop::Start(loop_opts, &metrics);
@@ -104,9 +116,8 @@ int RunServe(const ServeOptions& o) {
                sopts.served_model_name, role, (*loop)->max_model_len());
 
   int sig = 0;
-  while (sig <= 0) {
-    timespec tick{1, 0};
-    sig = sigtimedwait(&signals, nullptr, &tick);
+  while ((sig = g_stop_signal.load()) == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (!(*loop)->healthy()) {
       KVF_LOG_ERROR("engine loop stopped; exiting");
       break;

@@ -81,6 +81,10 @@ KvferryProcess::KvferryProcess(const std::string& name, const std::vector<std::s
 
 KvferryProcess::~KvferryProcess() { Stop(); }
 
+void KvferryProcess::Terminate() {
+  if (pid_ > 0) kill(pid_, SIGTERM);
+}
+
 bool KvferryProcess::Stop(int timeout_ms) {
   if (pid_ <= 0) return true;
   kill(pid_, SIGTERM);
@@ -89,13 +93,20 @@ bool KvferryProcess::Stop(int timeout_ms) {
   while (Clock::now() < deadline) {
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
-      return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return true;
+      error_ = name_ +
+               (WIFEXITED(status) ? " exited with status " + std::to_string(WEXITSTATUS(status))
+                                  : " killed by signal " + std::to_string(WTERMSIG(status))) +
+               ":\n" + LogTail();
+      return false;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   kill(pid_, SIGKILL);
   waitpid(pid_, &status, 0);
   pid_ = -1;
+  error_ = name_ + " did not exit within " + std::to_string(timeout_ms) + " ms of SIGTERM:\n" +
+           LogTail();
   return false;
 }
 

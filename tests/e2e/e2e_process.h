@@ -34,6 +34,8 @@ class KvferryProcess {
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   // SIGTERM; true when the process exited (status 0) within `timeout_ms`.
   bool Stop(int timeout_ms = 10000);
+  // Sends SIGTERM without waiting (Stop() then waits).
+  void Terminate();
   std::string LogTail() const;
 
  private:

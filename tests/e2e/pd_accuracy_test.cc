@@ -299,5 +299,27 @@ TEST_F(PdAccuracyTest, DeadDecodeInstanceIsAnErrorAndLeaksNothing) {
   EXPECT_TRUE(dep.p->Stop());
 }
 
+// SIGTERM drains: a request in flight still gets its whole answer, new ones are refused, and the
+// process exits 0.
+TEST_F(PdAccuracyTest, SigtermLetsRunningRequestsFinish) {
+  KvferryProcess instance("drain", {"serve", "--port", "0", "--threads", "1"}, *log_dir_);
+  ASSERT_TRUE(instance.ok()) << instance.error();
+  const json body = Request(Prompt(50, 21), 1500);
+  std::optional<json> answer;
+  std::thread client([&] { answer = Post(instance.port(), "/v1/completions", body); });
+  // Wait until the request is running, then terminate.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (Metric(instance.port(), "kvferry:num_requests{state=\"running\"}") < 1 &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  instance.Terminate();
+  client.join();
+  ASSERT_TRUE(answer.has_value());
+  EXPECT_EQ((*answer)["_status"], 200) << answer->dump();
+  EXPECT_EQ((*answer)["choices"][0]["token_ids"].size(), 1500u);
+  EXPECT_TRUE(instance.Stop()) << instance.error();
+}
+
 }  // namespace
 }  // namespace kvferry::e2e
