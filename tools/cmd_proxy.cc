@@ -31,8 +31,33 @@ void InstallStopHandlers() {
   signal(SIGPIPE, SIG_IGN);
 }
 
-int RunProxy(const kvferry::proxy::ProxyOptions& o) {
+// vLLM toy_proxy_server.py spelling: --prefiller-hosts/--prefiller-ports (paired, or one host
+// for all ports).
+struct VllmStyleFlags {
+  std::vector<std::string> prefiller_hosts, decoder_hosts;
+  std::vector<int> prefiller_ports, decoder_ports;
+};
+
+bool AppendHostPorts(const std::vector<std::string>& hosts, const std::vector<int>& ports,
+                     const char* what, std::vector<std::string>* urls) {
+  if (ports.empty()) return true;
+  const std::vector<std::string> h = hosts.empty() ? std::vector<std::string>{"localhost"} : hosts;
+  if (h.size() != 1 && h.size() != ports.size()) {
+    std::fprintf(stderr, "kvferry proxy: %s hosts and ports differ in number\n", what);
+    return false;
+  }
+  for (size_t i = 0; i < ports.size(); ++i) {
+    urls->push_back("http://" + h[h.size() == 1 ? 0 : i] + ":" + std::to_string(ports[i]));
+  }
+  return true;
+}
+
+int RunProxy(kvferry::proxy::ProxyOptions o, const VllmStyleFlags& v) {
   using namespace kvferry;
+  if (!AppendHostPorts(v.prefiller_hosts, v.prefiller_ports, "prefiller", &o.prefill_urls) ||
+      !AppendHostPorts(v.decoder_hosts, v.decoder_ports, "decoder", &o.decode_urls)) {
+    return 2;
+  }
   InstallStopHandlers();
   auto proxy = proxy::ProxyServer::Create(o);
   if (!proxy.ok()) {
@@ -57,16 +82,21 @@ int RunProxy(const kvferry::proxy::ProxyOptions& o) {
 
 void AddProxy(CLI::App& app) {
   auto o = std::make_shared<kvferry::proxy::ProxyOptions>();
+  auto v = std::make_shared<VllmStyleFlags>();
   auto* sub = app.add_subcommand(
       "proxy", "Route OpenAI requests through prefill then decode instances (docs/serving.md)");
   sub->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", o->port, "HTTP port (0: any free port)")->capture_default_str();
   sub->add_option("--prefill", o->prefill_urls, "Prefill instance URLs (http://host:port)")
-      ->required()
       ->expected(1, -1);
   sub->add_option("--decode", o->decode_urls, "Decode instance URLs (http://host:port)")
-      ->required()
       ->expected(1, -1);
+  sub->add_option("--prefiller-hosts", v->prefiller_hosts,
+                  "vLLM toy-proxy spelling: prefill hosts (one for all ports, or one per port)");
+  sub->add_option("--prefiller-ports", v->prefiller_ports,
+                  "vLLM toy-proxy spelling: prefill ports");
+  sub->add_option("--decoder-hosts", v->decoder_hosts, "vLLM toy-proxy spelling: decode hosts");
+  sub->add_option("--decoder-ports", v->decoder_ports, "vLLM toy-proxy spelling: decode ports");
   sub->add_option("--connect-timeout-ms", o->connect_timeout_ms, "Connect timeout per instance")
       ->capture_default_str();
   sub->add_option("--prefill-timeout-ms", o->prefill_timeout_ms,
@@ -77,7 +107,7 @@ void AddProxy(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--num-http-threads", o->num_http_threads, "Concurrent client connections")
       ->capture_default_str();
-  sub->callback([o] { throw CLI::RuntimeError(RunProxy(*o)); });
+  sub->callback([o, v] { throw CLI::RuntimeError(RunProxy(*o, *v)); });
 }
 KVF_REGISTER_COMMAND(AddProxy);
 
