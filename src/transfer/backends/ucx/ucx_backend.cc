@@ -19,6 +19,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <deque>
@@ -133,27 +134,40 @@ unsigned UcxBackend::ProgressOnce() {
 
 void UcxBackend::Drive(const std::shared_ptr<Completion>& c, Deadline until) {
   // The waiting thread progresses the worker itself: no hand-off to the progress thread on
-  // the completion path (each hand-off costs a scheduler wake-up on a busy machine).
-  ++drivers_;
-  do {
+  // the completion path. Between passes it sleeps on the worker's event fd (armed) rather than
+  // spinning: on a machine with few cores a spinning waiter takes the CPU from the peer process
+  // (or the progress thread) that must run for the transfer to finish, and every lost time
+  // slice costs a scheduler tick (4 ms). With several drivers at once a completion may be
+  // finished by another driver without waking this one, so they poll with a short timeout.
+  int n = ++drivers_;
+  pollfd fd{ucp_fd_, POLLIN, 0};
+  while (true) {
+    bool armed = false;
     {
       MutexLock l(&wmu_);
       ProgressOnce();
+      if (c->done()) break;
+      if (until.Expired()) break;
+      armed = ucp_worker_arm(worker_.get()) == UCS_OK;
     }
-    if (c->done()) break;
-    sched_yield();
-  } while (!until.Expired());
+    if (!armed) continue;  // events pending: progress again at once
+    int64_t ms = std::clamp<int64_t>(until.RemainingMs(), 0, n > 1 ? 1 : kDriveSleepCapMs);
+    poll(&fd, 1, static_cast<int>(ms));
+    n = drivers_.load();
+  }
   --drivers_;
 }
 
 void UcxBackend::Loop() {
   Clock::time_point last_busy = Clock::now();
   // After activity the thread busy-polls this long before it sleeps on the worker's event fd.
+  // Short by default: on a 2-core host a spinning thread competes with the peer process.
   const char* spin_env = getenv("KVFERRY_UCX_SPIN_US");
-  const auto spin_window = std::chrono::microseconds(spin_env ? std::atoll(spin_env) : 2000);
+  const auto spin_window = std::chrono::microseconds(spin_env ? std::atoll(spin_env) : 0);
   pollfd fds[2] = {{event_fd_, POLLIN, 0}, {ucp_fd_, POLLIN, 0}};
   while (true) {
     bool busy;
+    bool waiting;  // transfers or closes in flight: wake often enough for deadlines/liveness
     {
       MutexLock l(&wmu_);
       std::deque<std::function<void()>> cmds;
@@ -162,15 +176,19 @@ void UcxBackend::Loop() {
         cmds.swap(commands_);
       }
       for (auto& c : cmds) c();
-      unsigned n = ProgressOnce();
+      // While an application thread drives the worker (Drive), it alone progresses it: two
+      // threads taking turns on one worker only steal each other's wake-ups.
+      unsigned n = drivers_ > 0 ? 0 : ProgressOnce();
       if (stop_) break;
-      busy = n > 0 || !cmds.empty() || !xfers_.empty() || !inbound_.empty() || !closing_.empty();
+      busy = n > 0 || !cmds.empty();
+      waiting = !xfers_.empty() || !inbound_.empty() || !closing_.empty();
     }
-    auto now = Clock::now();
-    if (drivers_ > 0) {  // an application thread is progressing: stay out of its way
-      poll(fds, 1, 1);
+    if (drivers_ > 0) {  // stay out of the driver's way; commands still wake us
+      poll(fds, 1, kDriveSleepCapMs);
+      DrainEventFd();
       continue;
     }
+    auto now = Clock::now();
     if (busy) {
       last_busy = now;
       continue;
@@ -182,10 +200,8 @@ void UcxBackend::Loop() {
       st = ucp_worker_arm(worker_.get());
     }
     if (st == UCS_ERR_BUSY) continue;
-    poll(fds, 2, 50);
-    uint64_t v;
-    while (read(event_fd_, &v, sizeof(v)) > 0) {
-    }
+    poll(fds, 2, waiting ? kWaitingSleepCapMs : 50);
+    DrainEventFd();
   }
   // Shutdown (wmu_ still held by the loop's scope above is released by break; retake it).
   MutexLock l(&wmu_);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ucp/api/ucp.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <deque>
@@ -212,6 +213,15 @@ class UcxBackend final : public Backend {
     return f.get();
   }
   void Loop();
+  void DrainEventFd() {
+    uint64_t v;
+    while (read(event_fd_, &v, sizeof(v)) > 0) {
+    }
+  }
+  // Longest sleep of a driver, and of the progress thread while transfers are in flight, on
+  // the worker's event fd: a backstop for a missed wake-up and the pace of deadline checks.
+  static constexpr int kDriveSleepCapMs = 2;
+  static constexpr int kWaitingSleepCapMs = 5;
   unsigned ProgressOnce();  // one pass: worker progress, deferred work, housekeeping
   void Housekeeping();
 
