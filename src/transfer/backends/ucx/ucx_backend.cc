@@ -44,6 +44,16 @@ Status UcxBackend::Start() {
   if (ctx_.ucx.transport != UcxTransport::kTcp) {
     setenv("UCX_POSIX_ERROR_HANDLING", "y", 0);
     setenv("UCX_SYSV_ERROR_HANDLING", "y", 0);
+    // Under PEER error mode there is no cma lane, so RMA over shared memory is emulated with
+    // active messages through the peer's receive FIFO (64 x 8 KiB by default): a 1 MiB get
+    // needs the two processes to take turns 2-3 times, each turn a wake-up and, on a busy
+    // host, a scheduler tick. 256 x 32 KiB (8 MiB in flight) cut that by 16x (docs/transfer.md,
+    // "Performance"). Costs ~16 MiB more of receive buffers per process. Both sides must agree;
+    // every process of ours sets the same values.
+    setenv("UCX_SYSV_FIFO_SIZE", "256", 0);
+    setenv("UCX_POSIX_FIFO_SIZE", "256", 0);
+    setenv("UCX_SYSV_SEG_SIZE", "32832", 0);
+    setenv("UCX_POSIX_SEG_SIZE", "32832", 0);
     // Later tcp-only contexts in this process (and children) would warn about these as unused.
     setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
   }
