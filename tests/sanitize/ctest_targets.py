@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Prints the build targets that the CTest tests selected by the given ctest arguments run, so
 `make asan` / `make tsan` build only what they test (the sanitizer builds are slow on a small
-machine). A target is any executable under BUILD_DIR/bin named in a selected test's command
-line (the test binary itself, or a helper passed as an argument, e.g. --node .../kvf_fault_node).
+machine). A target is any extension-less file path inside BUILD_DIR named in a selected test's
+command line (the test binary itself, e.g. bin/kv_test or examples/example_x, or a helper passed
+as an argument, e.g. --node .../kvf_fault_node); the target is its base name.
 Works before anything is built: the commands are read from the generated CTestTestfile.cmake.
 
   usage: ctest_targets.py BUILD_DIR [ctest selection args, e.g. -L "transfer|connector"]
@@ -18,7 +19,7 @@ def main():
     listing = subprocess.run(["ctest", "-N"] + sys.argv[2:], cwd=build, capture_output=True,
                              text=True, check=True).stdout
     selected = set(re.findall(r"Test\s+#\d+: (\S+)", listing))
-    bindir = os.path.join(build, "bin") + "/"
+    prefix = build + "/"
     targets = set()
     for root, _, files in os.walk(build):
         if "CTestTestfile.cmake" not in files:
@@ -28,8 +29,9 @@ def main():
             if not m or m.group(1) not in selected:
                 continue
             for arg in re.findall(r'"([^"]*)"', m.group(2)):
-                if arg.startswith(bindir):
-                    targets.add(os.path.basename(arg))
+                base = os.path.basename(arg)
+                if arg.startswith(prefix) and base and "." not in base:
+                    targets.add(base)
     print(" ".join(sorted(targets)))
 
 
