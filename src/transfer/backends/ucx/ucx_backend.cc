@@ -353,7 +353,7 @@ Status UcxBackend::AddPeer(uint32_t peer_id, const std::string& name, std::strin
         p->use_am = !p->same_host || ctx_.ucx.transport == UcxTransport::kTcp;
         break;
     }
-    auto* err_arg = new EpErrArg{this, peer_id};  // lives as long as the backend (small)
+    auto* err_arg = ep_err_args_.emplace_back(new EpErrArg{this, peer_id}).get();
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -366,7 +366,7 @@ Status UcxBackend::AddPeer(uint32_t peer_id, const std::string& name, std::strin
     ep.err_handler.arg = err_arg;
     ucs_status_t st = ucp_ep_create(worker_.get(), &ep, &p->ep);
     if (st != UCS_OK) {
-      delete err_arg;
+      ep_err_args_.pop_back();
       return FromUcs(st, "connect to '" + name + "' (ucp_ep_create)");
     }
     for (auto& [id, base, rkey] : parsed.regions) {

@@ -113,6 +113,17 @@ struct InboundWrite {
 
 class UcxBackend;
 
+// Arguments of the endpoint error callbacks. UCX keeps the pointer for the endpoint's whole life
+// (including an asynchronous close), so the backend owns them until it is destroyed.
+struct EpErrArg {
+  UcxBackend* self;
+  uint32_t peer_id;
+};
+struct BackErrArg {
+  UcxBackend* self;
+  uint64_t conn;
+};
+
 struct RecvCtx {
   UcxBackend* self;
   std::function<void(ucs_status_t)> done;
@@ -294,6 +305,8 @@ class UcxBackend final : public Backend {
   std::map<uint64_t, BackChannel> back_;
   std::deque<std::function<void()>> deferred_;  // sends issued after ucp_worker_progress returns
   std::vector<void*> closing_;                  // ep close requests
+  std::deque<std::unique_ptr<EpErrArg>> ep_err_args_;      // one per endpoint ever created
+  std::deque<std::unique_ptr<BackErrArg>> back_err_args_;  // one per back channel ever created
   uint64_t next_token_ = 1;
   Clock::time_point last_housekeeping_{};
   Clock::time_point last_liveness_{};
@@ -301,14 +314,5 @@ class UcxBackend final : public Backend {
 
 void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
 void OnBackEpError(void* arg, ucp_ep_h ep, ucs_status_t status);
-
-struct EpErrArg {
-  UcxBackend* self;
-  uint32_t peer_id;
-};
-struct BackErrArg {
-  UcxBackend* self;
-  uint64_t conn;
-};
 
 }  // namespace kvferry::transfer::ucx

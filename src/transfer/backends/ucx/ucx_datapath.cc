@@ -252,7 +252,7 @@ ucp_ep_h UcxBackend::BackEp(uint64_t conn) {
   ep.address = reinterpret_cast<const ucp_address_t*>(b.address.data());
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = OnBackEpError;
-  ep.err_handler.arg = new BackErrArg{this, conn};  // small; lives as long as the backend
+  ep.err_handler.arg = back_err_args_.emplace_back(new BackErrArg{this, conn}).get();
   if (ucp_ep_create(worker_.get(), &ep, &b.ep) != UCS_OK) {
     b.ep = nullptr;
     b.failed = true;
