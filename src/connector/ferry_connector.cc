@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <random>
+#include <thread>
 
 #include "connector/ferry_connector_impl.h"
 #include "kvferry/common/logging.h"
@@ -21,7 +23,21 @@ FerryConnectorImpl::FerryConnectorImpl(const KvTransferConfig& config,
     : config_(config),
       options_(options),
       engine_id_(std::move(engine_id)),
-      agent_(std::move(agent)) {}
+      agent_(std::move(agent)) {
+  // Fault injection for the process-level fault tests (docs/reliability.md): widen the window
+  // between a pull's data READ and its generation READ (which carries the notification), so a
+  // test can kill P in it. Blocks the engine thread for that long; never set it in production.
+  if (const char* env = std::getenv("KVFERRY_FAULT_PAUSE_AFTER_DATA_READ_MS")) {
+    const int pause_ms = std::atoi(env);
+    if (pause_ms > 0) {
+      KVF_LOG_WARN("connector {}: fault injection: pausing {} ms after each data READ", engine_id_,
+                   pause_ms);
+      after_data_read_for_test = [pause_ms](const std::string&) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+      };
+    }
+  }
+}
 
 FerryConnectorImpl::~FerryConnectorImpl() { Shutdown(); }
 

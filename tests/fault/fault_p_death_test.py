@@ -40,10 +40,11 @@ def start_p(**extra):
                 name="P")
 
 
-def start_d(policy="recompute"):
+def start_d(policy="recompute", env=None):
     cfg = kv_config("d0", handshake_timeout_ms=int(HANDSHAKE_S * 1000),
                     transfer_timeout_ms=int(TRANSFER_S * 1000), kv_load_failure_policy=policy)
-    return Node(args.node, "serve", ["--kv-transfer-config", cfg], env=ENV, name="D")
+    return Node(args.node, "serve", ["--kv-transfer-config", cfg], env={**ENV, **(env or {})},
+                name="D")
 
 
 def failures(d, kind):
@@ -140,6 +141,45 @@ def case_p_killed_during_pull():
     check_d_recovered(d)
 
 
+PAUSE_MS = 2000
+
+
+def case_p_killed_after_pull_before_notification():
+    """P dies after D's data READ completed but before the generation READ that carries the
+    notification: D cannot prove the bytes were not reused, so it is a load failure; D
+    recomputes and the answer is exact. D's fault hook widens the window to PAUSE_MS."""
+    want = reference(BODY)
+    p = start_p()
+    d = start_d(env={"KVFERRY_FAULT_PAUSE_AFTER_DATA_READ_MS": str(PAUSE_MS)})
+    warm_up(p, d)
+    params = prefill(p, BODY)
+    result = {}
+
+    def go():
+        result["r"] = d.post(decode_body(BODY, params))
+        result["t"] = time.monotonic()
+
+    before = d.gauge("kvferry:kv_transfers_total")
+    t = threading.Thread(target=go)
+    t.start()
+    # The data READ completes in milliseconds; D then sleeps PAUSE_MS before the generation READ
+    # (its engine thread sleeps, so /metrics is read afterwards to prove the order).
+    time.sleep(PAUSE_MS / 1000 / 3)
+    killed_at = time.monotonic()
+    p.kill()
+    t.join(60)
+    check(not t.is_alive(), "D never answered")
+    status, resp, _ = result["r"]
+    check(status == 200 and text_of(resp) == want, f"D answered {status}: {resp}")
+    eventually(lambda: d.gauge("kvferry:kv_transfers_total") == before + 1,
+               "P was killed before D's data READ completed (window missed)")
+    check(sum(failures(d, k) for k in ("transfer", "deadline", "generation")) >= 1,
+          "no load failure counted for the unverifiable pull")
+    measure("p_killed_after_pull_before_notification.after_kill", result["t"] - killed_at,
+            PAUSE_MS / 1000 + TRANSFER_S + SLACK_S)
+    check_d_recovered(d)
+
+
 def case_proxy_p_dead_or_hung():
     p, d = start_p(), start_d()
     proxy = Node(args.node, "proxy", ["--prefill", p.url, "--decode", d.url,
@@ -180,5 +220,6 @@ if __name__ == "__main__":
         ("p_killed_before_handshake_policy_fail", case_p_killed_before_handshake_policy_fail),
         ("p_hung_during_pull", case_p_hung_during_pull),
         ("p_killed_during_pull", case_p_killed_during_pull),
+        ("p_killed_after_pull_before_notification", case_p_killed_after_pull_before_notification),
         ("proxy_p_dead_or_hung", case_proxy_p_dead_or_hung),
     ])
