@@ -13,23 +13,9 @@
 #include "kvferry/common/logging.h"
 #include "kvferry/proxy/proxy_server.h"
 #include "tools/command_registry.h"
+#include "tools/stop_signal.h"
 
 namespace {
-
-// SIGINT/SIGTERM set a flag the main thread polls. A handler rather than sigwait: threads that
-// libraries start before main() (OpenBLAS, UCX) do not block the signals, and a second SIGTERM
-// delivered to one of them must not kill the process mid-drain.
-std::atomic<int> g_stop_signal{0};
-void OnStopSignal(int sig) { g_stop_signal.store(sig); }
-void InstallStopHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = OnStopSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-}
 
 // vLLM toy_proxy_server.py spelling: --prefiller-hosts/--prefiller-ports (paired, or one host
 // for all ports).
@@ -58,7 +44,7 @@ int RunProxy(kvferry::proxy::ProxyOptions o, const VllmStyleFlags& v) {
       !AppendHostPorts(v.decoder_hosts, v.decoder_ports, "decoder", &o.decode_urls)) {
     return 2;
   }
-  InstallStopHandlers();
+  kvferry::tools::InstallStopHandlers();
   auto proxy = proxy::ProxyServer::Create(o);
   if (!proxy.ok()) {
     std::fprintf(stderr, "kvferry proxy: %s\n", proxy.status().ToString().c_str());
@@ -72,7 +58,7 @@ int RunProxy(kvferry::proxy::ProxyOptions o, const VllmStyleFlags& v) {
   KVF_LOG_INFO("kvferry proxy: http://{}:{} with {} prefill and {} decode instances", o.host,
                (*proxy)->port(), o.prefill_urls.size(), o.decode_urls.size());
   int sig = 0;
-  while ((sig = g_stop_signal.load()) == 0) {
+  while ((sig = kvferry::tools::StopSignal()) == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   KVF_LOG_INFO("kvferry proxy: {}, stopping", strsignal(sig));

@@ -18,23 +18,9 @@
 #include "kvferry/server/engine_loop.h"
 #include "kvferry/server/openai_server.h"
 #include "tools/command_registry.h"
+#include "tools/stop_signal.h"
 
 namespace {
-
-// SIGINT/SIGTERM set a flag the main thread polls. A handler rather than sigwait: threads that
-// libraries start before main() (OpenBLAS, UCX) do not block the signals, and a second SIGTERM
-// delivered to one of them must not kill the process mid-drain.
-std::atomic<int> g_stop_signal{0};
-void OnStopSignal(int sig) { g_stop_signal.store(sig); }
-void InstallStopHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = OnStopSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  signal(SIGPIPE, SIG_IGN);
-}
 
 struct ServeOptions {
   std::string model = "tiny";
@@ -91,7 +77,7 @@ int RunServe(const ServeOptions& o) {
     loop_opts.kv_transfer = *kv;
   }
 
-  InstallStopHandlers();
+  kvferry::tools::InstallStopHandlers();
 
   server::ServerMetrics metrics;
   auto loop = server::EngineLoop::Start(loop_opts, &metrics);
@@ -116,7 +102,7 @@ int RunServe(const ServeOptions& o) {
                sopts.served_model_name, role, (*loop)->max_model_len());
 
   int sig = 0;
-  while ((sig = g_stop_signal.load()) == 0) {
+  while ((sig = kvferry::tools::StopSignal()) == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (!(*loop)->healthy()) {
       KVF_LOG_ERROR("engine loop stopped; exiting");

@@ -10,6 +10,7 @@
 #include "kvferry/common/logging.h"
 #include "kvferry/server/http_error.h"
 #include "kvferry/server/openai_protocol.h"
+#include "server/http_listener.h"
 #include "server/output_assembler.h"
 
 namespace kvferry::server {
@@ -348,22 +349,9 @@ Status OpenAiServer::Start() {
     res.set_content(OpenAiErrorBody(res.status, msg), "application/json");
   });
 
-  const std::string& host = impl->options.host;
-  if (impl->options.port == 0) {
-    impl->bound_port = http.bind_to_any_port(host);
-  } else {
-    impl->bound_port = http.bind_to_port(host, impl->options.port) ? impl->options.port : -1;
-  }
-  if (impl->bound_port <= 0) {
-    return UnavailableError("cannot listen on " + host + ":" + std::to_string(impl->options.port));
-  }
-  impl->thread = std::thread([impl] { impl->http.listen_after_bind(); });
-  // stop() before the listener runs would be lost (httplib checks is_running()); wait for it.
-  const Deadline ready = Deadline::AfterMs(5000);
-  while (!http.is_running() && !ready.Expired()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  if (!http.is_running()) return InternalError("HTTP listener did not start");
+  KVF_ASSIGN_OR_RETURN(
+      impl->bound_port,
+      server::StartHttpListener(http, impl->options.host, impl->options.port, &impl->thread));
   return Status::Ok();
 }
 
