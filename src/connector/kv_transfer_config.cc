@@ -4,39 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "connector/json_fields.h"
+
 namespace kvferry::connector {
 namespace {
-
-Status FieldError(std::string_view field, std::string_view what) {
-  return InvalidArgumentError(fmt::format("kv-transfer-config {}: {}", field, what));
-}
-
-const nlohmann::json* Find(const nlohmann::json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-Status ReadString(const nlohmann::json& j, const char* key, std::string* out) {
-  const nlohmann::json* v = Find(j, key);
-  if (v == nullptr) return Status::Ok();
-  if (!v->is_string()) return FieldError(key, "must be a string");
-  *out = v->get<std::string>();
-  return Status::Ok();
-}
-
-Status ReadInt64(const nlohmann::json& j, const char* key, int64_t lo, int64_t hi, int64_t* out) {
-  const nlohmann::json* v = Find(j, key);
-  if (v == nullptr) return Status::Ok();
-  if (!v->is_number_integer()) return FieldError(key, "must be an integer");
-  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    return FieldError(key, fmt::format("must be in [{}, {}]", lo, hi));
-  }
-  int64_t x = v->get<int64_t>();
-  if (x < lo || x > hi) return FieldError(key, fmt::format("must be in [{}, {}]", lo, hi));
-  *out = x;
-  return Status::Ok();
-}
 
 constexpr int64_t kMaxTimeoutMs = int64_t{1} << 40;
 
@@ -65,14 +36,15 @@ std::string_view TransferBackendKindName(TransferBackendKind kind) {
 StatusOr<KvTransferConfig> ParseKvTransferConfig(const nlohmann::json& j) {
   if (!j.is_object()) return InvalidArgumentError("kv-transfer-config must be a JSON object");
   KvTransferConfig c;
-  KVF_RETURN_IF_ERROR(ReadString(j, "kv_connector", &c.kv_connector));
+  const JsonFields top(j, "kv-transfer-config ");
+  KVF_RETURN_IF_ERROR(top.String("kv_connector", &c.kv_connector));
   if (c.kv_connector != "FerryConnector" && c.kv_connector != "NixlConnector") {
-    return FieldError("kv_connector",
-                      fmt::format("'{}' is not supported (FerryConnector)", c.kv_connector));
+    return top.Error("kv_connector",
+                     fmt::format("'{}' is not supported (FerryConnector)", c.kv_connector));
   }
   c.kv_connector = "FerryConnector";
   std::string role;
-  KVF_RETURN_IF_ERROR(ReadString(j, "kv_role", &role));
+  KVF_RETURN_IF_ERROR(top.String("kv_role", &role));
   if (role.empty() || role == "kv_both") {
     c.kv_role = KvRole::kBoth;
   } else if (role == "kv_producer") {
@@ -80,46 +52,47 @@ StatusOr<KvTransferConfig> ParseKvTransferConfig(const nlohmann::json& j) {
   } else if (role == "kv_consumer") {
     c.kv_role = KvRole::kConsumer;
   } else {
-    return FieldError("kv_role", fmt::format("'{}' is not kv_producer|kv_consumer|kv_both", role));
+    return top.Error("kv_role", fmt::format("'{}' is not kv_producer|kv_consumer|kv_both", role));
   }
-  KVF_RETURN_IF_ERROR(ReadString(j, "kv_buffer_device", &c.kv_buffer_device));
+  KVF_RETURN_IF_ERROR(top.String("kv_buffer_device", &c.kv_buffer_device));
   if (c.kv_buffer_device.empty()) c.kv_buffer_device = "direct";
-  KVF_RETURN_IF_ERROR(ReadString(j, "engine_id", &c.engine_id));
+  KVF_RETURN_IF_ERROR(top.String("engine_id", &c.engine_id));
   std::string policy;
-  KVF_RETURN_IF_ERROR(ReadString(j, "kv_load_failure_policy", &policy));
+  KVF_RETURN_IF_ERROR(top.String("kv_load_failure_policy", &policy));
   if (policy.empty() || policy == "recompute") {
     c.kv_load_failure_policy = KvLoadFailurePolicy::kRecompute;
   } else if (policy == "fail") {
     c.kv_load_failure_policy = KvLoadFailurePolicy::kFail;
   } else {
-    return FieldError("kv_load_failure_policy", fmt::format("'{}' is not recompute|fail", policy));
+    return top.Error("kv_load_failure_policy", fmt::format("'{}' is not recompute|fail", policy));
   }
 
-  const nlohmann::json* extra = Find(j, "kv_connector_extra_config");
+  const nlohmann::json* extra = top.Find("kv_connector_extra_config");
   if (extra != nullptr) {
-    if (!extra->is_object()) return FieldError("kv_connector_extra_config", "must be an object");
-    KVF_RETURN_IF_ERROR(ReadString(*extra, "side_channel_host", &c.side_channel_host));
+    if (!extra->is_object()) return top.Error("kv_connector_extra_config", "must be an object");
+    const JsonFields fields(*extra, "kv-transfer-config ");
+    KVF_RETURN_IF_ERROR(fields.String("side_channel_host", &c.side_channel_host));
     int64_t port = c.side_channel_port;
-    KVF_RETURN_IF_ERROR(ReadInt64(*extra, "side_channel_port", 0, 65535, &port));
+    KVF_RETURN_IF_ERROR(fields.Integer("side_channel_port", 0, 65535, &port));
     c.side_channel_port = static_cast<int32_t>(port);
-    KVF_RETURN_IF_ERROR(ReadInt64(*extra, "lease_ms", 1, kMaxTimeoutMs, &c.lease_ms));
+    KVF_RETURN_IF_ERROR(fields.Integer("lease_ms", 1, kMaxTimeoutMs, &c.lease_ms));
     KVF_RETURN_IF_ERROR(
-        ReadInt64(*extra, "handshake_timeout_ms", 1, kMaxTimeoutMs, &c.handshake_timeout_ms));
+        fields.Integer("handshake_timeout_ms", 1, kMaxTimeoutMs, &c.handshake_timeout_ms));
     KVF_RETURN_IF_ERROR(
-        ReadInt64(*extra, "transfer_timeout_ms", 1, kMaxTimeoutMs, &c.transfer_timeout_ms));
+        fields.Integer("transfer_timeout_ms", 1, kMaxTimeoutMs, &c.transfer_timeout_ms));
     std::string backend;
-    KVF_RETURN_IF_ERROR(ReadString(*extra, "backend", &backend));
+    KVF_RETURN_IF_ERROR(fields.String("backend", &backend));
     if (backend.empty() || backend == "ucx" || backend == "UCX") {
       c.backend = TransferBackendKind::kUcx;
     } else if (backend == "loopback") {
       c.backend = TransferBackendKind::kLoopback;
     } else {
-      return FieldError("kv_connector_extra_config.backend",
-                        fmt::format("'{}' is not ucx|loopback", backend));
+      return top.Error("kv_connector_extra_config.backend",
+                       fmt::format("'{}' is not ucx|loopback", backend));
     }
-    KVF_RETURN_IF_ERROR(ReadString(*extra, "auth_token", &c.auth_token));
+    KVF_RETURN_IF_ERROR(fields.String("auth_token", &c.auth_token));
   }
-  if (c.side_channel_host.empty()) return FieldError("side_channel_host", "must not be empty");
+  if (c.side_channel_host.empty()) return top.Error("side_channel_host", "must not be empty");
   return c;
 }
 

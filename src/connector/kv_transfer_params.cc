@@ -5,102 +5,59 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "connector/json_fields.h"
+
 namespace kvferry::connector {
-namespace {
-
-Status FieldError(std::string_view field, std::string_view what) {
-  return InvalidArgumentError(fmt::format("kv_transfer_params.{}: {}", field, what));
-}
-
-// A present, non-null key.
-const nlohmann::json* Find(const nlohmann::json& j, const char* key) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return nullptr;
-  return &*it;
-}
-
-Status ReadBool(const nlohmann::json& j, const char* key, bool* out) {
-  const nlohmann::json* v = Find(j, key);
-  if (v == nullptr) return Status::Ok();
-  if (!v->is_boolean()) return FieldError(key, "must be a boolean");
-  *out = v->get<bool>();
-  return Status::Ok();
-}
-
-Status ReadString(const nlohmann::json& j, const char* key, std::string* out, bool* present) {
-  const nlohmann::json* v = Find(j, key);
-  *present = v != nullptr;
-  if (v == nullptr) return Status::Ok();
-  if (!v->is_string()) return FieldError(key, "must be a string");
-  *out = v->get<std::string>();
-  return Status::Ok();
-}
-
-Status ReadInt(const nlohmann::json& j, const char* key, int64_t lo, int64_t hi, int32_t* out,
-               bool* present) {
-  const nlohmann::json* v = Find(j, key);
-  *present = v != nullptr;
-  if (v == nullptr) return Status::Ok();
-  if (!v->is_number_integer()) return FieldError(key, "must be an integer");
-  // Unsigned values above int64 max do not fit get<int64_t>().
-  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi)) {
-    return FieldError(key, fmt::format("must be in [{}, {}]", lo, hi));
-  }
-  int64_t x = v->get<int64_t>();
-  if (x < lo || x > hi) return FieldError(key, fmt::format("must be in [{}, {}]", lo, hi));
-  *out = static_cast<int32_t>(x);
-  return Status::Ok();
-}
-
-}  // namespace
 
 StatusOr<KvTransferParams> ParseKvTransferParams(const nlohmann::json& j) {
   if (!j.is_object()) return InvalidArgumentError("kv_transfer_params must be a JSON object");
   KvTransferParams p;
-  KVF_RETURN_IF_ERROR(ReadBool(j, "do_remote_decode", &p.do_remote_decode));
-  KVF_RETURN_IF_ERROR(ReadBool(j, "do_remote_prefill", &p.do_remote_prefill));
+  const JsonFields fields(j, "kv_transfer_params.");
+  KVF_RETURN_IF_ERROR(fields.Bool("do_remote_decode", &p.do_remote_decode));
+  KVF_RETURN_IF_ERROR(fields.Bool("do_remote_prefill", &p.do_remote_prefill));
   bool has_engine = false, has_request = false, has_host = false, has_port = false, has_tp = false;
-  KVF_RETURN_IF_ERROR(ReadString(j, "remote_engine_id", &p.remote_engine_id, &has_engine));
-  KVF_RETURN_IF_ERROR(ReadString(j, "remote_request_id", &p.remote_request_id, &has_request));
-  KVF_RETURN_IF_ERROR(ReadString(j, "remote_host", &p.remote_host, &has_host));
-  KVF_RETURN_IF_ERROR(ReadInt(j, "remote_port", 0, 65535, &p.remote_port, &has_port));
-  KVF_RETURN_IF_ERROR(ReadInt(j, "tp_size", 1, 1 << 20, &p.tp_size, &has_tp));
+  KVF_RETURN_IF_ERROR(fields.String("remote_engine_id", &p.remote_engine_id, &has_engine));
+  KVF_RETURN_IF_ERROR(fields.String("remote_request_id", &p.remote_request_id, &has_request));
+  KVF_RETURN_IF_ERROR(fields.String("remote_host", &p.remote_host, &has_host));
+  KVF_RETURN_IF_ERROR(fields.Integer("remote_port", 0, 65535, &p.remote_port, &has_port));
+  KVF_RETURN_IF_ERROR(fields.Integer("tp_size", 1, 1 << 20, &p.tp_size, &has_tp));
   if (!has_tp) {
     // Older vLLM tests spell it remote_tp_size.
-    KVF_RETURN_IF_ERROR(ReadInt(j, "remote_tp_size", 1, 1 << 20, &p.tp_size, &has_tp));
+    KVF_RETURN_IF_ERROR(fields.Integer("remote_tp_size", 1, 1 << 20, &p.tp_size, &has_tp));
   }
   bool has_blocks = false;
-  if (const nlohmann::json* ids = Find(j, "remote_block_ids")) {
+  if (const nlohmann::json* ids = fields.Find("remote_block_ids")) {
     has_blocks = true;
-    if (!ids->is_array()) return FieldError("remote_block_ids", "must be an array");
+    if (!ids->is_array()) return fields.Error("remote_block_ids", "must be an array");
     p.remote_block_ids.reserve(ids->size());
     for (const auto& id : *ids) {
       if (!id.is_number_integer()) {
-        return FieldError("remote_block_ids", "entries must be integers");
+        return fields.Error("remote_block_ids", "entries must be integers");
       }
       if (id.is_number_unsigned() &&
           id.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
-        return FieldError("remote_block_ids", "entry out of range");
+        return fields.Error("remote_block_ids", "entry out of range");
       }
       int64_t v = id.get<int64_t>();
       if (v < 0 || v > std::numeric_limits<int32_t>::max()) {
-        return FieldError("remote_block_ids", fmt::format("entry {} out of range", v));
+        return fields.Error("remote_block_ids", fmt::format("entry {} out of range", v));
       }
       p.remote_block_ids.emplace_back(static_cast<int32_t>(v));
     }
   }
-  if (const nlohmann::json* gens = Find(j, "remote_block_generations")) {
-    if (!gens->is_array()) return FieldError("remote_block_generations", "must be an array");
+  if (const nlohmann::json* gens = fields.Find("remote_block_generations")) {
+    if (!gens->is_array()) return fields.Error("remote_block_generations", "must be an array");
     for (const auto& g : *gens) {
       if (!g.is_number_unsigned() && !(g.is_number_integer() && g.get<int64_t>() >= 0)) {
-        return FieldError("remote_block_generations", "entries must be non-negative integers");
+        return fields.Error("remote_block_generations", "entries must be non-negative integers");
       }
       p.remote_block_generations.push_back(g.get<uint64_t>());
     }
     if (p.remote_block_generations.size() != p.remote_block_ids.size()) {
-      return FieldError("remote_block_generations",
-                        fmt::format("has {} entries for {} remote_block_ids",
-                                    p.remote_block_generations.size(), p.remote_block_ids.size()));
+      return fields.Error(
+          "remote_block_generations",
+          fmt::format("has {} entries for {} remote_block_ids", p.remote_block_generations.size(),
+                      p.remote_block_ids.size()));
     }
   }
   if (p.do_remote_prefill) {
@@ -110,7 +67,7 @@ StatusOr<KvTransferParams> ParseKvTransferParams(const nlohmann::json& j) {
                           : !has_host    ? "remote_host"
                           : !has_port    ? "remote_port"
                                          : nullptr;
-    if (missing != nullptr) return FieldError(missing, "required with do_remote_prefill");
+    if (missing != nullptr) return fields.Error(missing, "required with do_remote_prefill");
   }
   return p;
 }
