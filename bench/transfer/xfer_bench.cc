@@ -1,4 +1,4 @@
-// See xfer_bench.h. Layout: control channel helpers, the target role, ceilings, the sweep.
+// See xfer_bench.h. Layout: helpers, the target role, ceilings, the sweep.
 #include "bench/transfer/xfer_bench.h"
 
 #include <arpa/inet.h>
@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "kvferry/common/frame_socket.h"
 #include "kvferry/common/logging.h"
 #include "kvferry/transfer/agent.h"
 
@@ -33,43 +34,6 @@ using namespace kvferry::transfer;  // NOLINT
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// ---- control channel: length-prefixed frames ------------------------------------------------
-
-bool WriteAll(int fd, const void* p, size_t n) {
-  const char* c = static_cast<const char*>(p);
-  while (n > 0) {
-    ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
-    if (w <= 0) return false;
-    c += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-bool ReadAll(int fd, void* p, size_t n, Deadline dl) {
-  char* c = static_cast<char*>(p);
-  while (n > 0) {
-    pollfd pfd{fd, POLLIN, 0};
-    int left = static_cast<int>(std::min<int64_t>(dl.RemainingMs(), 1 << 30));
-    if (left <= 0 || poll(&pfd, 1, left) <= 0) return false;
-    ssize_t r = read(fd, c, n);
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-bool SendFrame(int fd, const std::string& s) {
-  uint64_t n = s.size();
-  return WriteAll(fd, &n, 8) && WriteAll(fd, s.data(), s.size());
-}
-std::optional<std::string> RecvFrame(int fd, Deadline dl) {
-  uint64_t n = 0;
-  if (!ReadAll(fd, &n, 8, dl) || n > (1u << 30)) return std::nullopt;
-  std::string s(n, '\0');
-  if (!ReadAll(fd, s.data(), n, dl)) return std::nullopt;
-  return s;
-}
 
 AgentOptions MakeAgentOptions(const std::string& name, const std::string& transport,
                               const std::string& data_path) {
