@@ -8,13 +8,18 @@
 #include <thread>
 
 #include "kvferry/common/logging.h"
+#include "kvferry/http/http_error.h"
+#include "kvferry/http/http_listener.h"
 #include "kvferry/proxy/handoff.h"
 #include "kvferry/proxy/upstream.h"
-#include "kvferry/server/http_error.h"
 #include "proxy/stream_relay.h"
-#include "server/http_listener.h"
 
 namespace kvferry::proxy {
+
+using ::kvferry::http::HttpStatusFor;
+using ::kvferry::http::OpenAiErrorBody;
+using ::kvferry::http::StartHttpListener;
+
 namespace {
 
 std::string NewRequestId() {
@@ -26,8 +31,8 @@ std::string NewRequestId() {
 }
 
 void ReplyError(httplib::Response& res, const Status& s) {
-  res.status = server::HttpStatusFor(s.code());
-  res.set_content(server::OpenAiErrorBody(s), "application/json");
+  res.status = HttpStatusFor(s.code());
+  res.set_content(OpenAiErrorBody(s), "application/json");
 }
 
 }  // namespace
@@ -118,7 +123,7 @@ void ProxyServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Res
           auto chunk = relay->NextChunk(Deadline::AfterMs(gap_ms));
           if (!chunk.ok()) {
             const std::string ev =
-                "data: " + server::OpenAiErrorBody(chunk.status().WithContext(who)) + "\n\n";
+                "data: " + OpenAiErrorBody(chunk.status().WithContext(who)) + "\n\n";
             sink.write(ev.data(), ev.size());
             sink.done();
             return true;
@@ -191,13 +196,11 @@ Status ProxyServer::Start() {
   });
   http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    res.set_content(
-        server::OpenAiErrorBody(res.status, "Not found: " + req.method + " " + req.path),
-        "application/json");
+    res.set_content(OpenAiErrorBody(res.status, "Not found: " + req.method + " " + req.path),
+                    "application/json");
   });
-  KVF_ASSIGN_OR_RETURN(
-      impl->bound_port,
-      server::StartHttpListener(http, impl->options.host, impl->options.port, &impl->thread));
+  KVF_ASSIGN_OR_RETURN(impl->bound_port, StartHttpListener(http, impl->options.host,
+                                                           impl->options.port, &impl->thread));
   return Status::Ok();
 }
 

@@ -4,9 +4,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kvferry/server/http_error.h"
+#include "kvferry/http/http_error.h"
 
 namespace kvferry::server {
+
+using ::kvferry::http::HttpStatusFor;
+using ::kvferry::http::OpenAiErrorBody;
 namespace {
 
 using nlohmann::json;

@@ -8,12 +8,16 @@
 #include <thread>
 
 #include "kvferry/common/logging.h"
-#include "kvferry/server/http_error.h"
+#include "kvferry/http/http_error.h"
+#include "kvferry/http/http_listener.h"
 #include "kvferry/server/openai_protocol.h"
-#include "server/http_listener.h"
 #include "server/output_assembler.h"
 
 namespace kvferry::server {
+
+using ::kvferry::http::HttpStatusFor;
+using ::kvferry::http::OpenAiErrorBody;
+using ::kvferry::http::StartHttpListener;
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -349,9 +353,8 @@ Status OpenAiServer::Start() {
     res.set_content(OpenAiErrorBody(res.status, msg), "application/json");
   });
 
-  KVF_ASSIGN_OR_RETURN(
-      impl->bound_port,
-      server::StartHttpListener(http, impl->options.host, impl->options.port, &impl->thread));
+  KVF_ASSIGN_OR_RETURN(impl->bound_port, StartHttpListener(http, impl->options.host,
+                                                           impl->options.port, &impl->thread));
   return Status::Ok();
 }
 

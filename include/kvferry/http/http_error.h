@@ -10,7 +10,7 @@
 
 #include "kvferry/common/status.h"
 
-namespace kvferry::server {
+namespace kvferry::http {
 
 // InvalidArgument/OutOfRange/FailedPrecondition 400, NotFound 404, AlreadyExists/Aborted 409,
 // ResourceExhausted 429, Unimplemented 501, Unavailable 503, DeadlineExceeded 504,
@@ -28,4 +28,4 @@ std::string OpenAiErrorBody(const Status& status, const std::string& param = "")
 std::string OpenAiErrorBody(int http_status, const std::string& message,
                             const std::string& param = "");
 
-}  // namespace kvferry::server
+}  // namespace kvferry::http

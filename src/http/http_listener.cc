@@ -1,4 +1,4 @@
-#include "server/http_listener.h"
+#include "kvferry/http/http_listener.h"
 
 #include <sys/socket.h>
 
@@ -8,7 +8,7 @@
 #include "kvferry/common/deadline.h"
 #include "kvferry/common/logging.h"
 
-namespace kvferry::server {
+namespace kvferry::http {
 namespace {
 
 // httplib 0.11 as Debian builds it listens with a backlog of 5. Under a burst of connections
@@ -60,4 +60,4 @@ StatusOr<int> StartHttpListener(httplib::Server& http, const std::string& host, 
   return bound_port;
 }
 
-}  // namespace kvferry::server
+}  // namespace kvferry::http

@@ -12,7 +12,7 @@
 
 #include "kvferry/common/status.h"
 
-namespace kvferry::server {
+namespace kvferry::http {
 
 // Binds `http` to host:port (port 0: any free port), starts listen_after_bind() on `*thread`, and
 // returns the bound port once the listener runs (within 5 s). Unavailable when the address
@@ -20,4 +20,4 @@ namespace kvferry::server {
 StatusOr<int> StartHttpListener(httplib::Server& http, const std::string& host, int port,
                                 std::thread* thread);
 
-}  // namespace kvferry::server
+}  // namespace kvferry::http

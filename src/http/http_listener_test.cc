@@ -1,6 +1,6 @@
 // StartHttpListener: a port in use is refused (no silent SO_REUSEPORT sharing), and the listen
 // backlog is raised above httplib's built-in 5.
-#include "server/http_listener.h"
+#include "kvferry/http/http_listener.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <algorithm>
 #include <fstream>
 
-namespace kvferry::server {
+namespace kvferry::http {
 namespace {
 
 // The kernel's backlog of the listening socket bound to `port` in this process, read back
@@ -73,4 +73,4 @@ TEST(HttpListenerTest, ListenBacklogIsRaisedAboveHttplibsFive) {
 }
 
 }  // namespace
-}  // namespace kvferry::server
+}  // namespace kvferry::http

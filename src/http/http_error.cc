@@ -1,8 +1,8 @@
-#include "kvferry/server/http_error.h"
+#include "kvferry/http/http_error.h"
 
 #include <nlohmann/json.hpp>
 
-namespace kvferry::server {
+namespace kvferry::http {
 
 int HttpStatusFor(StatusCode code) {
   switch (code) {
@@ -68,4 +68,4 @@ std::string OpenAiErrorBody(const Status& status, const std::string& param) {
   return OpenAiErrorBody(HttpStatusFor(status.code()), std::string(status.message()), param);
 }
 
-}  // namespace kvferry::server
+}  // namespace kvferry::http
