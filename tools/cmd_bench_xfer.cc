@@ -41,7 +41,7 @@ void AddBenchXfer(CLI::App& app) {
     std::string sizes = "4K,16K,64K,256K,1M,4M";
     std::string batches = "1,16,64,256,1024";
     std::string ops = "read,write";
-    std::string transports = "tcp,shm";
+    std::string transports = "tcp,shm,socket";
     uint64_t working_set_mib = 256;
     bool quick = false;
     kvferry::bench::XferBenchOptions o;
@@ -52,7 +52,7 @@ void AddBenchXfer(CLI::App& app) {
   sub->add_option("--sizes", f->sizes, "descriptor sizes, e.g. 4K,64K,1M");
   sub->add_option("--batches", f->batches, "descriptors per transfer, e.g. 1,16,1024");
   sub->add_option("--ops", f->ops, "read,write");
-  sub->add_option("--transports", f->transports, "tcp,shm");
+  sub->add_option("--transports", f->transports, "tcp,shm (UCX), socket (the socket backend, TCP)");
   sub->add_option("--working-set-mib", f->working_set_mib, "bytes moved through, per side");
   sub->add_option("--point-ms", f->o.point_ms, "time budget per point");
   sub->add_option("--data-path", f->o.data_path, "auto|rma|am (UCX data path)");
@@ -64,7 +64,7 @@ void AddBenchXfer(CLI::App& app) {
   sub->add_option("--listen", f->o.listen, "target role: [HOST:]PORT to accept the initiator on");
   sub->add_option("--role", f->o.role, "initiator|target")->group("");
   sub->add_option("--ctl-fd", f->o.ctl_fd)->group("");
-  sub->add_option("--transport", f->o.transport, "target role: tcp|shm");
+  sub->add_option("--transport", f->o.transport, "target role: tcp|shm|socket");
   sub->callback([f] {
     if (f->quick) {
       f->sizes = "64K,1M";

@@ -35,15 +35,26 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// "tcp" / "shm": UCX with that transport; "socket": the socket backend (TCP), listening on
+// `listen_host` (the address the initiator reaches this side at).
 AgentOptions MakeAgentOptions(const std::string& name, const std::string& transport,
-                              const std::string& data_path) {
-  AgentOptions o{.name = name, .backend = BackendKind::kUcx, .ucx = {}};
+                              const std::string& data_path,
+                              const std::string& listen_host = "127.0.0.1") {
+  AgentOptions o{.name = name, .backend = BackendKind::kUcx, .ucx = {}, .socket = {}};
+  if (transport == "socket") {
+    o.backend = BackendKind::kSocket;
+    o.socket.listen_host = listen_host;
+    return o;
+  }
   o.ucx.transport = transport == "tcp" ? UcxTransport::kTcp : UcxTransport::kShm;
   o.ucx.data_path = data_path == "rma"  ? UcxDataPath::kRma
                     : data_path == "am" ? UcxDataPath::kActiveMessage
                                         : UcxDataPath::kAuto;
   return o;
 }
+
+// Both TCP paths (UCX over tcp, the socket backend) have the kernel's TCP stream as ceiling.
+bool OverTcp(const std::string& transport) { return transport == "tcp" || transport == "socket"; }
 
 uint8_t* AllocTouched(uint64_t bytes, uint8_t seed) {
   void* p = nullptr;
@@ -79,7 +90,10 @@ int RunTarget(const XferBenchOptions& o) {
     fd = AcceptOn(o.listen);
   }
   if (fd < 0) return 2;
-  auto agent = Agent::Create(MakeAgentOptions("bench-target", o.transport, o.data_path));
+  const size_t colon = o.listen.rfind(':');
+  const std::string host =
+      colon == std::string::npos || colon == 0 ? "127.0.0.1" : o.listen.substr(0, colon);
+  auto agent = Agent::Create(MakeAgentOptions("bench-target", o.transport, o.data_path, host));
   if (!agent.ok()) {
     std::fprintf(stderr, "target: %s\n", agent.status().ToString().c_str());
     return 1;
@@ -166,7 +180,7 @@ double Iperf3Gbps(uint64_t len) {
 // ucx_perftest with one message of `len` bytes per iteration. GB/s, or < 0 if unavailable.
 double UcxPerftestGbps(const std::string& transport, const std::string& test, uint64_t len) {
   int port = 16201 + static_cast<int>(getpid() % 500);
-  std::string tls = transport == "tcp" ? "tcp" : "shm,self";
+  std::string tls = OverTcp(transport) ? "tcp" : "shm,self";
   uint64_t iters = std::clamp<uint64_t>((512ull << 20) / len, 20, 20000);
   std::string env = "UCX_TLS=" + tls + " UCX_WARN_UNUSED_ENV_VARS=n ";
   pid_t srv = SpawnShell("exec env " + env + "ucx_perftest -p " + std::to_string(port) +
@@ -431,8 +445,8 @@ int RunXferBench(const XferBenchOptions& o) {
         if (!memcpy_gbps.count({"", size})) {
           memcpy_gbps[{"", size}] = MemcpyGbps(scratch[0], s.local, s.ws, size);
         }
-        if (transport == "tcp") iperf[{transport, size}] = Iperf3Gbps(size);
-        std::string test = transport == "tcp" && o.data_path != "rma" ? "ucp_am_bw" : "ucp_put_bw";
+        if (OverTcp(transport)) iperf[{transport, size}] = Iperf3Gbps(size);
+        std::string test = OverTcp(transport) && o.data_path != "rma" ? "ucp_am_bw" : "ucp_put_bw";
         perftest[{transport, size}] = UcxPerftestGbps(transport, test, size);
         perftest_name[{transport, size}] = test;
       }

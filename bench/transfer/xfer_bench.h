@@ -22,7 +22,7 @@ struct XferBenchOptions {
   std::vector<uint64_t> sizes;          // descriptor bytes
   std::vector<uint32_t> batches;        // descriptors per transfer
   std::vector<std::string> ops;         // "read", "write"
-  std::vector<std::string> transports;  // "tcp", "shm"
+  std::vector<std::string> transports;  // "tcp", "shm" (UCX), "socket" (socket backend)
   uint64_t working_set_bytes = 256ull << 20;
   int point_ms = 400;  // time budget of one point (after warm-up)
   bool validate = false;

@@ -486,9 +486,12 @@ StatusOr<std::unique_ptr<FerryConnector>> CreateFerryConnector(
   }
   transfer::AgentOptions agent_options;
   agent_options.name = engine_id;
-  agent_options.backend = config.backend == TransferBackendKind::kLoopback
-                              ? transfer::BackendKind::kLoopback
-                              : transfer::BackendKind::kUcx;
+  agent_options.backend =
+      config.backend == TransferBackendKind::kLoopback ? transfer::BackendKind::kLoopback
+      : config.backend == TransferBackendKind::kSocket ? transfer::BackendKind::kSocket
+                                                       : transfer::BackendKind::kUcx;
+  // The socket backend listens where the side channel does: the address peers already reach.
+  agent_options.socket.listen_host = config.side_channel_host;
   KVF_ASSIGN_OR_RETURN(std::unique_ptr<transfer::Agent> agent,
                        transfer::Agent::Create(agent_options));
   return std::unique_ptr<FerryConnector>(

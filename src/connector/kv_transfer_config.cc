@@ -30,7 +30,15 @@ std::string_view KvLoadFailurePolicyName(KvLoadFailurePolicy p) {
 }
 
 std::string_view TransferBackendKindName(TransferBackendKind kind) {
-  return kind == TransferBackendKind::kLoopback ? "loopback" : "ucx";
+  switch (kind) {
+    case TransferBackendKind::kLoopback:
+      return "loopback";
+    case TransferBackendKind::kSocket:
+      return "socket";
+    case TransferBackendKind::kUcx:
+      break;
+  }
+  return "ucx";
 }
 
 StatusOr<KvTransferConfig> ParseKvTransferConfig(const nlohmann::json& j) {
@@ -86,9 +94,11 @@ StatusOr<KvTransferConfig> ParseKvTransferConfig(const nlohmann::json& j) {
       c.backend = TransferBackendKind::kUcx;
     } else if (backend == "loopback") {
       c.backend = TransferBackendKind::kLoopback;
+    } else if (backend == "socket") {
+      c.backend = TransferBackendKind::kSocket;
     } else {
       return top.Error("kv_connector_extra_config.backend",
-                       fmt::format("'{}' is not ucx|loopback", backend));
+                       fmt::format("'{}' is not ucx|socket|loopback", backend));
     }
     KVF_RETURN_IF_ERROR(fields.String("auth_token", &c.auth_token));
   }

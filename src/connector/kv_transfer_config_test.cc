@@ -41,6 +41,17 @@ TEST(KvTransferConfigTest, ParsesEveryField) {
   EXPECT_EQ(*again, *c);
 }
 
+TEST(KvTransferConfigTest, SocketBackendRoundTrips) {
+  auto c = ParseKvTransferConfig(nlohmann::json::parse(
+      R"({"kv_connector": "FerryConnector", "kv_connector_extra_config": {"backend": "socket"}})"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->backend, TransferBackendKind::kSocket);
+  EXPECT_EQ(TransferBackendKindName(c->backend), "socket");
+  auto again = ParseKvTransferConfig(ToJson(*c));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->backend, TransferBackendKind::kSocket);
+}
+
 TEST(KvTransferConfigTest, RejectsBadValuesNamingTheField) {
   struct Case {
     const char* json;

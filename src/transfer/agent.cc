@@ -60,7 +60,17 @@ struct Prepared {
   std::shared_ptr<Completion> inflight;  // null before the first Post
 };
 
-const char* BackendName(BackendKind k) { return k == BackendKind::kUcx ? "ucx" : "loopback"; }
+const char* BackendName(BackendKind k) {
+  switch (k) {
+    case BackendKind::kUcx:
+      return "ucx";
+    case BackendKind::kLoopback:
+      return "loopback";
+    case BackendKind::kSocket:
+      return "socket";
+  }
+  return "?";
+}
 
 }  // namespace
 
@@ -109,10 +119,12 @@ StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& options) {
   impl->name = options.name;
   impl->kind = options.backend;
   Impl* raw = impl.get();
-  BackendContext ctx{options.name, options.ucx,
+  BackendContext ctx{options.name, options.ucx, options.socket,
                      [raw](Notification n) { raw->Deliver(std::move(n)); }};
   if (options.backend == BackendKind::kLoopback) {
     KVF_ASSIGN_OR_RETURN(impl->backend, CreateLoopbackBackend(std::move(ctx)));
+  } else if (options.backend == BackendKind::kSocket) {
+    KVF_ASSIGN_OR_RETURN(impl->backend, CreateSocketBackend(std::move(ctx)));
   } else {
     KVF_ASSIGN_OR_RETURN(impl->backend, CreateUcxBackend(std::move(ctx)));
   }

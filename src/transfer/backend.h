@@ -56,6 +56,7 @@ class Completion {
 struct BackendContext {
   std::string agent_name;
   UcxOptions ucx;
+  SocketOptions socket;
   // Called (from any backend thread) for every notification received.
   std::function<void(Notification)> deliver_notification;
 };
@@ -91,5 +92,6 @@ class Backend {
 
 StatusOr<std::unique_ptr<Backend>> CreateLoopbackBackend(BackendContext context);
 StatusOr<std::unique_ptr<Backend>> CreateUcxBackend(BackendContext context);
+StatusOr<std::unique_ptr<Backend>> CreateSocketBackend(BackendContext context);
 
 }  // namespace kvferry::transfer

@@ -25,9 +25,7 @@ int main(int argc, char** argv) {
   int fd = std::atoi(argv[1]);
   std::string transport = argv[2];
   uint64_t bytes = std::strtoull(argv[3], nullptr, 10);
-  AgentOptions opt{.name = "peer", .backend = BackendKind::kUcx};
-  opt.ucx.transport = transport == "tcp" ? UcxTransport::kTcp : UcxTransport::kShm;
-  if (transport == "shm-am") opt.ucx.data_path = UcxDataPath::kActiveMessage;
+  AgentOptions opt = testing::TestAgentOptions("peer", transport);
   auto agent = Agent::Create(opt);
   if (!agent.ok()) {
     std::fprintf(stderr, "peer: %s\n", agent.status().ToString().c_str());

@@ -25,11 +25,12 @@ enum class KvRole : uint8_t { kProducer, kConsumer, kBoth };
 // What the scheduler does with a request whose remote KV could not be loaded.
 enum class KvLoadFailurePolicy : uint8_t { kRecompute, kFail };
 // Data-plane backend of the transfer agent.
-enum class TransferBackendKind : uint8_t { kUcx, kLoopback };
+enum class TransferBackendKind : uint8_t { kUcx, kLoopback, kSocket };
 
-std::string_view KvRoleName(KvRole role);                            // "kv_producer" ...
-std::string_view KvLoadFailurePolicyName(KvLoadFailurePolicy p);     // "recompute" | "fail"
-std::string_view TransferBackendKindName(TransferBackendKind kind);  // "ucx" | "loopback"
+std::string_view KvRoleName(KvRole role);                         // "kv_producer" ...
+std::string_view KvLoadFailurePolicyName(KvLoadFailurePolicy p);  // "recompute" | "fail"
+std::string_view TransferBackendKindName(
+    TransferBackendKind kind);  // "ucx" | "loopback" | "socket"
 
 struct KvTransferConfig {
   std::string kv_connector = "FerryConnector";

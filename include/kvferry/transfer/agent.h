@@ -51,7 +51,11 @@
 
 namespace kvferry::transfer {
 
-enum class BackendKind : uint8_t { kUcx = 0, kLoopback = 1 };
+// kUcx: UCX (shared memory on this host, TCP across hosts). kLoopback: in-process copies, for
+// tests. kSocket: kvferry's own TCP data path (docs/transfer.md, "Socket backend"): the target
+// sends straight from registered memory and the initiator receives straight into it, one kernel
+// copy at each end as a plain TCP stream has, where UCX 1.13 over TCP adds a user-space copy.
+enum class BackendKind : uint8_t { kUcx = 0, kLoopback = 1, kSocket = 2 };
 
 // Which UCX transports the agent's context may use. UCX_TLS in the environment, when set,
 // always wins over this.
@@ -70,10 +74,18 @@ struct UcxOptions {
   UcxDataPath data_path = UcxDataPath::kAuto;
 };
 
+// The socket backend's listener: peers connect to listen_host:listen_port (0: any free port).
+// listen_host must be an address peers can reach; it is published in the metadata.
+struct SocketOptions {
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 0;
+};
+
 struct AgentOptions {
   std::string name;  // required; unique among the agents that exchange metadata
   BackendKind backend = BackendKind::kUcx;
   UcxOptions ucx;
+  SocketOptions socket;
 };
 
 class Backend;  // internal (src/transfer/backend.h)

@@ -1,6 +1,6 @@
-// Two processes over UCX, on TCP and on shared memory: data validation of READ and WRITE of
-// random descriptor lists, notification ordering, concurrent posters, and the named failure
-// tests (PeerDiesMidTransfer, PeerHangs, InvalidRemoteKey, DescriptorOutOfRange).
+// Two processes over UCX (on TCP and on shared memory) and over the socket backend: data validation
+// of READ and WRITE of random descriptor lists, notification ordering, concurrent posters, and the
+// named failure tests (PeerDiesMidTransfer, PeerHangs, InvalidRemoteKey, DescriptorOutOfRange).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -29,7 +29,7 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kBytes = 8 << 20;
 constexpr uint64_t kSlot = 64 << 10;
 
-class UcxTwoProcessTest : public ::testing::TestWithParam<std::string> {
+class TwoProcessTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     int sv[2];
@@ -45,11 +45,7 @@ class UcxTwoProcessTest : public ::testing::TestWithParam<std::string> {
     }
     close(sv[1]);
     fd_ = sv[0];
-    AgentOptions opt{.name = "initiator", .backend = BackendKind::kUcx};
-    opt.ucx.transport = GetParam() == "tcp" ? UcxTransport::kTcp : UcxTransport::kShm;
-    // shm-am: shared memory, but the active-message data path (TCP's) instead of put/get.
-    if (GetParam() == "shm-am") opt.ucx.data_path = UcxDataPath::kActiveMessage;
-    auto a = Agent::Create(opt);
+    auto a = Agent::Create(testing::TestAgentOptions("initiator", GetParam()));
     ASSERT_TRUE(a.ok()) << a.status();
     agent_ = std::move(*a);
     local_.resize(kBytes);
@@ -143,7 +139,7 @@ class UcxTwoProcessTest : public ::testing::TestWithParam<std::string> {
   std::string remote_metadata_;
 };
 
-TEST_P(UcxTwoProcessTest, RandomWriteAndReadListsMoveExactBytes) {
+TEST_P(TwoProcessTest, RandomWriteAndReadListsMoveExactBytes) {
   std::mt19937_64 rng(42);
   for (int round = 0; round < 6; ++round) {
     bool consecutive = round % 2 == 1;
@@ -180,7 +176,7 @@ TEST_P(UcxTwoProcessTest, RandomWriteAndReadListsMoveExactBytes) {
   }
 }
 
-TEST_P(UcxTwoProcessTest, NotificationNeverSeenBeforeItsData) {
+TEST_P(TwoProcessTest, NotificationNeverSeenBeforeItsData) {
   std::mt19937_64 rng(7);
   constexpr int kRounds = 20;
   for (int round = 0; round < kRounds; ++round) {
@@ -212,7 +208,7 @@ TEST_P(UcxTwoProcessTest, NotificationNeverSeenBeforeItsData) {
   }
 }
 
-TEST_P(UcxTwoProcessTest, SeveralThreadsPostAtOnce) {
+TEST_P(TwoProcessTest, SeveralThreadsPostAtOnce) {
   FillLocal(9);
   constexpr int kThreads = 4, kPerThread = 8;
   const uint64_t span = kBytes / kThreads;
@@ -238,7 +234,7 @@ TEST_P(UcxTwoProcessTest, SeveralThreadsPostAtOnce) {
   EXPECT_TRUE(std::memcmp(dump.data(), local_.data(), kBytes) == 0);
 }
 
-TEST_P(UcxTwoProcessTest, PeerDiesMidTransfer) {
+TEST_P(TwoProcessTest, PeerDiesMidTransfer) {
   ASSERT_EQ(kill(child_, SIGSTOP), 0);
   stopped_ = true;  // holds the transfer in flight
   auto x = *agent_->PrepareTransfer({.op = XferOp::kRead,
@@ -259,7 +255,7 @@ TEST_P(UcxTwoProcessTest, PeerDiesMidTransfer) {
   EXPECT_EQ(agent_->Post(y).code(), StatusCode::kUnavailable);
 }
 
-TEST_P(UcxTwoProcessTest, PeerHangs) {
+TEST_P(TwoProcessTest, PeerHangs) {
   ASSERT_EQ(kill(child_, SIGSTOP), 0);
   stopped_ = true;
   auto x = *agent_->PrepareTransfer({.op = XferOp::kWrite,
@@ -275,7 +271,7 @@ TEST_P(UcxTwoProcessTest, PeerHangs) {
   // TearDown kills the stopped child.
 }
 
-TEST_P(UcxTwoProcessTest, InvalidRemoteKey) {
+TEST_P(TwoProcessTest, InvalidRemoteKey) {
   // A region the peer never registered: refused before anything is posted.
   auto x = agent_->PrepareTransfer({.op = XferOp::kRead,
                                     .peer = peer_,
@@ -297,7 +293,7 @@ TEST_P(UcxTwoProcessTest, InvalidRemoteKey) {
 // the target checks every region and answers NotFound. One-sided put/get cannot be checked by
 // the target (the rkey stays unpacked on our side), so the RMA path is skipped here; the
 // connector's generation counters cover that case (DESIGN.md §6).
-TEST_P(UcxTwoProcessTest, StaleRemoteKeyOnActiveMessagePath) {
+TEST_P(TwoProcessTest, StaleRemoteKeyOnActiveMessagePath) {
   if (GetParam() == "shm") GTEST_SKIP() << "RMA path: the target does not see one-sided ops";
   ASSERT_TRUE(SendFrame(fd_, "DEREG"));
   ASSERT_EQ(RecvFrame(fd_, Deadline::AfterMs(5000)).value_or(""), "OK");
@@ -313,7 +309,7 @@ TEST_P(UcxTwoProcessTest, StaleRemoteKeyOnActiveMessagePath) {
   }
 }
 
-TEST_P(UcxTwoProcessTest, DescriptorOutOfRange) {
+TEST_P(TwoProcessTest, DescriptorOutOfRange) {
   auto t0 = Clock::now();
   auto x = agent_->PrepareTransfer({.op = XferOp::kWrite,
                                     .peer = peer_,
@@ -330,8 +326,8 @@ TEST_P(UcxTwoProcessTest, DescriptorOutOfRange) {
   EXPECT_TRUE(std::memcmp(dump.data(), model_.data(), kBytes) == 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, UcxTwoProcessTest, ::testing::Values("tcp", "shm", "shm-am"),
-                         [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Transports, TwoProcessTest,
+                         ::testing::Values("tcp", "shm", "shm-am", "socket"), [](const auto& info) {
                            std::string n = info.param;
                            std::replace(n.begin(), n.end(), '-', '_');
                            return n;

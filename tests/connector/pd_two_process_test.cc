@@ -1,5 +1,6 @@
-// P and D in two processes over the UCX backend: P (a forked child) prefills and hands its
-// kv_transfer_params to D (the parent) through a pipe, as a proxy would; D pulls over UCX and
+// P and D in two processes over a real transfer backend (UCX, and the socket backend): P (a
+// forked child) prefills and hands its kv_transfer_params to D (the parent) through a pipe, as a
+// proxy would; D pulls and
 // its output must equal colocated output bit for bit; P frees on D's notification. And a P
 // that dies before D pulls is a handshake failure D recovers from by recomputing.
 #include <gtest/gtest.h>
@@ -17,9 +18,9 @@ namespace {
 
 using kv::Layout;
 
-connector::KvTransferConfig UcxConfig() {
+connector::KvTransferConfig ConfigFor(connector::TransferBackendKind backend) {
   connector::KvTransferConfig c;
-  c.backend = connector::TransferBackendKind::kUcx;
+  c.backend = backend;
   c.handshake_timeout_ms = 3000;
   c.transfer_timeout_ms = 10000;
   c.lease_ms = 15000;
@@ -28,9 +29,10 @@ connector::KvTransferConfig UcxConfig() {
 
 // Child: P. Writes one line of JSON (the params) to `fd`, then serves until its blocks are freed.
 // Exit codes: 0 freed by D's notification, 2 setup failed, 3 not freed in time, 4 not clean.
-[[noreturn]] void RunPrefillChild(int fd, const InstanceSpec& spec,
-                                  const std::vector<int32_t>& prompt, bool die_after_params) {
-  auto p = MakeInstance("P-ucx", spec, UcxConfig());
+[[noreturn]] void RunPrefillChild(int fd, connector::TransferBackendKind backend,
+                                  const InstanceSpec& spec, const std::vector<int32_t>& prompt,
+                                  bool die_after_params) {
+  auto p = MakeInstance("P-2p", spec, ConfigFor(backend));
   if (!p) _exit(2);
   auto params = Prefill(*p, "remote-req", prompt);
   if (!params) _exit(2);
@@ -89,8 +91,9 @@ struct TwoProcessResult {
   bool d_clean = false;
 };
 
-TwoProcessResult RunTwoProcess(const InstanceSpec& p_spec, const InstanceSpec& d_spec,
-                               const std::vector<int32_t>& prompt, bool p_dies) {
+TwoProcessResult RunTwoProcess(connector::TransferBackendKind backend, const InstanceSpec& p_spec,
+                               const InstanceSpec& d_spec, const std::vector<int32_t>& prompt,
+                               bool p_dies) {
   TwoProcessResult result;
   int fds[2];
   if (pipe(fds) != 0) {
@@ -100,7 +103,7 @@ TwoProcessResult RunTwoProcess(const InstanceSpec& p_spec, const InstanceSpec& d
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
-    RunPrefillChild(fds[1], p_spec, prompt, p_dies);
+    RunPrefillChild(fds[1], backend, p_spec, prompt, p_dies);
   }
   close(fds[1]);
   std::string line = ReadLine(fds[0], 30000);
@@ -113,7 +116,7 @@ TwoProcessResult RunTwoProcess(const InstanceSpec& p_spec, const InstanceSpec& d
   auto params = connector::ParseKvTransferParams(nlohmann::json::parse(line));
   EXPECT_TRUE(params.ok()) << params.status();
   if (p_dies) WaitChild(pid, 10000);  // make sure it is gone before D pulls
-  auto d = MakeInstance("D-ucx", d_spec, UcxConfig());
+  auto d = MakeInstance("D-2p", d_spec, ConfigFor(backend));
   if (!d || !params.ok()) {
     WaitChild(pid, 1000);
     return result;
@@ -128,21 +131,24 @@ TwoProcessResult RunTwoProcess(const InstanceSpec& p_spec, const InstanceSpec& d
   return result;
 }
 
-TEST(PdUcxTwoProcessTest, PullOverUcxEqualsColocated) {
+class PdTwoProcessTest : public ::testing::TestWithParam<connector::TransferBackendKind> {};
+
+TEST_P(PdTwoProcessTest, PullEqualsColocated) {
   const std::vector<int32_t> prompt = MakePrompt(600, 3);
   // P: the seed's geometry (logical 128, kernel 64, NHD); D: logical 64, HND, host buffer.
-  TwoProcessResult r = RunTwoProcess({128, "flash", Layout::kNHD, false},
+  TwoProcessResult r = RunTwoProcess(GetParam(), {128, "flash", Layout::kNHD, false},
                                      {64, "paged", Layout::kHND, true}, prompt, false);
   ASSERT_TRUE(r.d_out.finished);
   const Completion reference = Colocated(prompt, Greedy(4));
-  ExpectSame(r.d_out, reference, "two processes over UCX");
+  ExpectSame(r.d_out, reference, "two processes");
   EXPECT_EQ(r.d_out.num_cached_tokens, 599);
   EXPECT_TRUE(r.invalid.empty());
   EXPECT_EQ(r.d_stats.transfers, 1u);
   EXPECT_GT(r.d_stats.bytes, 0u);
   std::printf(
-      "UCX pull (P 128/64 NHD -> D 64 HND host buffer, 600 tokens): %llu bytes, "
+      "%s pull (P 128/64 NHD -> D 64 HND host buffer, 600 tokens): %llu bytes, "
       "%llu descriptors, %llu us\n",
+      std::string(connector::TransferBackendKindName(GetParam())).c_str(),
       static_cast<unsigned long long>(r.d_stats.bytes),
       static_cast<unsigned long long>(r.d_stats.descriptors),
       static_cast<unsigned long long>(r.d_stats.duration_us_total));
@@ -150,20 +156,20 @@ TEST(PdUcxTwoProcessTest, PullOverUcxEqualsColocated) {
   EXPECT_TRUE(r.d_clean);
 }
 
-TEST(PdUcxTwoProcessTest, DirectReadEqualGeometry) {
+TEST_P(PdTwoProcessTest, DirectReadEqualGeometry) {
   const std::vector<int32_t> prompt = MakePrompt(300, 4);
-  TwoProcessResult r = RunTwoProcess({64, "paged", Layout::kHND, false},
+  TwoProcessResult r = RunTwoProcess(GetParam(), {64, "paged", Layout::kHND, false},
                                      {128, "flash", Layout::kHND, false}, prompt, false);
   ASSERT_TRUE(r.d_out.finished);
-  ExpectSame(r.d_out, Colocated(prompt, Greedy(4)), "direct read over UCX");
+  ExpectSame(r.d_out, Colocated(prompt, Greedy(4)), "direct read");
   EXPECT_EQ(r.child_exit, 0);
   EXPECT_TRUE(r.d_clean);
 }
 
-TEST(PdUcxTwoProcessTest, PrefillDiesBeforePull) {
+TEST_P(PdTwoProcessTest, PrefillDiesBeforePull) {
   const std::vector<int32_t> prompt = MakePrompt(300, 5);
   auto t0 = std::chrono::steady_clock::now();
-  TwoProcessResult r = RunTwoProcess({128, "flash", Layout::kNHD, false},
+  TwoProcessResult r = RunTwoProcess(GetParam(), {128, "flash", Layout::kNHD, false},
                                      {128, "flash", Layout::kNHD, false}, prompt, true);
   ASSERT_TRUE(r.d_out.finished);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
@@ -172,6 +178,13 @@ TEST(PdUcxTwoProcessTest, PrefillDiesBeforePull) {
   EXPECT_EQ(r.invalid.size(), 3u);  // D's 3 logical blocks of 128 for 300 tokens
   EXPECT_TRUE(r.d_clean);
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, PdTwoProcessTest,
+                         ::testing::Values(connector::TransferBackendKind::kUcx,
+                                           connector::TransferBackendKind::kSocket),
+                         [](const auto& info) {
+                           return std::string(connector::TransferBackendKindName(info.param));
+                         });
 
 }  // namespace
 }  // namespace kvferry::pd_test
