@@ -35,8 +35,9 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// "tcp" / "shm": UCX with that transport; "socket": the socket backend (TCP), listening on
-// `listen_host` (the address the initiator reaches this side at).
+// "tcp" / "shm": UCX with that transport; "shm-mapped": UCX shared memory, the target's buffer
+// from Agent::AllocateMemory (the initiator maps it); "socket": the socket backend (TCP),
+// listening on `listen_host` (the address the initiator reaches this side at).
 AgentOptions MakeAgentOptions(const std::string& name, const std::string& transport,
                               const std::string& data_path,
                               const std::string& listen_host = "127.0.0.1") {
@@ -98,8 +99,20 @@ int RunTarget(const XferBenchOptions& o) {
     std::fprintf(stderr, "target: %s\n", agent.status().ToString().c_str());
     return 1;
   }
-  uint8_t* buf = AllocTouched(o.working_set_bytes, 3);
-  auto region = (*agent)->RegisterMemory(buf, o.working_set_bytes, MemoryKind::kHost);
+  uint8_t* buf = nullptr;
+  StatusOr<RegionHandle> region = NotFoundError("not registered");
+  if (o.transport == "shm-mapped") {
+    auto m = (*agent)->AllocateMemory(o.working_set_bytes);
+    if (m.ok()) {
+      buf = static_cast<uint8_t*>(m->addr);
+      for (uint64_t i = 0; i < o.working_set_bytes; ++i) buf[i] = static_cast<uint8_t>(i * 7 + 3);
+      region = m->region;
+    }
+  } else {
+    buf = AllocTouched(o.working_set_bytes, 3);
+    if (buf != nullptr)
+      region = (*agent)->RegisterMemory(buf, o.working_set_bytes, MemoryKind::kHost);
+  }
   if (!buf || !region.ok()) return 1;
   SendFrame(fd, *(*agent)->GetLocalMetadata());
   SendFrame(fd, std::to_string(region->id) + " " + std::to_string(o.working_set_bytes));
@@ -107,8 +120,9 @@ int RunTarget(const XferBenchOptions& o) {
     auto cmd = RecvFrame(fd, Deadline::AfterMs(3'600'000));
     if (!cmd || *cmd == "QUIT") break;
   }
-  agent->reset();
-  std::free(buf);
+  const bool owned = o.transport != "shm-mapped";
+  agent->reset();  // frees an allocated buffer
+  if (owned) std::free(buf);
   return 0;
 }
 

@@ -1,5 +1,7 @@
 #include "kvferry/transfer/agent.h"
 
+#include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <map>
 
@@ -42,6 +44,7 @@ namespace {
 struct LocalRegion {
   uint8_t* base = nullptr;
   uint64_t length = 0;
+  bool agent_owned = false;  // allocated by the Agent (std::free at deregistration)
 };
 
 struct Peer {
@@ -111,6 +114,10 @@ Agent::Agent(std::string name, std::unique_ptr<Impl> impl)
 Agent::~Agent() {
   // The backend goes first: it stops its threads, which may still deliver notifications.
   impl_->backend.reset();
+  MutexLock l(&impl_->mu);
+  for (auto& [id, r] : impl_->regions) {
+    if (r.agent_owned) std::free(r.base);
+  }
 }
 
 StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentOptions& options) {
@@ -143,18 +150,54 @@ StatusOr<RegionHandle> Agent::RegisterMemory(void* addr, uint64_t length, Memory
   }
   KVF_RETURN_IF_ERROR(impl_->backend->RegisterMemory(id, addr, length));
   MutexLock l(&impl_->mu);
-  impl_->regions[id] = {static_cast<uint8_t*>(addr), length};
+  impl_->regions[id] = {static_cast<uint8_t*>(addr), length, false};
   return RegionHandle{id};
 }
 
 Status Agent::DeregisterMemory(RegionHandle region) {
+  LocalRegion r;
   {
     MutexLock l(&impl_->mu);
-    if (impl_->regions.erase(region.id) == 0) {
+    auto it = impl_->regions.find(region.id);
+    if (it == impl_->regions.end()) {
       return NotFoundError("unknown region " + std::to_string(region.id));
     }
+    r = it->second;
+    impl_->regions.erase(it);
   }
-  return impl_->backend->DeregisterMemory(region.id);
+  Status s = impl_->backend->DeregisterMemory(region.id);
+  if (r.agent_owned) std::free(r.base);  // after the backend stopped using it
+  return s;
+}
+
+StatusOr<AllocatedMemory> Agent::AllocateMemory(uint64_t length) {
+  if (length == 0) return InvalidArgumentError("AllocateMemory: zero bytes");
+  uint32_t id;
+  {
+    MutexLock l(&impl_->mu);
+    id = impl_->next_region_id++;
+  }
+  LocalRegion r{nullptr, length, false};
+  StatusOr<void*> shared = impl_->backend->AllocateMemory(id, length);
+  if (shared.ok()) {
+    r.base = static_cast<uint8_t*>(*shared);
+    std::memset(r.base, 0, length);
+  } else if (shared.status().code() == StatusCode::kUnimplemented) {
+    constexpr uint64_t kPage = 4096;
+    void* p = std::aligned_alloc(kPage, (length + kPage - 1) / kPage * kPage);
+    if (p == nullptr) return ResourceExhaustedError("AllocateMemory: out of memory");
+    std::memset(p, 0, length);
+    if (Status s = impl_->backend->RegisterMemory(id, p, length); !s.ok()) {
+      std::free(p);
+      return s;
+    }
+    r = {static_cast<uint8_t*>(p), length, true};
+  } else {
+    return shared.status();
+  }
+  MutexLock l(&impl_->mu);
+  impl_->regions[id] = r;
+  return AllocatedMemory{RegionHandle{id}, r.base};
 }
 
 StatusOr<std::string> Agent::GetLocalMetadata() const {

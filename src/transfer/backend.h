@@ -67,6 +67,11 @@ class Backend {
 
   virtual Status RegisterMemory(uint32_t region_id, void* addr, uint64_t length) = 0;
   virtual Status DeregisterMemory(uint32_t region_id) = 0;
+  // Allocates and registers `length` bytes that peers on this host can map (DeregisterMemory
+  // frees them). Unimplemented: the Agent allocates ordinary memory and registers it instead.
+  virtual StatusOr<void*> AllocateMemory(uint32_t /*region_id*/, uint64_t /*length*/) {
+    return UnimplementedError("this backend has no shareable allocation");
+  }
 
   // Connection info and the remote keys of the registered regions.
   virtual StatusOr<std::string> LocalBlob() const = 0;

@@ -15,7 +15,9 @@ using kvferry::RecvFrame;
 using kvferry::SendFrame;
 
 // Agent options for a test transport: "tcp" (UCX, AM data path), "shm" (UCX put/get), "shm-am"
-// (UCX shared memory, AM data path), "socket" (the socket backend over loopback).
+// (UCX shared memory, AM data path), "shm-mapped" (UCX shared memory; the peer's buffer comes
+// from Agent::AllocateMemory, so the initiator maps it and copies), "socket" (the socket
+// backend over loopback).
 inline AgentOptions TestAgentOptions(const std::string& name, const std::string& transport) {
   AgentOptions opt;
   opt.name = name;

@@ -31,10 +31,23 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "peer: %s\n", agent.status().ToString().c_str());
     return 1;
   }
-  std::vector<uint8_t> buf(bytes);
-  for (uint64_t i = 0; i < bytes; ++i) buf[i] = testing::InitialByte(i);
-  auto region = (*agent)->RegisterMemory(buf.data(), bytes, MemoryKind::kHost);
+  // shm-mapped: the agent allocates the buffer (shared memory the initiator maps); otherwise
+  // ordinary memory, registered.
+  std::vector<uint8_t> own;
+  uint8_t* buf = nullptr;
+  StatusOr<RegionHandle> region = NotFoundError("not registered");
+  if (transport == "shm-mapped") {
+    auto a = (*agent)->AllocateMemory(bytes);
+    if (!a.ok()) return 1;
+    buf = static_cast<uint8_t*>(a->addr);
+    region = a->region;
+  } else {
+    own.resize(bytes);
+    buf = own.data();
+    region = (*agent)->RegisterMemory(buf, bytes, MemoryKind::kHost);
+  }
   if (!region.ok()) return 1;
+  for (uint64_t i = 0; i < bytes; ++i) buf[i] = testing::InitialByte(i);
   if (!testing::SendFrame(fd, *(*agent)->GetLocalMetadata()) ||
       !testing::SendFrame(fd, std::to_string(region->id))) {
     return 1;
@@ -67,7 +80,7 @@ int main(int argc, char** argv) {
     auto cmd = testing::RecvFrame(fd, Deadline::AfterMs(120'000));
     if (!cmd || *cmd == "QUIT") break;
     if (*cmd == "DUMP") {
-      testing::SendFrame(fd, std::string(reinterpret_cast<const char*>(buf.data()), bytes));
+      testing::SendFrame(fd, std::string(reinterpret_cast<const char*>(buf), bytes));
     } else if (*cmd == "DEREG") {  // makes the remote key the test holds stale
       testing::SendFrame(fd, (*agent)->DeregisterMemory(*region).ToString());
     } else if (*cmd == "STATS") {

@@ -88,6 +88,12 @@ struct AgentOptions {
   SocketOptions socket;
 };
 
+// What Agent::AllocateMemory returns.
+struct AllocatedMemory {
+  RegionHandle region;
+  void* addr = nullptr;
+};
+
 class Backend;  // internal (src/transfer/backend.h)
 
 class Agent {
@@ -106,7 +112,16 @@ class Agent {
   // Register before GetLocalMetadata: peers only see regions present in the blob they loaded.
   StatusOr<RegionHandle> RegisterMemory(void* addr, uint64_t length, MemoryKind kind);
   // NotFound if unknown. Prepared transfers that name the region fail on their next Post.
+  // Memory from AllocateMemory is freed here.
   Status DeregisterMemory(RegionHandle region);
+
+  // Allocates `length` bytes (page-aligned, zeroed) owned by the agent, and registers them.
+  // With UCX the memory is shared memory (ucp_mem_map ALLOCATE) that a peer on this host maps
+  // into its address space when it loads this agent's metadata; that peer's READs from and
+  // WRITEs to it are then one memcpy by the initiator, at memory speed, with no work by this
+  // process (docs/transfer.md, "Mapped regions"). Other backends: ordinary memory. Valid until
+  // DeregisterMemory or the agent's destruction.
+  StatusOr<AllocatedMemory> AllocateMemory(uint64_t length);
 
   // Opaque bytes for peers: agent name, backend connection info (UCX worker address), and the
   // region table with the packed remote keys. Versioned and checksummed (docs/transfer.md).

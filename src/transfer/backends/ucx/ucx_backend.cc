@@ -259,13 +259,30 @@ void UcxBackend::Housekeeping() {
 
 // ---- memory and metadata -------------------------------------------------------------------
 
-Status UcxBackend::DoRegister(uint32_t id, void* addr, uint64_t length) {
+StatusOr<void*> UcxBackend::DoRegister(uint32_t id, void* addr, uint64_t length) {
   ucp_mem_map_params_t mp{};
-  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
-  mp.address = addr;
+  mp.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH;
   mp.length = length;
+  if (addr != nullptr) {
+    mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_ADDRESS;
+    mp.address = addr;
+  } else {
+    // UCX allocates, from the first method of UCX_MEM_ALLOC_METHODS that works: with the
+    // shared-memory transports loaded, a sysv (or posix) segment that same-host peers can map.
+    mp.field_mask |= UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mp.flags = UCP_MEM_MAP_ALLOCATE;
+  }
   ucp_mem_h memh = nullptr;
   KVF_RETURN_IF_ERROR(FromUcs(ucp_mem_map(context_.get(), &mp, &memh), "ucp_mem_map"));
+  if (addr == nullptr) {
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS;
+    if (ucp_mem_query(memh, &attr) != UCS_OK || attr.address == nullptr) {
+      ucp_mem_unmap(context_.get(), memh);
+      return InternalError("ucp_mem_query after ALLOCATE");
+    }
+    addr = attr.address;
+  }
   void* rkey_buf = nullptr;
   size_t rkey_len = 0;
   Status s = FromUcs(ucp_rkey_pack(context_.get(), memh, &rkey_buf, &rkey_len), "ucp_rkey_pack");
@@ -276,7 +293,7 @@ Status UcxBackend::DoRegister(uint32_t id, void* addr, uint64_t length) {
   regions_[id] = {static_cast<uint8_t*>(addr), length, memh,
                   std::string(static_cast<const char*>(rkey_buf), rkey_len)};
   ucp_rkey_buffer_release(rkey_buf);
-  return Status::Ok();
+  return addr;
 }
 
 // Backend blob: msgpack [worker address (bin), host identity, pid, [[id, base, rkey (bin)]...]].
@@ -378,7 +395,10 @@ Status UcxBackend::AddPeer(uint32_t peer_id, const std::string& name, std::strin
         return InvalidArgumentError("invalid remote key of region " + std::to_string(id) +
                                     " from '" + name + "': " + ucs_status_string(st));
       }
-      p->regions[id] = RemoteRegion{base, 0, UcpRkey(rk)};
+      // A region the peer allocated as shared memory maps into this process (same host).
+      void* mapped = nullptr;
+      if (!p->same_host || ucp_rkey_ptr(rk, base, &mapped) != UCS_OK) mapped = nullptr;
+      p->regions[id] = RemoteRegion{base, 0, UcpRkey(rk), static_cast<uint8_t*>(mapped)};
     }
     // Introduce ourselves: the target answers through an endpoint of its own (back channel).
     std::random_device rd;

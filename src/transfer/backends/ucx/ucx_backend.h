@@ -71,6 +71,7 @@ struct RemoteRegion {
   uint64_t base;
   uint64_t length;
   UcpRkey rkey;
+  uint8_t* mapped = nullptr;  // the region in our address space (ucp_rkey_ptr), or null
 };
 
 struct Peer {
@@ -145,7 +146,16 @@ class UcxBackend final : public Backend {
   }
 
   Status RegisterMemory(uint32_t id, void* addr, uint64_t length) override {
-    return RunSync([&] { return DoRegister(id, addr, length); });
+    return RunSync([&] { return DoRegister(id, addr, length).status(); });
+  }
+  StatusOr<void*> AllocateMemory(uint32_t id, uint64_t length) override {
+    void* addr = nullptr;
+    KVF_RETURN_IF_ERROR(RunSync([&] {
+      auto a = DoRegister(id, nullptr, length);
+      if (a.ok()) addr = *a;
+      return a.status();
+    }));
+    return addr;
   }
   Status DeregisterMemory(uint32_t id) override {
     return RunSync([&] {
@@ -237,7 +247,11 @@ class UcxBackend final : public Backend {
   void Housekeeping();
 
   // ---- progress-thread work ----
-  Status DoRegister(uint32_t id, void* addr, uint64_t length);
+  // Maps [addr, addr + length) (addr null: UCX allocates shareable memory) and packs its rkey;
+  // returns the region's address.
+  StatusOr<void*> DoRegister(uint32_t id, void* addr, uint64_t length);
+  // READ/WRITE with every remote region mapped into this process: memcpy, then the notification.
+  void PostMapped(Peer& p, const std::shared_ptr<Xfer>& x);
   void DoPost(const std::shared_ptr<Xfer>& x);
   void PostRma(Peer& p, const std::shared_ptr<Xfer>& x);
   void PostAm(Peer& p, const std::shared_ptr<Xfer>& x);

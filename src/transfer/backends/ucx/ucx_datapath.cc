@@ -1,5 +1,6 @@
 // UCX backend data path: posting transfers (RMA and active-message paths), the active-message
 // handlers of both sides, completion and failure. See ucx_backend.cc for the design.
+#include <atomic>
 #include <cstring>
 
 #include "kvferry/common/logging.h"
@@ -102,11 +103,36 @@ void UcxBackend::DoPost(const std::shared_ptr<Xfer>& x) {
       return;
     }
   }
-  if (p.use_am) {
+  bool all_mapped = true;
+  for (const Segment& s : x->segs) all_mapped &= p.regions.at(s.remote_region).mapped != nullptr;
+  if (all_mapped) {
+    PostMapped(p, x);
+  } else if (p.use_am) {
     PostAm(p, x);
   } else {
     PostRma(p, x);
   }
+}
+
+void UcxBackend::PostMapped(Peer& p, const std::shared_ptr<Xfer>& x) {
+  // The peer takes no part, so a hung peer cannot stall this; a dead one is refused here (its
+  // segment would still be readable, and writable to no one).
+  if (ProcessIsDead(p.pid)) {
+    FailPeer(p.id,
+             UnavailableError("peer process " + std::to_string(p.pid) + " on this host died"));
+    return;
+  }
+  for (const Segment& s : x->segs) {
+    uint8_t* remote = p.regions.at(s.remote_region).mapped + s.remote_offset;
+    if (x->op == XferOp::kWrite) {
+      std::memcpy(remote, s.local_addr, s.length);
+    } else {
+      std::memcpy(s.local_addr, remote, s.length);
+    }
+  }
+  // The notification (an active message through the peer's FIFO) is ordered after the copies.
+  std::atomic_thread_fence(std::memory_order_release);
+  DataLanded(x->token);
 }
 
 void UcxBackend::PostRma(Peer& p, const std::shared_ptr<Xfer>& x) {
