@@ -66,15 +66,13 @@ Status FerryConnectorImpl::Register(kv::KvCache* cache, int32_t block_size_logic
     // The cache stays unregistered. P mirrors it, kernel block for kernel block, in a
     // registered host buffer of the same geometry; D pulls into per-load staging instead.
     if (serves) {
+      // Allocated by the agent: with UCX, shared memory that a D on this host maps, so its
+      // pull is one memcpy (docs/transfer.md, "Mapped regions"). Freed with the agent.
       const uint64_t region_bytes = spec_.region_bytes();
-      host_buffer_.reset(new std::byte[region_bytes * spec_.num_regions()]());
       for (int32_t r = 0; r < spec_.num_regions(); ++r) {
-        std::byte* base = host_buffer_.get() + r * region_bytes;
-        host_regions_.push_back(base);
-        KVF_ASSIGN_OR_RETURN(
-            transfer::RegionHandle h,
-            agent_->RegisterMemory(base, region_bytes, transfer::MemoryKind::kHost));
-        local_regions_.push_back(h);
+        KVF_ASSIGN_OR_RETURN(transfer::AllocatedMemory m, agent_->AllocateMemory(region_bytes));
+        host_regions_.push_back(static_cast<std::byte*>(m.addr));
+        local_regions_.push_back(m.region);
       }
     }
   } else {

@@ -180,8 +180,7 @@ class FerryConnectorImpl : public FerryConnector {
   int32_t block_size_logical_ = 0;
   std::string compat_hash_;
   std::vector<transfer::RegionHandle> local_regions_;  // cache or host-buffer regions
-  std::unique_ptr<std::byte[]> host_buffer_;           // P/D host buffer (kv_buffer_device cpu)
-  std::vector<std::byte*> host_regions_;
+  std::vector<std::byte*> host_regions_;  // P's host buffer (kv_buffer_device cpu), agent-owned
   std::unique_ptr<LeaseTable> leases_;
   transfer::RegionHandle generation_region_;
   std::string handshake_reply_;  // pre-encoded; the server thread reads it
