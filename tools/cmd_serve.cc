@@ -166,7 +166,8 @@ void AddServe(CLI::App& app) {
                   "kv_role (kv_producer|kv_consumer|kv_both), kv_buffer_device (cpu: host "
                   "buffer), engine_id, kv_load_failure_policy (recompute|fail), "
                   "kv_connector_extra_config {side_channel_host, side_channel_port, lease_ms, "
-                  "handshake_timeout_ms, transfer_timeout_ms, backend (ucx|loopback)}");
+                  "handshake_timeout_ms, transfer_timeout_ms, backend (ucx|socket|loopback), "
+                  "auth_token}");
   sub->add_option("--num-http-threads", o->num_http_threads, "Concurrent HTTP connections")
       ->capture_default_str();
   sub->add_option("--request-timeout", o->request_timeout_s, "A request's whole life, seconds")
