@@ -27,13 +27,15 @@ struct Geometry {
   const char* layout;
 };
 
+// `transfer`: the transfer backend of kv_connector_extra_config ("ucx" or "socket").
 std::vector<std::string> ServeArgs(const Geometry& g, const std::string& engine_id,
-                                   bool host_buffer) {
-  json kv = {{"kv_connector", "FerryConnector"},
-             {"kv_role", "kv_both"},
-             {"engine_id", engine_id},
-             {"kv_connector_extra_config",
-              {{"side_channel_host", "127.0.0.1"}, {"side_channel_port", 0}}}};
+                                   bool host_buffer, const std::string& transfer = "ucx") {
+  json kv = {
+      {"kv_connector", "FerryConnector"},
+      {"kv_role", "kv_both"},
+      {"engine_id", engine_id},
+      {"kv_connector_extra_config",
+       {{"side_channel_host", "127.0.0.1"}, {"side_channel_port", 0}, {"backend", transfer}}}};
   if (host_buffer) kv["kv_buffer_device"] = "cpu";
   return {"serve",
           "--port",
@@ -105,12 +107,15 @@ class PdAccuracyTest : public ::testing::Test {
     bool ok() const { return p->ok() && d->ok() && proxy->ok(); }
     std::string error() const { return p->error() + d->error() + proxy->error(); }
   };
-  Deployment Start(const Geometry& pg, const Geometry& dg, bool host_buffer, const char* tag) {
+  Deployment Start(const Geometry& pg, const Geometry& dg, bool host_buffer, const char* tag,
+                   const std::string& transfer = "ucx") {
     Deployment dep;
     dep.p = std::make_unique<KvferryProcess>(
-        std::string(tag) + "-p", ServeArgs(pg, std::string(tag) + "-p", host_buffer), *log_dir_);
+        std::string(tag) + "-p", ServeArgs(pg, std::string(tag) + "-p", host_buffer, transfer),
+        *log_dir_);
     dep.d = std::make_unique<KvferryProcess>(
-        std::string(tag) + "-d", ServeArgs(dg, std::string(tag) + "-d", host_buffer), *log_dir_);
+        std::string(tag) + "-d", ServeArgs(dg, std::string(tag) + "-d", host_buffer, transfer),
+        *log_dir_);
     if (!dep.p->ok() || !dep.d->ok()) {
       dep.proxy = std::make_unique<KvferryProcess>("none", std::vector<std::string>{"version"},
                                                    *log_dir_, 1);
@@ -175,6 +180,7 @@ struct MatrixCase {
   const char* name;
   Geometry p, d;
   bool host_buffer;
+  const char* transfer;  // "ucx" | "socket"
 };
 
 class PdMatrixTest : public PdAccuracyTest, public ::testing::WithParamInterface<MatrixCase> {};
@@ -182,7 +188,7 @@ class PdMatrixTest : public PdAccuracyTest, public ::testing::WithParamInterface
 TEST_P(PdMatrixTest, ProxyOutputEqualsColocated) {
   ASSERT_TRUE(colocated_->ok()) << colocated_->error();
   const MatrixCase& c = GetParam();
-  Deployment dep = Start(c.p, c.d, c.host_buffer, c.name);
+  Deployment dep = Start(c.p, c.d, c.host_buffer, c.name, c.transfer);
   ASSERT_TRUE(dep.ok()) << dep.error();
   ExpectPdEqualsColocated(dep, MatrixBodies());
   EXPECT_GT(Metric(dep.d->port(), "kvferry:kv_transfers_total"), 0);
@@ -196,12 +202,19 @@ TEST_P(PdMatrixTest, ProxyOutputEqualsColocated) {
 INSTANTIATE_TEST_SUITE_P(
     Geometries, PdMatrixTest,
     ::testing::Values(
-        MatrixCase{"same128", {128, "flash", "NHD"}, {128, "flash", "NHD"}, false},
-        MatrixCase{"p128flash_d32hnd", {128, "flash", "NHD"}, {32, "paged", "HND"}, false},
-        MatrixCase{"p16hnd_d64flash", {16, "paged", "HND"}, {64, "flash", "NHD"}, false},
-        MatrixCase{"p48paged_d128flashhnd", {48, "paged", "NHD"}, {128, "flash", "HND"}, false},
-        MatrixCase{"hostbuf_same", {128, "flash", "NHD"}, {128, "flash", "NHD"}, true},
-        MatrixCase{"hostbuf_p128_d16hnd", {128, "flash", "NHD"}, {16, "flash", "HND"}, true}),
+        MatrixCase{"same128", {128, "flash", "NHD"}, {128, "flash", "NHD"}, false, "ucx"},
+        MatrixCase{"p128flash_d32hnd", {128, "flash", "NHD"}, {32, "paged", "HND"}, false, "ucx"},
+        MatrixCase{"p16hnd_d64flash", {16, "paged", "HND"}, {64, "flash", "NHD"}, false, "ucx"},
+        MatrixCase{
+            "p48paged_d128flashhnd", {48, "paged", "NHD"}, {128, "flash", "HND"}, false, "ucx"},
+        MatrixCase{"hostbuf_same", {128, "flash", "NHD"}, {128, "flash", "NHD"}, true, "ucx"},
+        MatrixCase{"hostbuf_p128_d16hnd", {128, "flash", "NHD"}, {16, "flash", "HND"}, true, "ucx"},
+        MatrixCase{"socket_p128flash_d32hnd",
+                   {128, "flash", "NHD"},
+                   {32, "paged", "HND"},
+                   false,
+                   "socket"},
+        MatrixCase{"socket_hostbuf", {128, "flash", "NHD"}, {64, "paged", "HND"}, true, "socket"}),
     [](const ::testing::TestParamInfo<MatrixCase>& info) { return std::string(info.param.name); });
 
 // vLLM's edge cases, plus streaming and concurrency, on P block 128 (kernel 64) / D block 32 HND.
