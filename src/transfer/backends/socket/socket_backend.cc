@@ -46,7 +46,7 @@ using namespace sock;  // NOLINT: the wire vocabulary
 
 constexpr int64_t kConnectTimeoutMs = 5000;
 constexpr uint64_t kRecvBudget = 16ull << 20;  // bytes per connection per pass (fairness)
-constexpr size_t kMaxFailedWrites = 1024;      // remembered per connection (notify drop)
+constexpr size_t kMaxOkWrites = 4096;          // remembered per connection (notify match)
 
 std::string Pod(const FrameHdr& h) {
   return std::string(reinterpret_cast<const char*>(&h), sizeof(h));
@@ -65,7 +65,7 @@ struct OutItem {
   uint64_t token = 0;   // the initiator transfer this belongs to (Cancel), else 0
   uint32_t region = 0;  // the local region `data` points into (DeregisterMemory), else 0
   FrameType type = kHello;
-  std::string copy;
+  std::vector<uint8_t> copy;  // heap storage: stays put when the deque moves the item
   uint64_t total() const { return head.size() + data_len; }
 };
 
@@ -105,7 +105,7 @@ struct Conn {
   uint64_t dest_token = 0;                   // outbound read landing for this transfer
   std::map<uint64_t, uint32_t> writes_seen;  // inbound: token -> segments received
   std::map<uint64_t, int32_t> write_code;    // inbound: token -> first error
-  std::set<uint64_t> failed_writes;          // inbound: acked with an error (drop its notify)
+  std::set<uint64_t> ok_writes;              // inbound: acked OK, notification not yet seen
 };
 
 struct Xfer {
@@ -115,6 +115,7 @@ struct Xfer {
   std::string notification;
   std::shared_ptr<Completion> completion;
   uint32_t remaining = 0;
+  std::vector<bool> landed;  // READ: segments received (a repeated index is a protocol error)
 };
 
 struct PeerInfo {
@@ -199,11 +200,11 @@ class TsanIgnoreScope {
 };
 
 ssize_t SendRegistered(int fd, const msghdr* msg) {
-  TsanIgnoreScope ignore;
+  [[maybe_unused]] TsanIgnoreScope ignore;
   return ::sendmsg(fd, msg, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 ssize_t RecvRegistered(int fd, void* into, size_t n) {
-  TsanIgnoreScope ignore;
+  [[maybe_unused]] TsanIgnoreScope ignore;
   return ::recv(fd, into, n, MSG_DONTWAIT);
 }
 
@@ -339,8 +340,8 @@ class SocketBackend final : public Backend {
         o->region = 0;
         if (o->sent > 0) {
           // Started: the frame must be finished; its bytes are copied while still valid.
-          o->copy.assign(reinterpret_cast<const char*>(o->data), o->data_len);
-          o->data = reinterpret_cast<const uint8_t*>(o->copy.data());
+          o->copy.assign(o->data, o->data + o->data_len);
+          o->data = o->copy.data();
           ++o;
         } else if (o->type == kReadData) {
           // A read we serve: it becomes an error for the initiator's transfer.
@@ -353,6 +354,26 @@ class SocketBackend final : public Backend {
         } else {
           failed.insert(o->token);  // a write of ours: dropped, the transfer fails
           o = c.out.erase(o);
+        }
+      }
+    }
+    // Every transfer of ours with a segment in the region fails now (a READ whose reply has
+    // not come yet must not land later), and loses its unsent frames, its notification too.
+    for (const auto& [token, x] : xfers_) {
+      for (const Segment& seg : x.segs) {
+        if (seg.local_region == id) failed.insert(token);
+      }
+    }
+    for (auto& [cid, c] : conns_) {
+      if (c.mode == RecvMode::kToMemory && c.outbound && failed.count(c.dest_token)) {
+        c.mode = RecvMode::kDiscard;
+      }
+      for (auto o = c.out.begin(); o != c.out.end();) {
+        // Only our own requests (outbound): replies we serve carry the peer's tokens.
+        if (c.outbound && o->sent == 0 && o->token != 0 && failed.count(o->token)) {
+          o = c.out.erase(o);
+        } else {
+          ++o;
         }
       }
     }
@@ -380,6 +401,8 @@ class SocketBackend final : public Backend {
     h.token = b.secret;
     h.length = ctx_.agent_name.size();
     Queue(c, Control(Pod(h) + ctx_.agent_name, kHello));
+    Flush(c);
+    Wake();
     KVF_LOG_INFO("transfer: agent '{}' connected to '{}' (socket backend, {}:{})", ctx_.agent_name,
                  peer_name, b.host, b.port);
     return Status::Ok();
@@ -397,8 +420,18 @@ class SocketBackend final : public Backend {
               std::shared_ptr<Completion> completion) override {
     MutexLock l(&mu_);
     KVF_ASSIGN_OR_RETURN(Conn * c, ConnOfPeer(peer_id));
-    const uint64_t token = next_token_++;
+    for (const Segment& s : segments) {
+      if (!regions_.count(s.local_region)) {  // deregistered since the Agent checked
+        return NotFoundError("local region " + std::to_string(s.local_region) +
+                             " is not registered");
+      }
+    }
     const uint32_t n = static_cast<uint32_t>(segments.size());
+    if (op == XferOp::kRead && uint64_t{n} * sizeof(ReadEntry) > kMaxControlPayload) {
+      return InvalidArgumentError("a READ of " + std::to_string(n) +
+                                  " segments is over the socket backend's request limit");
+    }
+    const uint64_t token = next_token_++;
     if (op == XferOp::kRead) {
       std::string entries;
       entries.reserve(n * sizeof(ReadEntry));
@@ -434,7 +467,8 @@ class SocketBackend final : public Backend {
                          std::move(segments),
                          op == XferOp::kRead ? std::move(notification) : std::string(),
                          std::move(completion),
-                         n};
+                         n,
+                         std::vector<bool>(op == XferOp::kRead ? n : 0, false)};
     Flush(*c);
     Wake();
     return Status::Ok();
@@ -457,8 +491,8 @@ class SocketBackend final : public Backend {
           } else {
             // Started: the frame must be finished, but not from the caller's memory.
             if (o->data != nullptr) {
-              o->copy.assign(o->data_len, '\0');
-              o->data = reinterpret_cast<const uint8_t*>(o->copy.data());
+              o->copy.assign(o->data_len, 0);
+              o->data = o->copy.data();
             }
             ++o;
           }
@@ -545,6 +579,14 @@ class SocketBackend final : public Backend {
       }
     }
     conns_.erase(it);
+  }
+
+  // True if data frames of transfer `token` still wait in `c`'s send queue.
+  static bool HasQueued(const Conn& c, uint64_t token) {
+    for (const OutItem& o : c.out) {
+      if (o.token == token && o.type == kWriteData) return true;
+    }
+    return false;
   }
 
   void FailXfer(uint64_t token, Status s) REQUIRES(mu_) {
@@ -673,12 +715,17 @@ class SocketBackend final : public Backend {
         if (!c.outbound) return ProtocolError(c, "read data on an inbound connection");
         auto it = xfers_.find(h.token);
         if (it == xfers_.end()) return true;  // released meanwhile: discard
-        const Xfer& x = it->second;
+        Xfer& x = it->second;
         if (x.op != XferOp::kRead || h.index >= x.segs.size() ||
-            x.segs[h.index].length != h.length) {
+            x.segs[h.index].length != h.length || x.landed[h.index]) {
           FailXfer(h.token, DataLossError("read reply does not match the request"));
           return true;
         }
+        if (!regions_.count(x.segs[h.index].local_region)) {  // deregistered meanwhile
+          FailXfer(h.token, FailedPreconditionError("local region deregistered while in flight"));
+          return true;
+        }
+        x.landed[h.index] = true;
         c.mode = RecvMode::kToMemory;
         c.dest = x.segs[h.index].local_addr;
         c.dest_token = h.token;
@@ -709,7 +756,8 @@ class SocketBackend final : public Backend {
         ServeRead(c, h);
         break;
       case kNotify:
-        if (h.token != 0 && c.failed_writes.erase(h.token)) break;  // its write failed
+        // A write's notification only after that whole write landed (acked OK).
+        if (h.token != 0 && c.ok_writes.erase(h.token) == 0) break;
         notes->push_back(Notification{c.peer_name, std::move(c.buf)});
         break;
       case kWriteData: {
@@ -720,9 +768,9 @@ class SocketBackend final : public Backend {
         if (auto e = c.write_code.find(h.token); e != c.write_code.end()) {
           code = e->second;
           c.write_code.erase(e);
-          c.failed_writes.insert(h.token);
-          if (c.failed_writes.size() > kMaxFailedWrites)
-            c.failed_writes.erase(c.failed_writes.begin());
+        } else {
+          c.ok_writes.insert(h.token);
+          if (c.ok_writes.size() > kMaxOkWrites) c.ok_writes.erase(c.ok_writes.begin());
         }
         FrameHdr ack{};
         ack.type = kWriteAck;
@@ -739,17 +787,25 @@ class SocketBackend final : public Backend {
         break;
       }
       case kReadErr:
-        FailXfer(h.token, Status(static_cast<StatusCode>(h.code),
-                                 "peer rejected the read (unknown region or range)"));
-        break;
-      case kWriteAck:
-        if (h.code != 0) {
+      case kWriteAck: {
+        auto it = xfers_.find(h.token);
+        if (it == xfers_.end()) break;  // released or failed meanwhile
+        const bool is_read = h.type == kReadErr;
+        if ((it->second.op == XferOp::kRead) != is_read) {
+          FailXfer(h.token, DataLossError("peer answered with the wrong reply kind"));
+        } else if (is_read && h.code == 0) {
+          FailXfer(h.token, DataLossError("peer refused the read without a reason"));
+        } else if (h.code != 0) {
           FailXfer(h.token, Status(static_cast<StatusCode>(h.code),
-                                   "peer rejected the write (unknown region or range)"));
+                                   is_read ? "peer rejected the read (unknown region or range)"
+                                           : "peer rejected the write (unknown region or range)"));
+        } else if (HasQueued(c, h.token)) {
+          FailXfer(h.token, DataLossError("peer acknowledged a write before receiving it"));
         } else {
           Finished(h.token);
         }
         break;
+      }
       default:
         break;
     }
