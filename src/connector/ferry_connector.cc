@@ -484,10 +484,7 @@ StatusOr<std::unique_ptr<FerryConnector>> CreateFerryConnector(
   }
   transfer::AgentOptions agent_options;
   agent_options.name = engine_id;
-  agent_options.backend =
-      config.backend == TransferBackendKind::kLoopback ? transfer::BackendKind::kLoopback
-      : config.backend == TransferBackendKind::kSocket ? transfer::BackendKind::kSocket
-                                                       : transfer::BackendKind::kUcx;
+  agent_options.backend = config.backend;
   // The socket backend listens where the side channel does: the address peers already reach.
   agent_options.socket.listen_host = config.side_channel_host;
   KVF_ASSIGN_OR_RETURN(std::unique_ptr<transfer::Agent> agent,

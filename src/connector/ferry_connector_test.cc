@@ -50,7 +50,7 @@ struct Side {
   static Side Make(const std::string& role, const Geometry& g, KvTransferConfig config = {}) {
     Side s;
     config.kv_connector = "FerryConnector";
-    config.backend = TransferBackendKind::kLoopback;
+    config.backend = transfer::BackendKind::kLoopback;
     config.engine_id = role + "-" + std::to_string(++g_counter);
     config.kv_buffer_device = g.host_buffer ? "cpu" : "direct";
     if (config.handshake_timeout_ms == KvTransferConfig{}.handshake_timeout_ms) {

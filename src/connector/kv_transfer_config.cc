@@ -29,18 +29,6 @@ std::string_view KvLoadFailurePolicyName(KvLoadFailurePolicy p) {
   return p == KvLoadFailurePolicy::kFail ? "fail" : "recompute";
 }
 
-std::string_view TransferBackendKindName(TransferBackendKind kind) {
-  switch (kind) {
-    case TransferBackendKind::kLoopback:
-      return "loopback";
-    case TransferBackendKind::kSocket:
-      return "socket";
-    case TransferBackendKind::kUcx:
-      break;
-  }
-  return "ucx";
-}
-
 StatusOr<KvTransferConfig> ParseKvTransferConfig(const nlohmann::json& j) {
   if (!j.is_object()) return InvalidArgumentError("kv-transfer-config must be a JSON object");
   KvTransferConfig c;
@@ -90,15 +78,13 @@ StatusOr<KvTransferConfig> ParseKvTransferConfig(const nlohmann::json& j) {
         fields.Integer("transfer_timeout_ms", 1, kMaxTimeoutMs, &c.transfer_timeout_ms));
     std::string backend;
     KVF_RETURN_IF_ERROR(fields.String("backend", &backend));
-    if (backend.empty() || backend == "ucx" || backend == "UCX") {
-      c.backend = TransferBackendKind::kUcx;
-    } else if (backend == "loopback") {
-      c.backend = TransferBackendKind::kLoopback;
-    } else if (backend == "socket") {
-      c.backend = TransferBackendKind::kSocket;
-    } else {
-      return top.Error("kv_connector_extra_config.backend",
-                       fmt::format("'{}' is not ucx|socket|loopback", backend));
+    if (!backend.empty()) {
+      StatusOr<transfer::BackendKind> kind = transfer::ParseBackendKind(backend);
+      if (!kind.ok()) {
+        return top.Error("kv_connector_extra_config.backend",
+                         fmt::format("'{}' is not ucx|socket|loopback", backend));
+      }
+      c.backend = *kind;
     }
     KVF_RETURN_IF_ERROR(fields.String("auth_token", &c.auth_token));
   }
@@ -119,7 +105,7 @@ nlohmann::json ToJson(const KvTransferConfig& c) {
       {"lease_ms", c.lease_ms},
       {"handshake_timeout_ms", c.handshake_timeout_ms},
       {"transfer_timeout_ms", c.transfer_timeout_ms},
-      {"backend", std::string(TransferBackendKindName(c.backend))},
+      {"backend", std::string(transfer::BackendKindName(c.backend))},
   };
   if (!c.auth_token.empty()) extra["auth_token"] = c.auth_token;
   return nlohmann::json{

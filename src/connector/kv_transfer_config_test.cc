@@ -13,7 +13,7 @@ TEST(KvTransferConfigTest, DefaultsFromMinimalConfig) {
   EXPECT_EQ(c->kv_role, KvRole::kBoth);
   EXPECT_EQ(c->kv_load_failure_policy, KvLoadFailurePolicy::kRecompute);
   EXPECT_EQ(c->lease_ms, 30000);
-  EXPECT_EQ(c->backend, TransferBackendKind::kUcx);
+  EXPECT_EQ(c->backend, transfer::BackendKind::kUcx);
   EXPECT_FALSE(c->use_host_buffer());
 }
 
@@ -34,7 +34,7 @@ TEST(KvTransferConfigTest, ParsesEveryField) {
   EXPECT_EQ(c->lease_ms, 1500);
   EXPECT_EQ(c->handshake_timeout_ms, 200);
   EXPECT_EQ(c->transfer_timeout_ms, 900);
-  EXPECT_EQ(c->backend, TransferBackendKind::kLoopback);
+  EXPECT_EQ(c->backend, transfer::BackendKind::kLoopback);
   EXPECT_EQ(c->auth_token, "s3cret");
   auto again = ParseKvTransferConfig(ToJson(*c));
   ASSERT_TRUE(again.ok()) << again.status();
@@ -45,11 +45,11 @@ TEST(KvTransferConfigTest, SocketBackendRoundTrips) {
   auto c = ParseKvTransferConfig(nlohmann::json::parse(
       R"({"kv_connector": "FerryConnector", "kv_connector_extra_config": {"backend": "socket"}})"));
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_EQ(c->backend, TransferBackendKind::kSocket);
-  EXPECT_EQ(TransferBackendKindName(c->backend), "socket");
+  EXPECT_EQ(c->backend, transfer::BackendKind::kSocket);
+  EXPECT_EQ(transfer::BackendKindName(c->backend), "socket");
   auto again = ParseKvTransferConfig(ToJson(*c));
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(again->backend, TransferBackendKind::kSocket);
+  EXPECT_EQ(again->backend, transfer::BackendKind::kSocket);
 }
 
 TEST(KvTransferConfigTest, RejectsBadValuesNamingTheField) {

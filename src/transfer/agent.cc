@@ -63,8 +63,10 @@ struct Prepared {
   std::shared_ptr<Completion> inflight;  // null before the first Post
 };
 
-const char* BackendName(BackendKind k) {
-  switch (k) {
+}  // namespace
+
+std::string_view BackendKindName(BackendKind kind) {
+  switch (kind) {
     case BackendKind::kUcx:
       return "ucx";
     case BackendKind::kLoopback:
@@ -75,7 +77,14 @@ const char* BackendName(BackendKind k) {
   return "?";
 }
 
-}  // namespace
+StatusOr<BackendKind> ParseBackendKind(std::string_view name) {
+  for (BackendKind k : {BackendKind::kUcx, BackendKind::kLoopback, BackendKind::kSocket}) {
+    if (name == BackendKindName(k)) return k;
+  }
+  if (name == "UCX") return BackendKind::kUcx;
+  return InvalidArgumentError("transfer backend '" + std::string(name) +
+                              "' is not ucx|socket|loopback");
+}
 
 struct Agent::Impl {
   std::string name;
@@ -202,7 +211,7 @@ StatusOr<AllocatedMemory> Agent::AllocateMemory(uint64_t length) {
 
 StatusOr<std::string> Agent::GetLocalMetadata() const {
   AgentMetadata md;
-  md.backend = BackendName(impl_->kind);
+  md.backend = std::string(BackendKindName(impl_->kind));
   md.agent_name = name_;
   {
     MutexLock l(&impl_->mu);
@@ -214,9 +223,9 @@ StatusOr<std::string> Agent::GetLocalMetadata() const {
 
 StatusOr<PeerHandle> Agent::LoadRemoteMetadata(std::string_view metadata) {
   KVF_ASSIGN_OR_RETURN(AgentMetadata md, DecodeMetadata(metadata));
-  if (md.backend != BackendName(impl_->kind)) {
+  if (md.backend != BackendKindName(impl_->kind)) {
     return InvalidArgumentError("metadata of backend '" + md.backend + "', this agent uses '" +
-                                BackendName(impl_->kind) + "'");
+                                std::string(BackendKindName(impl_->kind)) + "'");
   }
   uint32_t old_id = 0;
   uint32_t id;

@@ -77,6 +77,16 @@ TEST(AgentLoopbackTest, AllocatedMemoryIsAlignedZeroedRegisteredAndFreed) {
   EXPECT_TRUE(a->AllocateMemory(4096).ok());  // freed by the agent's destructor
 }
 
+TEST(AgentLoopbackTest, BackendKindNamesRoundTrip) {
+  for (BackendKind k : {BackendKind::kUcx, BackendKind::kLoopback, BackendKind::kSocket}) {
+    auto parsed = ParseBackendKind(BackendKindName(k));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, k);
+  }
+  EXPECT_EQ(*ParseBackendKind("UCX"), BackendKind::kUcx);
+  EXPECT_EQ(ParseBackendKind("rdma").status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(AgentLoopbackTest, GarbageMetadataIsInvalidArgument) {
   auto a = *Agent::Create({.name = "garbage", .backend = BackendKind::kLoopback});
   EXPECT_EQ(a->LoadRemoteMetadata("not a blob").status().code(), StatusCode::kInvalidArgument);

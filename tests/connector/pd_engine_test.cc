@@ -168,8 +168,8 @@ FailureRun RunWithFailure(const std::vector<int32_t>& prompt, connector::KvTrans
                           connector::KvTransferConfig d_config, engine::KvLoadFailurePolicy policy,
                           const std::function<void(FailureRun&)>& before_pull) {
   FailureRun run;
-  p_config.backend = connector::TransferBackendKind::kLoopback;
-  d_config.backend = connector::TransferBackendKind::kLoopback;
+  p_config.backend = transfer::BackendKind::kLoopback;
+  d_config.backend = transfer::BackendKind::kLoopback;
   // P is never notified after most failures: a short lease keeps the test short.
   if (p_config.lease_ms == connector::KvTransferConfig{}.lease_ms) p_config.lease_ms = 300;
   // P's pool holds exactly one 600-token prompt, so a second prompt reuses the same blocks.

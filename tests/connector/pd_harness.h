@@ -208,7 +208,7 @@ inline std::vector<int32_t> MakePrompt(int32_t n, int32_t salt = 0) {
 inline connector::KvTransferConfig Config(int64_t lease_ms = 0, std::string auth_token = "",
                                           int64_t transfer_timeout_ms = 0) {
   connector::KvTransferConfig c;
-  c.backend = connector::TransferBackendKind::kLoopback;
+  c.backend = transfer::BackendKind::kLoopback;
   if (lease_ms > 0) c.lease_ms = lease_ms;
   c.auth_token = std::move(auth_token);
   if (transfer_timeout_ms > 0) c.transfer_timeout_ms = transfer_timeout_ms;

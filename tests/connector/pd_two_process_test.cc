@@ -18,7 +18,7 @@ namespace {
 
 using kv::Layout;
 
-connector::KvTransferConfig ConfigFor(connector::TransferBackendKind backend) {
+connector::KvTransferConfig ConfigFor(transfer::BackendKind backend) {
   connector::KvTransferConfig c;
   c.backend = backend;
   c.handshake_timeout_ms = 3000;
@@ -29,9 +29,8 @@ connector::KvTransferConfig ConfigFor(connector::TransferBackendKind backend) {
 
 // Child: P. Writes one line of JSON (the params) to `fd`, then serves until its blocks are freed.
 // Exit codes: 0 freed by D's notification, 2 setup failed, 3 not freed in time, 4 not clean.
-[[noreturn]] void RunPrefillChild(int fd, connector::TransferBackendKind backend,
-                                  const InstanceSpec& spec, const std::vector<int32_t>& prompt,
-                                  bool die_after_params) {
+[[noreturn]] void RunPrefillChild(int fd, transfer::BackendKind backend, const InstanceSpec& spec,
+                                  const std::vector<int32_t>& prompt, bool die_after_params) {
   auto p = MakeInstance("P-2p", spec, ConfigFor(backend));
   if (!p) _exit(2);
   auto params = Prefill(*p, "remote-req", prompt);
@@ -91,7 +90,7 @@ struct TwoProcessResult {
   bool d_clean = false;
 };
 
-TwoProcessResult RunTwoProcess(connector::TransferBackendKind backend, const InstanceSpec& p_spec,
+TwoProcessResult RunTwoProcess(transfer::BackendKind backend, const InstanceSpec& p_spec,
                                const InstanceSpec& d_spec, const std::vector<int32_t>& prompt,
                                bool p_dies) {
   TwoProcessResult result;
@@ -131,7 +130,7 @@ TwoProcessResult RunTwoProcess(connector::TransferBackendKind backend, const Ins
   return result;
 }
 
-class PdTwoProcessTest : public ::testing::TestWithParam<connector::TransferBackendKind> {};
+class PdTwoProcessTest : public ::testing::TestWithParam<transfer::BackendKind> {};
 
 TEST_P(PdTwoProcessTest, PullEqualsColocated) {
   const std::vector<int32_t> prompt = MakePrompt(600, 3);
@@ -148,7 +147,7 @@ TEST_P(PdTwoProcessTest, PullEqualsColocated) {
   std::printf(
       "%s pull (P 128/64 NHD -> D 64 HND host buffer, 600 tokens): %llu bytes, "
       "%llu descriptors, %llu us\n",
-      std::string(connector::TransferBackendKindName(GetParam())).c_str(),
+      std::string(transfer::BackendKindName(GetParam())).c_str(),
       static_cast<unsigned long long>(r.d_stats.bytes),
       static_cast<unsigned long long>(r.d_stats.descriptors),
       static_cast<unsigned long long>(r.d_stats.duration_us_total));
@@ -180,10 +179,10 @@ TEST_P(PdTwoProcessTest, PrefillDiesBeforePull) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, PdTwoProcessTest,
-                         ::testing::Values(connector::TransferBackendKind::kUcx,
-                                           connector::TransferBackendKind::kSocket),
+                         ::testing::Values(transfer::BackendKind::kUcx,
+                                           transfer::BackendKind::kSocket),
                          [](const auto& info) {
-                           return std::string(connector::TransferBackendKindName(info.param));
+                           return std::string(transfer::BackendKindName(info.param));
                          });
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <string_view>
 
 #include "kvferry/common/status.h"
+#include "kvferry/transfer/agent.h"
 
 namespace kvferry::connector {
 
@@ -24,13 +25,9 @@ namespace kvferry::connector {
 enum class KvRole : uint8_t { kProducer, kConsumer, kBoth };
 // What the scheduler does with a request whose remote KV could not be loaded.
 enum class KvLoadFailurePolicy : uint8_t { kRecompute, kFail };
-// Data-plane backend of the transfer agent.
-enum class TransferBackendKind : uint8_t { kUcx, kLoopback, kSocket };
 
 std::string_view KvRoleName(KvRole role);                         // "kv_producer" ...
 std::string_view KvLoadFailurePolicyName(KvLoadFailurePolicy p);  // "recompute" | "fail"
-std::string_view TransferBackendKindName(
-    TransferBackendKind kind);  // "ucx" | "loopback" | "socket"
 
 struct KvTransferConfig {
   std::string kv_connector = "FerryConnector";
@@ -47,8 +44,8 @@ struct KvTransferConfig {
   int32_t side_channel_port = 0;  // 0: an ephemeral port, see FerryConnector::side_channel_port()
   int64_t lease_ms = 30000;       // P frees held blocks after this if D never notified
   int64_t handshake_timeout_ms = 5000;
-  int64_t transfer_timeout_ms = 30000;  // one pull, from post to completion
-  TransferBackendKind backend = TransferBackendKind::kUcx;
+  int64_t transfer_timeout_ms = 30000;                          // one pull, from post to completion
+  transfer::BackendKind backend = transfer::BackendKind::kUcx;  // the agent's data plane
   std::string auth_token;  // when set, the side channel answers only requests carrying it
 
   bool use_host_buffer() const { return kv_buffer_device == "cpu"; }

@@ -57,6 +57,11 @@ namespace kvferry::transfer {
 // copy at each end as a plain TCP stream has, where UCX 1.13 over TCP adds a user-space copy.
 enum class BackendKind : uint8_t { kUcx = 0, kLoopback = 1, kSocket = 2 };
 
+// "ucx", "loopback", "socket": the names in metadata blobs and in kv_connector_extra_config.
+std::string_view BackendKindName(BackendKind kind);
+// The kind of a name above ("UCX" also); InvalidArgument naming the choices otherwise.
+StatusOr<BackendKind> ParseBackendKind(std::string_view name);
+
 // Which UCX transports the agent's context may use. UCX_TLS in the environment, when set,
 // always wins over this.
 enum class UcxTransport : uint8_t {
