@@ -5,10 +5,9 @@ the lease runs out; a D that reads blocks P already gave back must detect it (ge
 check) and still answer exactly what a colocated instance answers.
 """
 import signal
-import threading
 import time
 
-from kvf_harness import (Node, parse_args, check, decode_body, kv_config, measure, prefill, run_cases,
+from kvf_harness import (Background, Node, parse_args, check, decode_body, kv_config, measure, prefill, run_cases,
                          text_of, wait_until)
 
 LEASE_S = 1.5
@@ -67,12 +66,11 @@ def case_d_killed_mid_request():
     t_granted = time.monotonic()
     check(wait_until(lambda: held(p) > 0, 2) is not None, "P holds no blocks after the prefill")
     p.signal(signal.SIGSTOP)  # D's handshake/pull is now in flight and stuck
-    t = threading.Thread(target=lambda: d.post(decode_body(BODY, params), timeout=20))
-    t.start()
+    client = Background(lambda: d.post(decode_body(BODY, params), timeout=20))
     time.sleep(0.3)
     d.kill()
     p.signal(signal.SIGCONT)
-    t.join(30)
+    client.result(30, "the client of the killed D")  # any answer: D is gone
     took = wait_until(lambda: p.blocks_in_use() == baseline, LEASE_S + SLACK_S)
     check(took is not None, f"P's pool not back to baseline {baseline}: {p.metrics()}")
     measure("d_killed.pool_baseline", time.monotonic() - t_granted, LEASE_S + SLACK_S)
@@ -114,9 +112,7 @@ def case_slow_reader_lease_expires_during_read():
     check(status == 200, f"warm-up: {status} {resp}")
     params = prefill(p, BODY)
     p.signal(signal.SIGSTOP)
-    result = {}
-    t = threading.Thread(target=lambda: result.update(r=d.post(decode_body(BODY, params))))
-    t.start()
+    pull = Background(lambda: d.post(decode_body(BODY, params)))
     time.sleep(0.3)  # D's READ is posted and waits for P
     d.signal(signal.SIGSTOP)
     p.signal(signal.SIGCONT)
@@ -125,9 +121,7 @@ def case_slow_reader_lease_expires_during_read():
         status, resp, _ = p.post({"prompt": f"{i} filler while D sleeps " * 4, "max_tokens": 2})
         check(status == 200, f"filler {i}: {status} {resp}")
     d.signal(signal.SIGCONT)
-    t.join(30)
-    check(not t.is_alive(), "D never answered")
-    status, resp, _ = result["r"]
+    status, resp, _ = pull.result(30, "D")
     check(status == 200 and text_of(resp) == want, f"D answered {status}: {resp}")
     gen = 'kvferry:kv_transfer_failures_total{kind="generation"}'
     check(wait_until(lambda: d.gauge(gen) == 1, 3) is not None,

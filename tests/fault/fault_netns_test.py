@@ -12,10 +12,9 @@ import atexit
 import os
 import subprocess
 import sys
-import threading
 import time
 
-from kvf_harness import (Node, check, decode_body, kv_config, measure, parse_args, prefill,
+from kvf_harness import (Background, Node, check, decode_body, kv_config, measure, parse_args, prefill,
                          run_cases, text_of, wait_until)
 
 args = None
@@ -103,20 +102,14 @@ def case_link_cut_during_pull():
     check(secs > 1.5, f"shaping ineffective (pull answered in {secs:.2f} s); cannot cut mid-pull")
 
     params = prefill(p, LONG2)
-    result = {}
-    t = threading.Thread(target=lambda: result.update(r=d.post(decode_body(LONG2, params),
-                                                               timeout=60),
-                                                      t=time.monotonic()))
-    t.start()
+    pull = Background(lambda: d.post(decode_body(LONG2, params), timeout=60))
     time.sleep(min(1.0, secs / 3))
     cut_at = time.monotonic()
     sh("ip", "-n", NS, "link", "set", VETH_P, "down")
-    t.join(TRANSFER_S + 30)
-    check(not t.is_alive(), "D never answered after the cut")
-    status, resp, _ = result["r"]
+    status, resp, _ = pull.result(TRANSFER_S + 30, "D after the cut")
     check(status == 200 and text_of(resp) == want[LONG2["prompt"]],
           f"after the cut D answered {status}")
-    measure("netns_link_cut.answer_after_cut", result["t"] - cut_at, TRANSFER_S + SLACK_S)
+    measure("netns_link_cut.answer_after_cut", pull.finished_at - cut_at, TRANSFER_S + SLACK_S)
     failed = sum(d.gauge(f'kvferry:kv_transfer_failures_total{{kind="{k}"}}')
                  for k in ("transfer", "deadline"))
     check(failed == 1, "the cut pull was not counted as a transfer/deadline failure")

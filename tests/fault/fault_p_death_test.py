@@ -5,10 +5,9 @@ complete, so a stopped P really stalls the pull. Every case checks the answer's 
 against a colocated reference instance and a stated time bound.
 """
 import signal
-import threading
 import time
 
-from kvf_harness import (Node, parse_args, check, decode_body, is_openai_error, kv_config, measure, prefill,
+from kvf_harness import (Background, Node, parse_args, check, decode_body, is_openai_error, kv_config, measure, prefill,
                          run_cases, text_of, wait_until)
 
 HANDSHAKE_S = 2.0
@@ -122,22 +121,13 @@ def case_p_killed_during_pull():
     warm_up(p, d)
     params = prefill(p, BODY)
     p.signal(signal.SIGSTOP)  # the READ hangs on P's side
-    result = {}
-
-    def go():
-        result["r"] = d.post(decode_body(BODY, params))
-        result["t"] = time.monotonic()
-
-    t = threading.Thread(target=go)
-    t.start()
+    pull = Background(lambda: d.post(decode_body(BODY, params)))
     time.sleep(0.5)
     killed_at = time.monotonic()
     p.kill()
-    t.join(60)
-    check(not t.is_alive(), "D never answered")
-    status, resp, _ = result["r"]
+    status, resp, _ = pull.result(60, "D")
     check(status == 200 and text_of(resp) == want, f"D answered {status}: {resp}")
-    measure("p_killed_during_pull.after_kill", result["t"] - killed_at, TRANSFER_S + SLACK_S)
+    measure("p_killed_during_pull.after_kill", pull.finished_at - killed_at, TRANSFER_S + SLACK_S)
     check_d_recovered(d)
 
 
@@ -153,29 +143,20 @@ def case_p_killed_after_pull_before_notification():
     d = start_d(env={"KVFERRY_FAULT_PAUSE_AFTER_DATA_READ_MS": str(PAUSE_MS)})
     warm_up(p, d)
     params = prefill(p, BODY)
-    result = {}
-
-    def go():
-        result["r"] = d.post(decode_body(BODY, params))
-        result["t"] = time.monotonic()
-
     before = d.gauge("kvferry:kv_transfers_total")
-    t = threading.Thread(target=go)
-    t.start()
+    pull = Background(lambda: d.post(decode_body(BODY, params)))
     # The data READ completes in milliseconds; D then sleeps PAUSE_MS before the generation READ
     # (its engine thread sleeps, so /metrics is read afterwards to prove the order).
     time.sleep(PAUSE_MS / 1000 / 3)
     killed_at = time.monotonic()
     p.kill()
-    t.join(60)
-    check(not t.is_alive(), "D never answered")
-    status, resp, _ = result["r"]
+    status, resp, _ = pull.result(60, "D")
     check(status == 200 and text_of(resp) == want, f"D answered {status}: {resp}")
     eventually(lambda: d.gauge("kvferry:kv_transfers_total") == before + 1,
                "P was killed before D's data READ completed (window missed)")
     check(sum(failures(d, k) for k in ("transfer", "deadline", "generation")) >= 1,
           "no load failure counted for the unverifiable pull")
-    measure("p_killed_after_pull_before_notification.after_kill", result["t"] - killed_at,
+    measure("p_killed_after_pull_before_notification.after_kill", pull.finished_at - killed_at,
             PAUSE_MS / 1000 + TRANSFER_S + SLACK_S)
     check_d_recovered(d)
 
@@ -193,15 +174,11 @@ def case_proxy_p_dead_or_hung():
           f"hung P: proxy answered {status}: {resp}")
     measure("proxy_p_hung.error", secs, 3.0 + SLACK_S)
     # P dies while the proxy waits for it.
-    result = {}
-    t = threading.Thread(target=lambda: result.update(r=proxy.post(BODY)))
-    t.start()
+    answer = Background(lambda: proxy.post(BODY))
     time.sleep(0.3)
     killed_at = time.monotonic()
     p.kill()
-    t.join(30)
-    check(not t.is_alive(), "proxy never answered")
-    status, resp, _ = result["r"]
+    status, resp, _ = answer.result(30, "proxy")
     check(status is not None and 500 <= status < 600 and is_openai_error(resp),
           f"P died mid-request: proxy answered {status}: {resp}")
     measure("proxy_p_killed_mid_request.error", time.monotonic() - killed_at, 3.0 + SLACK_S)

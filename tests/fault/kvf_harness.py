@@ -12,6 +12,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 _NODES = []
@@ -136,6 +137,27 @@ class Node:
         m = self.metrics()
         return (m.get('kvferry:kv_blocks{state="used"}', 0.0) +
                 m.get('kvferry:kv_blocks{state="held_for_transfer"}', 0.0))
+
+
+class Background:
+    """Runs fn() on a thread (a request that must stay in flight while the test breaks something).
+    result(timeout, what) joins within `timeout` (a CheckFailed naming `what` otherwise) and
+    returns fn's value; finished_at is the monotonic time fn returned."""
+
+    def __init__(self, fn):
+        self._value = None
+        self.finished_at = None
+        self._thread = threading.Thread(target=self._run, args=(fn,))
+        self._thread.start()
+
+    def _run(self, fn):
+        self._value = fn()
+        self.finished_at = time.monotonic()
+
+    def result(self, timeout, what):
+        self._thread.join(timeout)
+        check(not self._thread.is_alive(), f"{what} never answered")
+        return self._value
 
 
 def wait_until(pred, timeout, interval=0.05):
