@@ -15,6 +15,8 @@ STARTUP_TIMEOUT_S=${STARTUP_TIMEOUT_S:-60}
 [ -x "$BIN" ] || { echo "demo: $BIN is not executable (run make first)" >&2; exit 2; }
 command -v curl >/dev/null || { echo "demo: curl is required (scripts/install-deps.sh)" >&2; exit 2; }
 
+# shellcheck source=scripts/kvf_processes.sh
+. "$(dirname "$0")/kvf_processes.sh"
 WORK=$(mktemp -d -t kvferry-demo.XXXXXX)
 PIDS=()
 STOPPED=0
@@ -22,15 +24,7 @@ STOPPED=0
 stop_all() {
   [ "$STOPPED" = 1 ] && return 0
   STOPPED=1
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for _ in $(seq 1 100); do  # up to 10 s for a graceful exit
-    local alive=0
-    for pid in "${PIDS[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
-    [ "$alive" = 0 ] && break
-    sleep 0.1
-  done
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  kvf_stop_all
 }
 on_exit() {
   local rc=$?
@@ -44,53 +38,21 @@ on_exit() {
 trap on_exit EXIT
 trap 'exit 130' INT TERM
 
-# start NAME ARGS...: runs `kvferry ARGS` in the background, logging to $WORK/NAME.log.
-start() {
-  local name=$1
-  shift
-  "$BIN" "$@" >"$WORK/$name.log" 2>&1 &
-  PIDS+=($!)
-  eval "PID_$name=$!"
-}
-
-# port_of NAME: the port the instance logged ("kvferry serve: http://127.0.0.1:PORT ..."), once
-# it is listening and answers /health. Fails after STARTUP_TIMEOUT_S.
-port_of() {
-  local name=$1 pid_var="PID_$1" port=""
-  local deadline=$((SECONDS + STARTUP_TIMEOUT_S))
-  while [ $SECONDS -lt $deadline ]; do
-    if ! kill -0 "${!pid_var}" 2>/dev/null; then
-      echo "demo: $name exited during startup:" >&2
-      tail -20 "$WORK/$name.log" >&2
-      return 1
-    fi
-    port=$(sed -n 's#.*kvferry [a-z]*: http://127\.0\.0\.1:\([0-9]*\).*#\1#p' "$WORK/$name.log" | head -1)
-    if [ -n "$port" ] && curl -sf --max-time 2 "http://127.0.0.1:$port/health" >/dev/null; then
-      echo "$port"
-      return 0
-    fi
-    sleep 0.2
-  done
-  echo "demo: $name not healthy after ${STARTUP_TIMEOUT_S}s" >&2
-  tail -20 "$WORK/$name.log" >&2
-  return 1
-}
-
 kv_config() {  # kv_config ENGINE_ID
   printf '{"kv_connector":"FerryConnector","kv_role":"kv_both","engine_id":"%s","kv_connector_extra_config":{"side_channel_host":"127.0.0.1","side_channel_port":0}}' "$1"
 }
 
 echo "== starting instances (logs in $WORK)"
-start prefill serve --port 0 --block-size 128 --attention-backend flash --kv-cache-layout NHD \
+kvf_start prefill "$BIN" serve --port 0 --block-size 128 --attention-backend flash --kv-cache-layout NHD \
   --threads 1 --kv-transfer-config "$(kv_config demo-prefill)"
-start decode serve --port 0 --block-size 32 --attention-backend paged --kv-cache-layout HND \
+kvf_start decode "$BIN" serve --port 0 --block-size 32 --attention-backend paged --kv-cache-layout HND \
   --threads 1 --kv-transfer-config "$(kv_config demo-decode)"
-start colocated serve --port 0 --threads 2
-P_PORT=$(port_of prefill)
-D_PORT=$(port_of decode)
-C_PORT=$(port_of colocated)
-start proxy proxy --port 0 --prefill "http://127.0.0.1:$P_PORT" --decode "http://127.0.0.1:$D_PORT"
-X_PORT=$(port_of proxy)
+kvf_start colocated "$BIN" serve --port 0 --threads 2
+P_PORT=$(kvf_port_of prefill)
+D_PORT=$(kvf_port_of decode)
+C_PORT=$(kvf_port_of colocated)
+kvf_start proxy "$BIN" proxy --port 0 --prefill "http://127.0.0.1:$P_PORT" --decode "http://127.0.0.1:$D_PORT"
+X_PORT=$(kvf_port_of proxy)
 echo "P         http://127.0.0.1:$P_PORT   block 128, flash backend (kernel block 64), NHD"
 echo "D         http://127.0.0.1:$D_PORT   block 32, paged backend (kernel block 32), HND"
 echo "proxy     http://127.0.0.1:$X_PORT   P -> D"

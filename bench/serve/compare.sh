@@ -25,48 +25,27 @@ else
   PIN_C=""
 fi
 
+# shellcheck source=scripts/kvf_processes.sh
+. "$(dirname "$0")/../../scripts/kvf_processes.sh"
 WORK=$(mktemp -d -t kvferry-bench-serve.XXXXXX)
 PIDS=()
 cleanup() {
-  for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  sleep 1
-  for pid in "${PIDS[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  kvf_stop_all
   rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-launch() {  # launch NAME PIN ARGS...
-  local name=$1 pin=$2
-  shift 2
-  $pin "$BIN" "$@" >"$WORK/$name.log" 2>&1 &
-  PIDS+=($!)
-}
-port_of() {  # port_of NAME: the logged port once /health answers (60 s at most)
-  local port=""
-  for _ in $(seq 1 300); do
-    port=$(sed -n 's#.*kvferry [a-z]*: http://127\.0\.0\.1:\([0-9]*\).*#\1#p' "$WORK/$1.log" | head -1)
-    if [ -n "$port" ] && curl -sf --max-time 2 "http://127.0.0.1:$port/health" >/dev/null; then
-      echo "$port"
-      return 0
-    fi
-    sleep 0.2
-  done
-  echo "compare: $1 did not start" >&2
-  cat "$WORK/$1.log" >&2
-  return 1
-}
 KV='{"kv_connector":"FerryConnector","kv_role":"kv_both","kv_connector_extra_config":{"side_channel_host":"127.0.0.1","side_channel_port":0}}'
 COMMON=(--model "$MODEL" --block-size 128 --attention-backend flash --max-num-batched-tokens 512
   --kv-cache-memory-mb 512)
-launch prefill "$PIN_P" serve --port 0 --threads 1 "${COMMON[@]}" --kv-transfer-config "$KV"
-launch decode "$PIN_D" serve --port 0 --threads 1 "${COMMON[@]}" --kv-transfer-config "$KV"
-launch colocated "$PIN_C" serve --port 0 --threads 2 "${COMMON[@]}"
-P=$(port_of prefill)
-D=$(port_of decode)
-C=$(port_of colocated)
-launch proxy "" proxy --port 0 --prefill "http://127.0.0.1:$P" --decode "http://127.0.0.1:$D"
-X=$(port_of proxy)
+kvf_start prefill $PIN_P "$BIN" serve --port 0 --threads 1 "${COMMON[@]}" --kv-transfer-config "$KV"
+kvf_start decode $PIN_D "$BIN" serve --port 0 --threads 1 "${COMMON[@]}" --kv-transfer-config "$KV"
+kvf_start colocated $PIN_C "$BIN" serve --port 0 --threads 2 "${COMMON[@]}"
+P=$(kvf_port_of prefill)
+D=$(kvf_port_of decode)
+C=$(kvf_port_of colocated)
+kvf_start proxy "$BIN" proxy --port 0 --prefill "http://127.0.0.1:$P" --decode "http://127.0.0.1:$D"
+X=$(kvf_port_of proxy)
 
 for w in $WORKLOADS; do
   case $w in
