@@ -209,27 +209,93 @@ void FerryConnectorImpl::StagePendingSaves(const std::string* only_request) {
       keep.push_back(std::move(s));
       continue;
     }
-    // Same geometry both sides: the host buffer mirrors the cache kernel block for kernel block,
-    // addressed by the same kernel ids (the mapping of the request's logical ids).
-    std::vector<kv::KernelBlockId> table = geometry_->ExpandBlockTable(s.block_ids);
-    kv::KvSourceView src = kv::SourceViewOf(*cache_, table);
-    kv::KvDestView dst{spec_, host_regions_, table};
-    Status st = kv::RelayoutTokens(src, dst, s.token_begin, s.token_end);
-    if (!st.ok()) {
-      // A bug (the engine's block list disagrees with its tokens); the lease's reader would
-      // get stale bytes, so make it visible.
+    if (Status st = StageOne(s); !st.ok()) {
+      // The host buffer now holds stale (or half-written) bytes from this chunk on: remember
+      // where, so that OfferBlocks never offers them.
       KVF_LOG_ERROR("connector {}: host-buffer staging of {} tokens [{}, {}) failed: {}",
                     engine_id_, s.request_id, s.token_begin, s.token_end, st.ToString());
-      continue;
+      auto [it, inserted] = stage_failed_from_.try_emplace(s.request_id, s.token_begin);
+      if (!inserted) it->second = std::min(it->second, s.token_begin);
+      UpdateStats([](ConnectorStats& st) { ++st.stage_failures; });
     }
-    const int32_t k = spec_.block_size_kernel;
-    const uint64_t blocks =
-        s.token_end > s.token_begin
-            ? static_cast<uint64_t>((s.token_end - 1) / k - s.token_begin / k + 1)
-            : 0;
-    UpdateStats([&](ConnectorStats& st) { st.staged_kernel_blocks += blocks; });
   }
   pending_saves_ = std::move(keep);
+}
+
+Status FerryConnectorImpl::StageOne(const PendingSave& s) {
+  if (stage_fault_for_test && stage_fault_for_test(s.request_id, s.token_begin)) {
+    return InternalError("injected staging fault");
+  }
+  // Same geometry both sides: the host buffer mirrors the cache kernel block for kernel block,
+  // addressed by the same kernel ids (the mapping of the request's logical ids).
+  std::vector<kv::KernelBlockId> table = geometry_->ExpandBlockTable(s.block_ids);
+  kv::KvSourceView src = kv::SourceViewOf(*cache_, table);
+  kv::KvDestView dst{spec_, host_regions_, table};
+  KVF_RETURN_IF_ERROR(kv::RelayoutTokens(src, dst, s.token_begin, s.token_end));
+  const int32_t k = spec_.block_size_kernel;
+  const uint64_t blocks = s.token_end > s.token_begin
+                              ? static_cast<uint64_t>((s.token_end - 1) / k - s.token_begin / k + 1)
+                              : 0;
+  UpdateStats([&](ConnectorStats& st) { st.staged_kernel_blocks += blocks; });
+  return Status::Ok();
+}
+
+FinishResult FerryConnectorImpl::OfferBlocks(const RequestView& request,
+                                             std::span<const kv::LogicalBlockId> block_ids) {
+  const std::string& id = request.request_id;
+  const int32_t prompt_len = static_cast<int32_t>(request.prompt_tokens.size());
+  size_t offered = block_ids.size();
+  if (auto failed = stage_failed_from_.find(id); failed != stage_failed_from_.end()) {
+    const int32_t first_bad = failed->second;
+    stage_failed_from_.erase(failed);
+    if (config_.kv_load_failure_policy == KvLoadFailurePolicy::kFail) {
+      UpdateStats([&](ConnectorStats& s) { s.blocks_withheld += block_ids.size(); });
+      FinishResult failed_request;
+      failed_request.error = DataLossError(
+          fmt::format("request {}: its KV could not be staged for the remote decoder from token "
+                      "{} on (kv_load_failure_policy fail)",
+                      id, first_bad));
+      return failed_request;
+    }
+    // Only whole logical blocks before the first bad token; D computes the rest itself.
+    offered = std::min(offered, static_cast<size_t>(first_bad / block_size_logical_));
+    const uint64_t withheld = block_ids.size() - offered;
+    UpdateStats([withheld](ConnectorStats& s) { s.blocks_withheld += withheld; });
+    KVF_LOG_WARN("connector {}: request {}: offering {} of {} blocks (staging failed at token {})",
+                 engine_id_, id, offered, block_ids.size(), first_bad);
+  }
+  KvTransferParams out;
+  out.do_remote_prefill = true;
+  out.remote_engine_id = engine_id_;
+  out.remote_request_id = id;
+  out.remote_host = config_.side_channel_host;
+  out.remote_port = server_port_.load();
+  out.tp_size = options_.tp_size;
+  out.remote_num_tokens = std::min(prompt_len, static_cast<int32_t>(offered) * block_size_logical_);
+  FinishResult result;
+  if (offered == 0) {  // nothing held for D
+    result.kv_transfer_params = std::move(out);
+    return result;
+  }
+  const std::span<const kv::LogicalBlockId> leased = block_ids.first(offered);
+  StatusOr<std::vector<uint64_t>> gens =
+      leases_->Grant(id, leased, Deadline::AfterMs(config_.lease_ms));
+  if (!gens.ok()) {
+    KVF_LOG_ERROR("connector {}: cannot hold blocks of {}: {}", engine_id_, id,
+                  gens.status().ToString());
+    return {};
+  }
+  out.remote_block_ids.assign(leased.begin(), leased.end());  // LOGICAL ids, P's geometry
+  out.remote_block_generations = std::move(*gens);
+  pending_holds_.push_back(id);
+  const int64_t held = leases_->blocks_held();
+  UpdateStats([held](ConnectorStats& s) {
+    ++s.leases_granted;
+    s.blocks_held = held;
+  });
+  result.delay_free_blocks = true;
+  result.kv_transfer_params = std::move(out);
+  return result;
 }
 
 void FerryConnectorImpl::CollectProducerFinished() {
@@ -302,10 +368,22 @@ MatchResult SchedulerHalf::GetNumNewMatchedTokens(const RequestView& request,
     return {};
   }
   if (c_->loads_issued_.count(request.request_id) != 0) return {};  // one pull per request
-  const int32_t external =
-      static_cast<int32_t>(request.prompt_tokens.size()) - num_local_computed_tokens;
-  if (external <= 0) return {};
-  return {external, true};
+  // D computes the last prompt token itself (its logits give the first output token), so it
+  // needs P's KV for [local hit, prompt - 1) at most, and no further than what P offered.
+  const int32_t prompt = static_cast<int32_t>(request.prompt_tokens.size());
+  const int32_t offered =
+      p->remote_num_tokens < 0 ? prompt : std::min(p->remote_num_tokens, prompt);
+  const int32_t external = std::min(offered, prompt - 1) - num_local_computed_tokens;
+  MatchResult match;
+  if (external > 0) {
+    match.num_external_tokens = external;
+    match.load_async = true;
+  } else {
+    // Nothing to read. If P holds blocks, a notification frees them (sent by the worker).
+    match.no_load_outcome =
+        p->remote_block_ids.empty() ? LoadOutcome::kNoneOffered : LoadOutcome::kNotifyOnly;
+  }
+  return match;
 }
 
 void SchedulerHalf::UpdateStateAfterAlloc(const RequestView& request,
@@ -319,9 +397,10 @@ void SchedulerHalf::UpdateStateAfterAlloc(const RequestView& request,
   spec.remote = *p;
   spec.local_block_ids.assign(block_ids.begin(), block_ids.end());
   spec.num_external_tokens = std::max(num_external_tokens, 0);
-  spec.num_local_computed_tokens =
-      static_cast<int32_t>(request.prompt_tokens.size()) - spec.num_external_tokens;
-  // num_external_tokens == 0: a full prefix hit on D; the worker only notifies P.
+  spec.num_local_computed_tokens = request.num_computed_tokens;
+  // num_external_tokens == 0: D needs none of P's KV; the worker only notifies P (if P holds
+  // anything).
+  if (spec.num_external_tokens == 0 && p->remote_block_ids.empty()) return;
   c_->pending_loads_.push_back(std::move(spec));
 }
 
@@ -353,10 +432,14 @@ FinishResult SchedulerHalf::RequestFinished(const RequestView& request,
   if (p->do_remote_prefill && c_->config_.kv_role != KvRole::kProducer) {
     const bool issued = c_->loads_issued_.erase(id) != 0;
     // The worker's own state says whether a pull may still write into the blocks (the engine
-    // may call this before or after it consumed finished_recving).
-    const bool bound = std::any_of(c_->bound_loads_.begin(), c_->bound_loads_.end(),
-                                   [&](const LoadSpec& l) { return l.request_id == id; });
-    if (c_->recvs_.count(id) != 0 || bound) {
+    // may call this before or after it consumed finished_recving). A notification-only load
+    // writes nothing: it goes on (P must still hear from D) without holding D's blocks.
+    auto writes = [&](const LoadSpec& l) {
+      return l.request_id == id && l.num_external_tokens > 0;
+    };
+    const bool bound = std::any_of(c_->bound_loads_.begin(), c_->bound_loads_.end(), writes);
+    auto recv = c_->recvs_.find(id);
+    if (bound || (recv != c_->recvs_.end() && writes(recv->second.spec))) {
       // Finished while its pull is in flight: the transport may still write into the blocks,
       // so they stay allocated until the pull has stopped (reported in finished_sending).
       c_->aborted_loads_.insert(id);
@@ -370,7 +453,7 @@ FinishResult SchedulerHalf::RequestFinished(const RequestView& request,
       // Finished before its pull started: tell P to free its blocks now, not at lease end, over
       // the side channel in the background (the engine may not step again for a while).
       if (pending != c_->pending_loads_.end()) c_->pending_loads_.erase(pending);
-      c_->ReleaseRemoteAsync(*p);
+      if (!p->remote_block_ids.empty()) c_->ReleaseRemoteAsync(*p);
     }
     return {};
   }
@@ -394,30 +477,7 @@ FinishResult SchedulerHalf::RequestFinished(const RequestView& request,
     if (first != c_->computed_.end()) c_->computed_.erase(first);
   }
   c_->StagePendingSaves(&id);
-  if (block_ids.empty()) return {};
-  StatusOr<std::vector<uint64_t>> gens =
-      c_->leases_->Grant(id, block_ids, Deadline::AfterMs(c_->config_.lease_ms));
-  if (!gens.ok()) {
-    KVF_LOG_ERROR("connector {}: cannot hold blocks of {}: {}", c_->engine_id_, id,
-                  gens.status().ToString());
-    return {};
-  }
-  KvTransferParams out;
-  out.do_remote_prefill = true;
-  out.remote_engine_id = c_->engine_id_;
-  out.remote_request_id = id;
-  out.remote_block_ids.assign(block_ids.begin(), block_ids.end());  // LOGICAL ids, P's geometry
-  out.remote_host = c_->config_.side_channel_host;
-  out.remote_port = c_->server_port_.load();
-  out.tp_size = c_->options_.tp_size;
-  out.remote_block_generations = std::move(*gens);
-  c_->pending_holds_.push_back(id);
-  const int64_t held = c_->leases_->blocks_held();
-  c_->UpdateStats([held](ConnectorStats& s) {
-    ++s.leases_granted;
-    s.blocks_held = held;
-  });
-  return {.delay_free_blocks = true, .kv_transfer_params = std::move(out)};
+  return c_->OfferBlocks(request, block_ids);
 }
 
 ConnectorMetadata SchedulerHalf::BuildConnectorMeta() {

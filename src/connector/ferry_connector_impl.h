@@ -90,8 +90,6 @@ struct PeerEntry {
   std::vector<transfer::RegionHandle> remote_regions;
 };
 
-enum class FailureKind { kHandshake, kTransfer, kDeadline, kGeneration };
-
 // One load on D.
 struct RecvState {
   enum class Phase { kWaitHandshake, kPreGeneration, kData, kPostGeneration };
@@ -128,10 +126,15 @@ class FerryConnectorImpl : public FerryConnector {
   // Test hook: runs on the engine thread after a pull's data READ completed and before the
   // generation READ is posted — the window in which a lease running out must be detected.
   std::function<void(const std::string& request_id)> after_data_read_for_test;
+  // Test hook: runs on the engine thread before P stages tokens [token_begin, ...) of a request
+  // into its host buffer; returning true makes that staging fail as a copy error would.
+  std::function<bool(const std::string& request_id, int32_t token_begin)> stage_fault_for_test;
 
  private:
   friend class SchedulerHalf;
   friend class WorkerHalf;
+
+  struct PendingSave;
 
   // --- ferry_connector.cc ---
   Status Register(kv::KvCache* cache, int32_t block_size_logical);
@@ -141,6 +144,11 @@ class FerryConnectorImpl : public FerryConnector {
   void ReleaseRemoteAsync(const KvTransferParams& remote);
   void ReapReleaseJobs(bool all);
   void StagePendingSaves(const std::string* only_request);
+  Status StageOne(const PendingSave& save);
+  // P: the kv_transfer_params (and lease) of a finished remote-decode request, offering only
+  // the blocks whose bytes are good; an error when policy `fail` and some are not.
+  FinishResult OfferBlocks(const RequestView& request,
+                           std::span<const kv::LogicalBlockId> block_ids);
   void CollectProducerFinished();
   void Shutdown();
 
@@ -155,7 +163,7 @@ class FerryConnectorImpl : public FerryConnector {
   Status PostGenerationRead(RecvState& r, PeerEntry& peer, bool with_notification);
   Status Advance(RecvState& r, bool* finished);
   void FinishLoad(const std::string& id, RecvState& r);
-  void FailLoad(const std::string& id, RecvState& r, FailureKind kind, const Status& why);
+  void FailLoad(const std::string& id, RecvState& r, LoadOutcome kind, const Status& why);
   void ReleaseScratch(RecvState& r);
   void DropPeer(const std::string& engine_id);
   void SendNotificationOnly(const LoadSpec& spec, PeerEntry& peer);
@@ -210,6 +218,9 @@ class FerryConnectorImpl : public FerryConnector {
     int32_t end = 0;
   };
   std::map<std::string, ComputedRange> computed_;
+  // P, host buffer: the first token of a request whose staging failed (its blocks from there
+  // on hold stale bytes and must never be offered).
+  std::map<std::string, int32_t> stage_failed_from_;
   std::vector<LoadSpec> bound_loads_;
   std::map<std::string, PeerEntry> peers_;  // by remote engine id
   std::map<std::string, RecvState> recvs_;  // by local request id

@@ -130,22 +130,26 @@ KvTransferParams PrefillOnP(Side& p, const std::string& id, std::vector<int32_t>
   return fin.kv_transfer_params.value_or(KvTransferParams{});
 }
 
-struct LoadOutcome {
+struct PullResult {
   bool finished = false;
   std::vector<LogicalBlockId> invalid;
 };
 
 // D side: match, allocate, then step until the load is reported (or 10 s).
-LoadOutcome PullOnD(Side& d, const std::string& id, std::vector<int32_t>& prompt,
-                    const KvTransferParams& params, std::span<const LogicalBlockId> blocks,
-                    int32_t num_local_computed, Side* p = nullptr) {
-  RequestView view{id, prompt, static_cast<int32_t>(prompt.size()), &params};
+// `expected_external` < 0: the whole prompt but its last token (which D computes itself).
+PullResult PullOnD(Side& d, const std::string& id, std::vector<int32_t>& prompt,
+                   const KvTransferParams& params, std::span<const LogicalBlockId> blocks,
+                   int32_t num_local_computed, Side* p = nullptr, int32_t expected_external = -1) {
+  RequestView view{id, prompt, static_cast<int32_t>(prompt.size()), &params, num_local_computed};
   MatchResult m = d.conn->scheduler()->GetNumNewMatchedTokens(view, num_local_computed);
-  EXPECT_EQ(m.num_external_tokens, static_cast<int32_t>(prompt.size()) - num_local_computed);
+  if (expected_external < 0) {
+    expected_external = static_cast<int32_t>(prompt.size()) - 1 - num_local_computed;
+  }
+  EXPECT_EQ(m.num_external_tokens, expected_external);
   d.conn->scheduler()->UpdateStateAfterAlloc(view, blocks, m.num_external_tokens);
   d.conn->worker()->BindMetadata(d.conn->scheduler()->BuildConnectorMeta());
   d.conn->worker()->StartLoadKv();
-  LoadOutcome out;
+  PullResult out;
   Deadline deadline = Deadline::AfterMs(10000);
   while (!deadline.Expired()) {
     ConnectorOutput o = d.conn->worker()->GetFinished();
@@ -230,11 +234,11 @@ TEST(FerryConnectorTest, GeometryPairsMoveExactBytes) {
         // A D prefix hit of one block when the prompt spans several.
         const int32_t local = n > dg.block_size_logical ? dg.block_size_logical : 0;
         d.Fill(salt + 1000, dblocks, 0, local);
-        LoadOutcome out = PullOnD(d, id, prompt, params, dblocks, local);
+        PullResult out = PullOnD(d, id, prompt, params, dblocks, local);
         ASSERT_TRUE(out.finished);
         EXPECT_TRUE(out.invalid.empty());
         EXPECT_TRUE(d.Holds(salt + 1000, dblocks, 0, local));  // prefix untouched
-        EXPECT_TRUE(d.Holds(salt, dblocks, local, n));
+        EXPECT_TRUE(d.Holds(salt, dblocks, local, n - 1));
         EXPECT_TRUE(WaitSent(p, id));
         EXPECT_EQ(p.conn->Stats().blocks_held, 0);
       }
@@ -266,6 +270,83 @@ TEST(FerryConnectorTest, FullPrefixHitOnlyNotifies) {
   EXPECT_EQ(p.conn->Stats().leases_released_by_notification, 1u);
 }
 
+// P's copy of the second chunk into its host buffer fails: P offers only the logical blocks
+// before it (remote_num_tokens says how far they go), D reads exactly those and nothing of the
+// failed part, and P counts the failure.
+TEST(FerryConnectorTest, StagingFailureWithholdsTheBlocksFromThere) {
+  Side p = Side::Make("P", {64, 64, Layout::kNHD, true});
+  Side d = Side::Make("D", {64, 64, Layout::kNHD, false});
+  static_cast<internal::FerryConnectorImpl*>(p.conn.get())->stage_fault_for_test =
+      [](const std::string&, int32_t token_begin) { return token_begin == 150; };
+  auto prompt = Prompt(300);  // PrefillOnP stages [0, 150) then [150, 300)
+  auto pblocks = Ids({7, 8, 9, 10, 11});
+  KvTransferParams params = PrefillOnP(p, "sf", prompt, pblocks, 21);
+  EXPECT_EQ(params.remote_block_ids, Ids({7, 8}));  // tokens [0, 128): staged before the fault
+  EXPECT_EQ(params.remote_num_tokens, 128);
+  EXPECT_EQ(params.remote_block_generations.size(), 2u);
+  EXPECT_EQ(p.conn->Stats().stage_failures, 1u);
+  EXPECT_EQ(p.conn->Stats().blocks_withheld, 3u);
+  EXPECT_EQ(p.conn->Stats().blocks_held, 2);
+  auto dblocks = Ids({1, 2, 3, 4, 5});
+  RequestView view{"sf", prompt, 300, &params, 0};
+  EXPECT_EQ(d.conn->scheduler()->GetNumNewMatchedTokens(view, 0).num_external_tokens, 128);
+  PullResult out = PullOnD(d, "sf", prompt, params, dblocks, 0, /*p=*/nullptr,
+                           /*expected_external=*/128);
+  ASSERT_TRUE(out.finished);
+  EXPECT_TRUE(out.invalid.empty());
+  EXPECT_TRUE(d.Holds(21, dblocks, 0, 128));
+  // Two kernel blocks of 64 tokens in each of the 4 regions, nothing more.
+  EXPECT_EQ(d.conn->Stats().bytes, 2u * 4u * 64u * 2u * 4u * 4u);
+  EXPECT_TRUE(WaitSent(p, "sf"));
+}
+
+TEST(FerryConnectorTest, StagingFailureOfTheFirstChunkOffersNothing) {
+  Side p = Side::Make("P", {64, 64, Layout::kHND, true});
+  static_cast<internal::FerryConnectorImpl*>(p.conn.get())->stage_fault_for_test =
+      [](const std::string&, int32_t token_begin) { return token_begin == 0; };
+  auto prompt = Prompt(100);
+  auto pblocks = Ids({1, 2});
+  KvTransferParams in;
+  in.do_remote_decode = true;
+  RequestView view{"none", prompt, 100, &in, 0};
+  p.Fill(3, pblocks, 0, 100);
+  p.conn->scheduler()->OnTokensComputed(view, pblocks, 0, 100);
+  FinishResult fin = p.conn->scheduler()->RequestFinished(view, pblocks);
+  EXPECT_FALSE(fin.delay_free_blocks);  // nothing leased
+  ASSERT_TRUE(fin.kv_transfer_params.has_value());
+  EXPECT_TRUE(fin.kv_transfer_params->remote_block_ids.empty());
+  EXPECT_EQ(fin.kv_transfer_params->remote_num_tokens, 0);
+  EXPECT_EQ(p.conn->Stats().leases_granted, 0u);
+  // D: nothing to read and no lease to release.
+  Side d = Side::Make("D", {64, 64, Layout::kNHD, false});
+  RequestView dview{"none", prompt, 100, &*fin.kv_transfer_params, 0};
+  MatchResult m = d.conn->scheduler()->GetNumNewMatchedTokens(dview, 0);
+  EXPECT_EQ(m.num_external_tokens, 0);
+  EXPECT_EQ(m.no_load_outcome, LoadOutcome::kNoneOffered);
+}
+
+TEST(FerryConnectorTest, StagingFailureWithPolicyFailFailsTheRequest) {
+  KvTransferConfig pc;
+  pc.kv_load_failure_policy = KvLoadFailurePolicy::kFail;
+  Side p = Side::Make("P", {64, 64, Layout::kNHD, true}, pc);
+  static_cast<internal::FerryConnectorImpl*>(p.conn.get())->stage_fault_for_test =
+      [](const std::string&, int32_t token_begin) { return token_begin == 64; };
+  auto prompt = Prompt(128);
+  auto pblocks = Ids({1, 2});
+  KvTransferParams in;
+  in.do_remote_decode = true;
+  RequestView view{"f", prompt, 128, &in, 0};
+  p.conn->scheduler()->OnTokensComputed(view, pblocks, 0, 64);
+  p.conn->worker()->AfterForward();
+  p.conn->scheduler()->OnTokensComputed(view, pblocks, 64, 128);
+  FinishResult fin = p.conn->scheduler()->RequestFinished(view, pblocks);
+  EXPECT_EQ(fin.error.code(), StatusCode::kDataLoss) << fin.error;
+  EXPECT_FALSE(fin.kv_transfer_params.has_value());
+  EXPECT_FALSE(fin.delay_free_blocks);
+  EXPECT_EQ(p.conn->Stats().leases_granted, 0u);
+  EXPECT_EQ(p.conn->Stats().blocks_held, 0);
+}
+
 TEST(FerryConnectorTest, HandshakeFails) {
   KvTransferConfig pc;
   pc.auth_token = "right";
@@ -277,7 +358,7 @@ TEST(FerryConnectorTest, HandshakeFails) {
   auto pblocks = Ids({1, 2});
   auto dblocks = Ids({3, 4, 5, 6});
   KvTransferParams params = PrefillOnP(p, "hs", prompt, pblocks, 4);
-  LoadOutcome out = PullOnD(d, "hs", prompt, params, dblocks, 64);
+  PullResult out = PullOnD(d, "hs", prompt, params, dblocks, 64);
   ASSERT_TRUE(out.finished);
   EXPECT_EQ(out.invalid, Ids({4, 5, 6}));  // D's logical blocks of tokens [64, 200)
   EXPECT_EQ(d.conn->Stats().failures_handshake, 1u);
@@ -299,7 +380,7 @@ TEST(FerryConnectorTest, HandshakeToNobodyFailsWithinTheDeadline) {
   params.remote_host = "127.0.0.1";
   params.remote_port = 1;  // nothing listens
   auto t0 = std::chrono::steady_clock::now();
-  LoadOutcome out = PullOnD(d, "nobody", prompt, params, dblocks, 0);
+  PullResult out = PullOnD(d, "nobody", prompt, params, dblocks, 0);
   ASSERT_TRUE(out.finished);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   EXPECT_EQ(out.invalid, Ids({0, 1}));
@@ -315,17 +396,17 @@ TEST(FerryConnectorTest, TransferFails) {
   ASSERT_TRUE(
       transfer::loopback::InjectFault(d.config.engine_id, transfer::loopback::Fault::kFailNext)
           .ok());
-  LoadOutcome out = PullOnD(d, "tf", prompt, params, dblocks, 0);
+  PullResult out = PullOnD(d, "tf", prompt, params, dblocks, 0);
   ASSERT_TRUE(out.finished);
   EXPECT_EQ(out.invalid, dblocks);
   EXPECT_EQ(d.conn->Stats().failures_transfer, 1u);
   // The next request re-handshakes and succeeds.
   KvTransferParams again = PrefillOnP(p, "tf2", prompt, Ids({4, 5, 6}), 6);
-  LoadOutcome ok = PullOnD(d, "tf2", prompt, again, Ids({10, 11, 12}), 0);
+  PullResult ok = PullOnD(d, "tf2", prompt, again, Ids({10, 11, 12}), 0);
   ASSERT_TRUE(ok.finished);
   EXPECT_TRUE(ok.invalid.empty());
   auto d2 = Ids({10, 11, 12});
-  EXPECT_TRUE(d.Holds(6, d2, 0, 300));
+  EXPECT_TRUE(d.Holds(6, d2, 0, 299));
 }
 
 TEST(FerryConnectorTest, TransferDeadline) {
@@ -339,7 +420,7 @@ TEST(FerryConnectorTest, TransferDeadline) {
       transfer::loopback::InjectFault(d.config.engine_id, transfer::loopback::Fault::kStallNext)
           .ok());
   auto t0 = std::chrono::steady_clock::now();
-  LoadOutcome out = PullOnD(d, "dl", prompt, params, Ids({3, 4}), 0);
+  PullResult out = PullOnD(d, "dl", prompt, params, Ids({3, 4}), 0);
   ASSERT_TRUE(out.finished);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
   EXPECT_EQ(out.invalid, Ids({3, 4}));
@@ -366,7 +447,7 @@ TEST(FerryConnectorTest, LeaseExpiresDuringRead) {
         EXPECT_TRUE(WaitSent(p, "lease"));  // the lease ran out: P frees ...
         p.Fill(99, pblocks, 0, 256);        // ... and reuses the blocks
       };
-  LoadOutcome out = PullOnD(d, "lease", prompt, params, dblocks, 0);
+  PullResult out = PullOnD(d, "lease", prompt, params, dblocks, 0);
   ASSERT_TRUE(out.finished);
   EXPECT_EQ(hook_calls, 1);
   EXPECT_EQ(out.invalid, dblocks);
@@ -384,7 +465,7 @@ TEST(FerryConnectorTest, ReadAfterLeaseExpiredIsAGenerationMismatch) {
   KvTransferParams params = PrefillOnP(p, "late", prompt, Ids({0, 1}), 9);
   std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(WaitSent(p, "late"));
-  LoadOutcome out = PullOnD(d, "late", prompt, params, Ids({2, 3}), 0);
+  PullResult out = PullOnD(d, "late", prompt, params, Ids({2, 3}), 0);
   ASSERT_TRUE(out.finished);
   EXPECT_EQ(out.invalid, Ids({2, 3}));
   EXPECT_EQ(d.conn->Stats().failures_generation, 1u);
@@ -397,10 +478,10 @@ TEST(FerryConnectorTest, MissingGenerationsAreReadBeforeTheData) {
   KvTransferParams params = PrefillOnP(p, "nogen", prompt, Ids({4, 5, 6}), 10);
   params.remote_block_generations.clear();  // a proxy that dropped kvferry's extra field
   auto dblocks = Ids({1, 2});
-  LoadOutcome out = PullOnD(d, "nogen", prompt, params, dblocks, 0);
+  PullResult out = PullOnD(d, "nogen", prompt, params, dblocks, 0);
   ASSERT_TRUE(out.finished);
   EXPECT_TRUE(out.invalid.empty());
-  EXPECT_TRUE(d.Holds(10, dblocks, 0, 150));
+  EXPECT_TRUE(d.Holds(10, dblocks, 0, 149));
   EXPECT_TRUE(WaitSent(p, "nogen"));
 }
 
@@ -420,7 +501,7 @@ TEST(FerryConnectorTest, SideChannelGarbageKeepsServing) {
   Side d = Side::Make("D", {64, 64, Layout::kNHD, false});
   auto prompt = Prompt(70);
   KvTransferParams params = PrefillOnP(p, "g", prompt, Ids({1, 2}), 11);
-  LoadOutcome out = PullOnD(d, "g", prompt, params, Ids({3, 4}), 0);
+  PullResult out = PullOnD(d, "g", prompt, params, Ids({3, 4}), 0);
   ASSERT_TRUE(out.finished);
   EXPECT_TRUE(out.invalid.empty());
 }
@@ -439,11 +520,11 @@ TEST(FerryConnectorTest, RolesProducerAndConsumer) {
   // A producer never pulls.
   RequestView view{"x", prompt, 100, &params};
   EXPECT_EQ(p.conn->scheduler()->GetNumNewMatchedTokens(view, 0).num_external_tokens, 0);
-  LoadOutcome out = PullOnD(d, "roles", prompt, params, Ids({3, 4}), 0);
+  PullResult out = PullOnD(d, "roles", prompt, params, Ids({3, 4}), 0);
   ASSERT_TRUE(out.finished);
   EXPECT_TRUE(out.invalid.empty());
   auto dblocks = Ids({3, 4});
-  EXPECT_TRUE(d.Holds(13, dblocks, 0, 100));
+  EXPECT_TRUE(d.Holds(13, dblocks, 0, 99));
   EXPECT_TRUE(WaitSent(p, "roles"));
 }
 

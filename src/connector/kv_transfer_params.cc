@@ -60,6 +60,9 @@ StatusOr<KvTransferParams> ParseKvTransferParams(const nlohmann::json& j) {
                       p.remote_block_ids.size()));
     }
   }
+  bool has_num_tokens = false;
+  KVF_RETURN_IF_ERROR(fields.Integer("remote_num_tokens", 0, std::numeric_limits<int32_t>::max(),
+                                     &p.remote_num_tokens, &has_num_tokens));
   if (p.do_remote_prefill) {
     const char* missing = !has_engine    ? "remote_engine_id"
                           : !has_request ? "remote_request_id"
@@ -95,6 +98,7 @@ nlohmann::json ToJson(const KvTransferParams& params) {
   if (!params.remote_block_generations.empty()) {
     j["remote_block_generations"] = params.remote_block_generations;
   }
+  if (params.remote_num_tokens >= 0) j["remote_num_tokens"] = params.remote_num_tokens;
   return j;
 }
 

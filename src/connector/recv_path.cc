@@ -19,29 +19,29 @@
 namespace kvferry::connector::internal {
 namespace {
 
-std::string_view FailureKindName(FailureKind kind) {
-  switch (kind) {
-    case FailureKind::kHandshake:
-      return "handshake";
-    case FailureKind::kTransfer:
-      return "transfer";
-    case FailureKind::kDeadline:
-      return "deadline";
-    case FailureKind::kGeneration:
-      return "generation";
-  }
-  return "?";
-}
-
 std::string IdsToString(std::span<const kv::LogicalBlockId> ids) {
   std::string s;
   for (kv::LogicalBlockId id : ids) s += (s.empty() ? "" : ",") + std::to_string(id.value());
   return s;
 }
 
-FailureKind KindOf(const Status& st) {
-  return st.code() == StatusCode::kDeadlineExceeded ? FailureKind::kDeadline
-                                                    : FailureKind::kTransfer;
+// What a load that ended with `outcome` reports; only a pull reports what it moved.
+LoadReport ReportOf(const std::string& id, const RecvState& r, LoadOutcome outcome) {
+  LoadReport report;
+  report.request_id = id;
+  report.outcome = outcome;
+  report.local_hit_tokens = r.spec.num_local_computed_tokens;
+  if (outcome == LoadOutcome::kPulled) {
+    report.tokens = r.spec.num_external_tokens;
+    report.bytes = r.data_bytes;
+    report.descriptors = r.data_descriptors;
+  }
+  return report;
+}
+
+LoadOutcome KindOf(const Status& st) {
+  return st.code() == StatusCode::kDeadlineExceeded ? LoadOutcome::kFailedDeadline
+                                                    : LoadOutcome::kFailedTransfer;
 }
 
 }  // namespace
@@ -124,7 +124,7 @@ void FerryConnectorImpl::AdvanceHandshakes() {
         if (r->second.spec.num_external_tokens == 0) {
           recvs_.erase(r);  // notification only: P frees at lease end
         } else {
-          FailLoad(r->first, r->second, FailureKind::kHandshake, st);
+          FailLoad(r->first, r->second, LoadOutcome::kFailedHandshake, st);
         }
       }
       r = next;
@@ -175,7 +175,10 @@ void FerryConnectorImpl::StartLoads() {
 void FerryConnectorImpl::SendNotificationOnly(const LoadSpec& spec, PeerEntry& peer) {
   Status st = agent_->SendNotification(peer.peer, spec.remote.remote_request_id);
   if (st.ok()) {
-    UpdateStats([](ConnectorStats& s) { ++s.notifications_sent; });
+    UpdateStats([](ConnectorStats& s) {
+      ++s.notifications_sent;
+      ++s.notify_only;
+    });
   } else {
     KVF_LOG_WARN("connector {}: notification for {} failed ({}); P frees at lease end", engine_id_,
                  spec.request_id, st.ToString());
@@ -287,6 +290,7 @@ Status FerryConnectorImpl::Advance(RecvState& r, bool* finished) {
                     .count();
       UpdateStats([&](ConnectorStats& s) {
         ++s.transfers;
+        s.tokens += static_cast<uint64_t>(r.spec.num_external_tokens);
         s.bytes += r.data_bytes;
         s.descriptors += r.data_descriptors;
         s.duration_us_total += static_cast<uint64_t>(us);
@@ -300,6 +304,8 @@ Status FerryConnectorImpl::Advance(RecvState& r, bool* finished) {
       return PostGenerationRead(r, peer->second, true);
     }
     case RecvState::Phase::kPostGeneration: {
+      // The read carried the notification: P has it (and frees) whatever the check says.
+      UpdateStats([](ConnectorStats& s) { ++s.notifications_sent; });
       std::vector<uint64_t> now = read_generations();
       for (size_t i = 0; i < now.size(); ++i) {
         if (now[i] != r.expected_generations[i]) {
@@ -337,10 +343,10 @@ void FerryConnectorImpl::PollLoads() {
       const bool checking = r.phase == RecvState::Phase::kPostGeneration;
       Status st = Advance(r, &finished);
       if (!st.ok()) {
-        FailLoad(
-            it->first, r,
-            checking && st.code() == StatusCode::kDataLoss ? FailureKind::kGeneration : KindOf(st),
-            st);
+        FailLoad(it->first, r,
+                 checking && st.code() == StatusCode::kDataLoss ? LoadOutcome::kFailedGeneration
+                                                                : KindOf(st),
+                 st);
       } else if (finished) {
         FinishLoad(it->first, r);
       }
@@ -355,20 +361,21 @@ void FerryConnectorImpl::FinishLoad(const std::string& id, RecvState& r) {
     pending_out_.finished_sending.push_back(id);
   } else {
     pending_out_.finished_recving.push_back(id);
+    pending_out_.load_reports.push_back(ReportOf(id, r, LoadOutcome::kPulled));
   }
   recvs_.erase(id);
 }
 
-void FerryConnectorImpl::FailLoad(const std::string& id, RecvState& r, FailureKind kind,
+void FerryConnectorImpl::FailLoad(const std::string& id, RecvState& r, LoadOutcome kind,
                                   const Status& why) {
   KVF_LOG_WARN("connector {}: KV load of {} from {} failed ({}): {}; invalid logical blocks [{}]",
-               engine_id_, id, r.spec.remote.remote_engine_id, FailureKindName(kind),
+               engine_id_, id, r.spec.remote.remote_engine_id, LoadOutcomeName(kind),
                why.ToString(), IdsToString(r.invalid_on_failure));
   if (r.xfer.has_value()) {
     agent_->Release(*r.xfer).IgnoreError();
     r.xfer.reset();
   }
-  if (kind == FailureKind::kTransfer || kind == FailureKind::kDeadline) {
+  if (kind == LoadOutcome::kFailedTransfer || kind == LoadOutcome::kFailedDeadline) {
     // The transport may still write into this load's memory until the connection is closed
     // (agent.h, poisoning rule): close it before the blocks or the staging area are reused.
     DropPeer(r.spec.remote.remote_engine_id);
@@ -376,18 +383,22 @@ void FerryConnectorImpl::FailLoad(const std::string& id, RecvState& r, FailureKi
   ReleaseScratch(r);
   UpdateStats([kind](ConnectorStats& s) {
     switch (kind) {
-      case FailureKind::kHandshake:
+      case LoadOutcome::kFailedHandshake:
         ++s.failures_handshake;
         break;
-      case FailureKind::kTransfer:
+      case LoadOutcome::kFailedTransfer:
         ++s.failures_transfer;
         break;
-      case FailureKind::kDeadline:
+      case LoadOutcome::kFailedDeadline:
         ++s.failures_deadline;
         break;
-      case FailureKind::kGeneration:
+      case LoadOutcome::kFailedGeneration:
         ++s.failures_generation;
         break;
+      case LoadOutcome::kPulled:
+      case LoadOutcome::kNotifyOnly:
+      case LoadOutcome::kNoneOffered:
+        break;  // not failures
     }
   });
   if (aborted_loads_.count(id) != 0) {
@@ -396,6 +407,7 @@ void FerryConnectorImpl::FailLoad(const std::string& id, RecvState& r, FailureKi
     pending_out_.finished_recving.push_back(id);
     pending_out_.invalid_block_ids.insert(pending_out_.invalid_block_ids.end(),
                                           r.invalid_on_failure.begin(), r.invalid_on_failure.end());
+    pending_out_.load_reports.push_back(ReportOf(id, r, kind));
   }
   recvs_.erase(id);
 }

@@ -29,7 +29,10 @@ class FakeConnector : public connector::ConnectorScheduler, public connector::Co
     ++match_calls;
     if (r.kv_transfer_params == nullptr || !r.kv_transfer_params->do_remote_prefill) return {};
     const int32_t prompt = static_cast<int32_t>(r.prompt_tokens.size());
-    return {prompt - num_local_computed_tokens, true};
+    connector::MatchResult m;
+    m.num_external_tokens = prompt - num_local_computed_tokens;
+    m.load_async = true;
+    return m;
   }
   void UpdateStateAfterAlloc(const connector::RequestView& r,
                              std::span<const kv::LogicalBlockId> ids,

@@ -41,7 +41,9 @@ inline std::map<std::string, Completion> RunToEnd(Engine& engine, int max_steps 
       }
     }
   }
-  if (expect_drain) EXPECT_FALSE(engine.HasWork()) << "engine did not drain";
+  if (expect_drain) {
+    EXPECT_FALSE(engine.HasWork()) << "engine did not drain";
+  }
   return all;
 }
 

@@ -44,6 +44,7 @@ struct Request {
     v.request_id = request_id;
     v.prompt_tokens = std::span<const int32_t>(tokens.data(), num_prompt_tokens);
     v.num_tokens = num_tokens();
+    v.num_computed_tokens = num_computed_tokens;
     v.kv_transfer_params = kv_transfer_params ? &*kv_transfer_params : nullptr;
     return v;
   }
@@ -63,6 +64,7 @@ struct Request {
   bool connector_consulted = false;     // GetNumNewMatchedTokens asked (first schedule only)
   int32_t pending_external_tokens = 0;  // remote tokens being loaded
   bool aborted = false;                 // aborted while waiting for remote KV
+  std::optional<connector::LoadReport> kv_load;  // how its remote KV arrived (D)
 };
 
 }  // namespace kvferry::engine

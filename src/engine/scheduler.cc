@@ -127,6 +127,12 @@ bool Scheduler::Admit(Request* r, int32_t budget, ScheduledChunk* chunk) {
     num_prefix_cache_hit_tokens_ += local;
     if (consult) {
       r->connector_consulted = true;
+      if (match.no_load_outcome) {
+        connector::LoadReport& report = r->kv_load.emplace();
+        report.request_id = r->request_id;
+        report.outcome = *match.no_load_outcome;
+        report.local_hit_tokens = local;
+      }
       connector_->UpdateStateAfterAlloc(r->View(), r->table.logical_ids(), ext);
     }
     if (ext > 0 && match.load_async) {
@@ -256,6 +262,7 @@ void Scheduler::Finish(Request* r, FinishReason reason, Status error) {
   out.finish_reason = reason;
   out.error = std::move(error);
   out.num_cached_tokens = r->num_cached_tokens;
+  out.kv_load = r->kv_load;
   if (r->state == RequestState::kWaitingForRemoteKv) {
     // A load is writing into its blocks: keep them until the connector reports the load done.
     r->aborted = true;
@@ -270,6 +277,11 @@ void Scheduler::ReleaseBlocks(Request* r) {
                                             r->table.logical_ids().end());
   if (connector_ != nullptr) {
     connector::FinishResult fr = connector_->RequestFinished(r->View(), ids);
+    if (!fr.error.ok() && !r->aborted) {
+      RequestOutput& out = OutputFor(*r);
+      out.finish_reason = FinishReason::kError;
+      out.error = fr.error;
+    }
     if (fr.kv_transfer_params && !r->aborted) {
       auto it = output_index_.find(r->request_id);
       if (it != output_index_.end())
@@ -301,6 +313,10 @@ Status Scheduler::Abort(std::string_view request_id) {
 
 void Scheduler::UpdateFromConnector(const connector::ConnectorOutput& output) {
   for (kv::LogicalBlockId id : output.invalid_block_ids) pending_invalid_.insert(id.value());
+  for (const connector::LoadReport& report : output.load_reports) {
+    auto it = requests_.find(report.request_id);
+    if (it != requests_.end()) it->second->kv_load = report;
+  }
   const int32_t B = geometry_.block_size_logical();
   for (const std::string& id : output.finished_recving) {
     auto it = requests_.find(id);

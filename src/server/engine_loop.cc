@@ -1,5 +1,6 @@
 #include "kvferry/server/engine_loop.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "kvferry/common/logging.h"
@@ -144,6 +145,11 @@ void EngineLoop::DrainInbox() {
 }
 
 void EngineLoop::Dispatch(std::vector<engine::RequestOutput> outputs) {
+  // A client reads /metrics right after its answer: the counters must already include it.
+  if (std::any_of(outputs.begin(), outputs.end(),
+                  [](const engine::RequestOutput& o) { return o.finished; })) {
+    PublishStats();
+  }
   for (engine::RequestOutput& out : outputs) {
     auto it = live_.find(out.request_id);
     if (it == live_.end()) continue;

@@ -126,7 +126,7 @@ TEST(OpenAiProtocolTest, FormatsCompletionResponseWithLogprobsAndKvParams) {
   kv.remote_block_ids = {kv::LogicalBlockId(1)};
   kv.remote_host = "127.0.0.1";
   kv.remote_port = 5600;
-  json j = json::parse(FormatResponse(h, c, Usage{4, 2, 1}, kv));
+  json j = json::parse(FormatResponse(h, c, Usage{4, 2, 1}, KvHandoff{kv, std::nullopt}));
   EXPECT_EQ(j["id"], "cmpl-1");
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["model"], "tiny");
@@ -147,7 +147,7 @@ TEST(OpenAiProtocolTest, FormatsChatStreamChunksAndUsage) {
   ResponseHeader h{ApiKind::kChat, "chatcmpl-1", 5, "tiny", false, false};
   ChoiceOutput d;
   d.text = "h";
-  const std::string first = FormatStreamChunk(h, d, /*first=*/true, std::nullopt);
+  const std::string first = FormatStreamChunk(h, d, /*first=*/true);
   ASSERT_TRUE(first.starts_with("data: ") && first.ends_with("\n\n"));
   json j = json::parse(first.substr(6));
   EXPECT_EQ(j["object"], "chat.completion.chunk");
@@ -155,7 +155,7 @@ TEST(OpenAiProtocolTest, FormatsChatStreamChunksAndUsage) {
   EXPECT_EQ(j["choices"][0]["delta"]["content"], "h");
   EXPECT_TRUE(j["choices"][0]["finish_reason"].is_null());
   EXPECT_FALSE(j.contains("kv_transfer_params"));
-  json next = json::parse(FormatStreamChunk(h, d, /*first=*/false, std::nullopt).substr(6));
+  json next = json::parse(FormatStreamChunk(h, d, /*first=*/false).substr(6));
   EXPECT_FALSE(next["choices"][0]["delta"].contains("role"));
   json usage = json::parse(FormatUsageChunk(h, Usage{3, 4, 0}).substr(6));
   EXPECT_TRUE(usage["choices"].empty());
@@ -166,7 +166,7 @@ TEST(OpenAiProtocolTest, InvalidUtf8IsReplacedNotThrown) {
   ResponseHeader h{ApiKind::kCompletion, "x", 0, "tiny", false, false};
   ChoiceOutput c;
   c.text = std::string("a\xff", 2);
-  json j = json::parse(FormatResponse(h, c, Usage{}, std::nullopt));
+  json j = json::parse(FormatResponse(h, c, Usage{}));
   EXPECT_EQ(j["choices"][0]["text"], "a\xEF\xBF\xBD");
 }
 

@@ -87,24 +87,32 @@ json UsageJson(const Usage& u) {
           {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
 }
 
+json LoadJson(const connector::LoadReport& r) {
+  return {{"outcome", connector::LoadOutcomeName(r.outcome)},
+          {"local_hit_tokens", r.local_hit_tokens},
+          {"pulled_tokens", r.tokens},
+          {"pulled_bytes", r.bytes},
+          {"descriptors", r.descriptors}};
+}
+
 }  // namespace
 
 std::string FormatResponse(const ResponseHeader& header, const ChoiceOutput& choice,
-                           const Usage& usage,
-                           const std::optional<connector::KvTransferParams>& kv_transfer_params) {
+                           const Usage& usage, const KvHandoff& kv) {
   json j = Envelope(header, /*stream=*/false);
   j["choices"] = json::array({Choice(header, choice, /*stream=*/false, /*first=*/true)});
   j["usage"] = UsageJson(usage);
-  j["kv_transfer_params"] = kv_transfer_params ? connector::ToJson(*kv_transfer_params) : json();
+  j["kv_transfer_params"] = kv.params ? connector::ToJson(*kv.params) : json();
+  if (kv.load) j["kv_load"] = LoadJson(*kv.load);
   return Dump(j);
 }
 
-std::string FormatStreamChunk(
-    const ResponseHeader& header, const ChoiceOutput& delta, bool first,
-    const std::optional<connector::KvTransferParams>& kv_transfer_params) {
+std::string FormatStreamChunk(const ResponseHeader& header, const ChoiceOutput& delta, bool first,
+                              const KvHandoff& kv) {
   json j = Envelope(header, /*stream=*/true);
   j["choices"] = json::array({Choice(header, delta, /*stream=*/true, first)});
-  if (kv_transfer_params) j["kv_transfer_params"] = connector::ToJson(*kv_transfer_params);
+  if (kv.params) j["kv_transfer_params"] = connector::ToJson(*kv.params);
+  if (kv.load) j["kv_load"] = LoadJson(*kv.load);
   return "data: " + Dump(j) + "\n\n";
 }
 

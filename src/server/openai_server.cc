@@ -42,7 +42,7 @@ struct Inflight {
   bool include_usage = false;
   int32_t prompt_tokens = 0;
   int32_t cached_tokens = 0;
-  std::optional<connector::KvTransferParams> kv_transfer_params;
+  KvHandoff kv;  // from the final output
   Clock::time_point arrival;
   Clock::time_point last_token;
   bool got_first_token = false;
@@ -88,7 +88,8 @@ struct OpenAiServer::Impl {
       st.prompt_tokens = std::max(st.prompt_tokens, out.num_prompt_tokens);
       st.cached_tokens = std::max(st.cached_tokens, out.num_cached_tokens);
     }
-    if (out.kv_transfer_params) st.kv_transfer_params = out.kv_transfer_params;
+    if (out.kv_transfer_params) st.kv.params = out.kv_transfer_params;
+    if (out.kv_load) st.kv.load = out.kv_load;
     ChoiceOutput delta = st.assembler->Add(out);
     if (st.assembler->finished() && !st.done) {
       st.done = true;
@@ -233,7 +234,7 @@ void OpenAiServer::Impl::HandleGenerate(ApiKind kind, const httplib::Request& re
     }
   }
   Reply(res, endpoint, 200,
-        FormatResponse(st->header, st->assembler->total(), UsageOf(*st), st->kv_transfer_params));
+        FormatResponse(st->header, st->assembler->total(), UsageOf(*st), st->kv));
 }
 
 void OpenAiServer::Impl::Stream(std::shared_ptr<Inflight> st, engine::RequestOutput first,
@@ -276,9 +277,8 @@ void OpenAiServer::Impl::Stream(std::shared_ptr<Inflight> st, engine::RequestOut
           ChoiceOutput delta = Absorb(*st, out);
           const bool finished = st->assembler->finished();
           if (first_chunk || finished || !delta.text.empty() || !delta.token_ids.empty()) {
-            const std::optional<connector::KvTransferParams> kv =
-                finished ? st->kv_transfer_params : std::nullopt;
-            if (!write(FormatStreamChunk(st->header, delta, first_chunk, kv))) {
+            if (!write(FormatStreamChunk(st->header, delta, first_chunk,
+                                         finished ? st->kv : KvHandoff{}))) {
               return false;  // client gone: the releaser aborts the request
             }
             first_chunk = false;

@@ -71,6 +71,8 @@ void ServerMetrics::UpdateConnector(const connector::ConnectorStats& s) {
   };
   total("kvferry:kv_transfers_total", "Completed KV pulls (decode side).", {},
         static_cast<double>(s.transfers));
+  total("kvferry:kv_transfer_tokens_total", "Prompt tokens whose KV was pulled.", {},
+        static_cast<double>(s.tokens));
   total("kvferry:kv_transfer_bytes_total", "Bytes moved by KV pulls.", {},
         static_cast<double>(s.bytes));
   total("kvferry:kv_transfer_descriptors_total", "Transfer descriptors posted by KV pulls.", {},
@@ -95,6 +97,14 @@ void ServerMetrics::UpdateConnector(const connector::ConnectorStats& s) {
         static_cast<double>(s.leases_expired));
   total("kvferry:kv_notifications_sent_total", "Read-done notifications sent to prefill.", {},
         static_cast<double>(s.notifications_sent));
+  total("kvferry:kv_notify_only_total",
+        "Requests whose KV the decode side already held (notification, no data read).", {},
+        static_cast<double>(s.notify_only));
+  total("kvferry:kv_stage_failures_total", "Chunks whose copy into the host buffer failed.", {},
+        static_cast<double>(s.stage_failures));
+  total("kvferry:kv_blocks_withheld_total",
+        "Logical blocks not offered to the decode side because their staging failed.", {},
+        static_cast<double>(s.blocks_withheld));
   total("kvferry:kv_staged_kernel_blocks_total", "Kernel blocks staged into the host buffer.", {},
         static_cast<double>(s.staged_kernel_blocks));
   registry_

@@ -44,18 +44,40 @@ struct RequestView {
   std::span<const int32_t> prompt_tokens;
   int32_t num_tokens = 0;                                // prompt + generated so far
   const KvTransferParams* kv_transfer_params = nullptr;  // null when the request carried none
+  int32_t num_computed_tokens = 0;  // tokens whose KV is in the cache (at admission: the hit)
 };
+
+// D: how a request's remote KV arrived. A load reports it with finished_recving (a failed load
+// says how it failed); a request that needs no load gets it from GetNumNewMatchedTokens
+// (MatchResult::no_load_outcome). The engine returns it in the request's final output, so a test
+// or an operator can tell a pull from a recompute (both give the same tokens).
+enum class LoadOutcome : uint8_t {
+  kPulled,            // the external tokens' KV was read from P
+  kNotifyOnly,        // D's own cache held every block it needed: P was only told to free
+  kFailedHandshake,   // no metadata from P: recomputed (or failed, per policy)
+  kFailedTransfer,    // the read failed
+  kFailedDeadline,    // the read ran past transfer_timeout_ms
+  kFailedGeneration,  // P reused a block before the read ended (its lease ran out)
+  kNoneOffered,       // P offered no KV (it could not stage any): D computed the prompt itself
+};
+std::string_view LoadOutcomeName(LoadOutcome outcome);  // "pulled" | "notify_only" | ...
 
 // Answer of GetNumNewMatchedTokens.
 struct MatchResult {
   int32_t num_external_tokens = 0;  // tokens beyond the local prefix hit that come from remote KV
   bool load_async = false;          // true: park the request in WAITING_FOR_REMOTE_KV
+  // The request carries remote KV but needs none of it (D's own cache holds every token it
+  // does not compute itself, or P offered none): no load; the engine reports the outcome.
+  std::optional<LoadOutcome> no_load_outcome;
 };
 
 // Answer of RequestFinished.
 struct FinishResult {
   bool delay_free_blocks = false;  // true: keep the blocks until GetFinished reports the id
   std::optional<KvTransferParams> kv_transfer_params;  // returned to the client (P -> proxy)
+  // Not OK: the request fails with this error instead (P could not deliver its KV and the
+  // policy is `fail`); no kv_transfer_params go out and no blocks are held.
+  Status error;
 };
 
 // One remote load: fill `local_block_ids` (D's logical ids, the tail D's prefix cache lacks)
@@ -86,10 +108,21 @@ struct ConnectorMetadata {
   std::vector<std::string> requests_to_hold;  // P: finished requests whose blocks are now leased
 };
 
+// D: what one request's remote KV amounted to (see LoadOutcome).
+struct LoadReport {
+  std::string request_id;
+  LoadOutcome outcome = LoadOutcome::kPulled;
+  int32_t local_hit_tokens = 0;  // prompt tokens D's own prefix cache held
+  int32_t tokens = 0;            // prompt tokens whose KV was read from P (0 unless kPulled)
+  uint64_t bytes = 0;            // bytes read (0 unless kPulled)
+  uint64_t descriptors = 0;      // descriptors posted for the data read
+};
+
 struct ConnectorOutput {
   std::vector<std::string> finished_sending;  // P: blocks may be freed now (read, or lease out)
   std::vector<std::string> finished_recving;  // D: load finished (successfully or not)
   std::vector<kv::LogicalBlockId> invalid_block_ids;  // D: local logical blocks that failed
+  std::vector<LoadReport> load_reports;               // D: one per finished_recving entry
 };
 
 class ConnectorScheduler {

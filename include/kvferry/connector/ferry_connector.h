@@ -27,10 +27,12 @@ struct ConnectorStats {
   // D: completed pulls (one per request that moved bytes; a notification-only full hit is not
   // a transfer) and what they moved.
   uint64_t transfers = 0;
+  uint64_t tokens = 0;  // prompt tokens whose KV the completed pulls moved
   uint64_t bytes = 0;
   uint64_t descriptors = 0;
-  uint64_t duration_us_total = 0;  // post to completion, summed over transfers
-  uint64_t notifications_sent = 0;
+  uint64_t duration_us_total = 0;   // post to completion, summed over transfers
+  uint64_t notifications_sent = 0;  // with a pull's last read, or alone (see notify_only)
+  uint64_t notify_only = 0;         // requests whose KV D already held: notification, no data read
   uint64_t handshakes = 0;  // completed handshakes (one per remote engine, again after a drop)
   // D: loads that failed, by kind.
   uint64_t failures_handshake = 0;
@@ -44,6 +46,8 @@ struct ConnectorStats {
   int64_t blocks_held = 0;  // P logical blocks currently held for remote readers
   // P: host-buffer staging.
   uint64_t staged_kernel_blocks = 0;
+  uint64_t stage_failures = 0;   // chunks whose copy into the host buffer failed
+  uint64_t blocks_withheld = 0;  // logical blocks not offered to D because their staging failed
 };
 
 // What the JSON config does not carry. Values.

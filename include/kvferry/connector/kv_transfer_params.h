@@ -4,13 +4,16 @@
 //   proxy -> P : {"do_remote_decode": true}
 //   P -> proxy : {"do_remote_prefill": true, "remote_engine_id": ..., "remote_request_id": ...,
 //                 "remote_block_ids": [...logical ids...], "remote_host": ..., "remote_port": ...,
-//                 "tp_size": 1, "remote_block_generations": [...]}
+//                 "tp_size": 1, "remote_block_generations": [...], "remote_num_tokens": n}
 //   proxy -> D : the same object, copied verbatim
 //
 // remote_block_ids are LOGICAL block ids of P, in P's block_size_logical.
 // remote_block_generations (kvferry's addition; vLLM ignores unknown keys) are the lease
 // generations of those blocks when P granted the lease, one per id: D re-reads P's generation
 // table after its data read and treats any difference as a load failure (docs/connector.md).
+// remote_num_tokens (kvferry's addition) is how many leading prompt tokens the offered blocks
+// hold: the whole prompt normally, fewer when P withheld blocks it could not stage (D then
+// computes the rest itself). Absent (-1): the whole prompt, as vLLM's P means it.
 //
 // Thread-safety: values.
 #pragma once
@@ -35,6 +38,7 @@ struct KvTransferParams {
   int32_t remote_port = 0;
   int32_t tp_size = 1;
   std::vector<uint64_t> remote_block_generations;  // empty, or one per remote_block_ids entry
+  int32_t remote_num_tokens = -1;                  // -1: the whole prompt
 
   friend bool operator==(const KvTransferParams&, const KvTransferParams&) = default;
 };

@@ -93,6 +93,9 @@ struct RequestOutput {
   std::optional<connector::KvTransferParams> kv_transfer_params;  // from the connector, at finish
   int32_t num_prompt_tokens = 0;
   int32_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache or remote KV
+  // D, final output of a request that came with do_remote_prefill: how its KV arrived (pulled,
+  // notification only, or which failure made it recompute).
+  std::optional<connector::LoadReport> kv_load;
 };
 
 // Pool and scheduler counters, for /metrics. Blocks are logical blocks.

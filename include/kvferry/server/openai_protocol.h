@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kvferry/common/status.h"
+#include "kvferry/connector/connector.h"
 #include "kvferry/connector/kv_transfer_params.h"
 #include "kvferry/engine/sampling_params.h"
 
@@ -90,15 +91,26 @@ struct Usage {
   int32_t cached_tokens = 0;  // prompt tokens from the prefix cache or remote KV
 };
 
+// What a finished request says about disaggregation, beside its choices:
+//   "kv_transfer_params"  P: the hand-off record for D (vLLM's field; null when none)
+//   "kv_load"             D: how the prompt's KV arrived (kvferry's field, docs/serving.md):
+//                         {"outcome": "pulled" | "notify_only" | "none_offered" |
+//                          "failed_handshake" | "failed_transfer" | "failed_deadline" |
+//                          "failed_generation", "local_hit_tokens", "pulled_tokens",
+//                          "pulled_bytes", "descriptors"}
+struct KvHandoff {
+  std::optional<connector::KvTransferParams> params;
+  std::optional<connector::LoadReport> load;
+};
+
 // A non-streaming response body.
 std::string FormatResponse(const ResponseHeader& header, const ChoiceOutput& choice,
-                           const Usage& usage,
-                           const std::optional<connector::KvTransferParams>& kv_transfer_params);
+                           const Usage& usage, const KvHandoff& kv = {});
 
 // One server-sent event ("data: {...}\n\n") carrying a delta. `first` adds the chat role.
-// `kv_transfer_params` is attached to the final chunk when set.
+// `kv` is attached to the final chunk (the caller passes it only then).
 std::string FormatStreamChunk(const ResponseHeader& header, const ChoiceOutput& delta, bool first,
-                              const std::optional<connector::KvTransferParams>& kv_transfer_params);
+                              const KvHandoff& kv = {});
 
 // The usage event sent before [DONE] when stream_options.include_usage.
 std::string FormatUsageChunk(const ResponseHeader& header, const Usage& usage);
