@@ -398,9 +398,15 @@ void SchedulerHalf::UpdateStateAfterAlloc(const RequestView& request,
   spec.local_block_ids.assign(block_ids.begin(), block_ids.end());
   spec.num_external_tokens = std::max(num_external_tokens, 0);
   spec.num_local_computed_tokens = request.num_computed_tokens;
-  // num_external_tokens == 0: D needs none of P's KV; the worker only notifies P (if P holds
-  // anything).
-  if (spec.num_external_tokens == 0 && p->remote_block_ids.empty()) return;
+  if (spec.num_external_tokens == 0) {
+    // D needs none of P's KV: tell P to free its lease, over the side channel in the
+    // background (nothing to read, so no handshake and no wait for the engine to step again).
+    if (!p->remote_block_ids.empty()) {
+      c_->UpdateStats([](ConnectorStats& s) { ++s.notify_only; });
+      c_->ReleaseRemoteAsync(*p);
+    }
+    return;
+  }
   c_->pending_loads_.push_back(std::move(spec));
 }
 
@@ -432,14 +438,10 @@ FinishResult SchedulerHalf::RequestFinished(const RequestView& request,
   if (p->do_remote_prefill && c_->config_.kv_role != KvRole::kProducer) {
     const bool issued = c_->loads_issued_.erase(id) != 0;
     // The worker's own state says whether a pull may still write into the blocks (the engine
-    // may call this before or after it consumed finished_recving). A notification-only load
-    // writes nothing: it goes on (P must still hear from D) without holding D's blocks.
-    auto writes = [&](const LoadSpec& l) {
-      return l.request_id == id && l.num_external_tokens > 0;
-    };
-    const bool bound = std::any_of(c_->bound_loads_.begin(), c_->bound_loads_.end(), writes);
-    auto recv = c_->recvs_.find(id);
-    if (bound || (recv != c_->recvs_.end() && writes(recv->second.spec))) {
+    // may call this before or after it consumed finished_recving).
+    const bool bound = std::any_of(c_->bound_loads_.begin(), c_->bound_loads_.end(),
+                                   [&](const LoadSpec& l) { return l.request_id == id; });
+    if (c_->recvs_.count(id) != 0 || bound) {
       // Finished while its pull is in flight: the transport may still write into the blocks,
       // so they stay allocated until the pull has stopped (reported in finished_sending).
       c_->aborted_loads_.insert(id);

@@ -166,7 +166,6 @@ class FerryConnectorImpl : public FerryConnector {
   void FailLoad(const std::string& id, RecvState& r, LoadOutcome kind, const Status& why);
   void ReleaseScratch(RecvState& r);
   void DropPeer(const std::string& engine_id);
-  void SendNotificationOnly(const LoadSpec& spec, PeerEntry& peer);
 
   template <typename F>
   void UpdateStats(F f) {

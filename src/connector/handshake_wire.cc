@@ -283,7 +283,7 @@ std::string CompatibilityHash(std::string_view model_name, const kv::CacheSpec& 
     h ^= c;
     h *= 1099511628211ull;
   }
-  return fmt::format("{:016x}", h);
+  return fmt::format("{:016x} {}", h, canon);
 }
 
 std::string EncodeHandshakeRequest(int32_t tp_rank, std::string_view auth_token) {
@@ -380,8 +380,8 @@ StatusOr<HandshakeMetadata> DecodeHandshakeReply(std::string_view bytes,
   std::string_view hash = AsStr(a->ptr[3]);
   if (hash != expected_compat_hash) {
     return FailedPreconditionError(
-        fmt::format("handshake: incompatible peer (compatibility hash {} != ours {}: different "
-                    "model, dtype, KV heads, head dim or layers)",
+        fmt::format("handshake: incompatible peer: its KV cache is [{}], ours is [{}] (model, "
+                    "KV dtype, attention kind, layers, KV heads and head dim must be equal)",
                     hash, expected_compat_hash));
   }
   return DecodeBody(std::string_view(a->ptr[4].via.bin.ptr, a->ptr[4].via.bin.size));

@@ -100,6 +100,19 @@ TEST(HandshakeWireTest, HashMismatchIsRejectedBeforeTheBodyIsDecoded) {
   EXPECT_NE(decoded.status().message().find(theirs), std::string_view::npos);
 }
 
+TEST(HandshakeWireTest, DtypeMismatchIsNamedInTheError) {
+  kv::CacheSpec f16 = SampleSpec();
+  f16.dtype = kv::DType::kF16;
+  kv::CacheSpec f32 = SampleSpec();
+  f32.dtype = kv::DType::kF32;
+  auto decoded =
+      DecodeHandshakeReply(EncodeHandshakeReply(CompatibilityHash("tiny", f16), SampleMetadata()),
+                           CompatibilityHash("tiny", f32));
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.status().message().find("dtype=f16"), std::string_view::npos);
+  EXPECT_NE(decoded.status().message().find("dtype=f32"), std::string_view::npos);
+}
+
 TEST(HandshakeWireTest, ErrorReplyCarriesPeersMessage) {
   auto decoded = DecodeHandshakeReply(EncodeHandshakeError("bad auth token"), "x");
   ASSERT_FALSE(decoded.ok());

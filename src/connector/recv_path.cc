@@ -121,11 +121,7 @@ void FerryConnectorImpl::AdvanceHandshakes() {
       auto next = std::next(r);
       if (r->second.phase == RecvState::Phase::kWaitHandshake &&
           r->second.spec.remote.remote_engine_id == engine) {
-        if (r->second.spec.num_external_tokens == 0) {
-          recvs_.erase(r);  // notification only: P frees at lease end
-        } else {
-          FailLoad(r->first, r->second, LoadOutcome::kFailedHandshake, st);
-        }
+        FailLoad(r->first, r->second, LoadOutcome::kFailedHandshake, st);
       }
       r = next;
     }
@@ -160,28 +156,12 @@ void FerryConnectorImpl::StartLoads() {
         continue;
       }
       if (peer != peers_.end() && peer->second.state == PeerEntry::State::kReady) {
-        if (r.spec.num_external_tokens == 0) {
-          SendNotificationOnly(r.spec, peer->second);
-          recvs_.erase(it);
-        } else if (Status st = StartPull(r, peer->second); !st.ok()) {
+        if (Status st = StartPull(r, peer->second); !st.ok()) {
           FailLoad(it->first, r, KindOf(st), st);
         }
       }
     }
     it = next;
-  }
-}
-
-void FerryConnectorImpl::SendNotificationOnly(const LoadSpec& spec, PeerEntry& peer) {
-  Status st = agent_->SendNotification(peer.peer, spec.remote.remote_request_id);
-  if (st.ok()) {
-    UpdateStats([](ConnectorStats& s) {
-      ++s.notifications_sent;
-      ++s.notify_only;
-    });
-  } else {
-    KVF_LOG_WARN("connector {}: notification for {} failed ({}); P frees at lease end", engine_id_,
-                 spec.request_id, st.ToString());
   }
 }
 

@@ -61,6 +61,7 @@ TEST_F(PdEngineTest, HostBufferPrefixHitOnP) {
   ASSERT_TRUE(d->engine->AddRequest("r", prompt, Greedy(4), *params).ok());
   auto all = RunAll({d->engine.get(), p->engine.get()});
   ExpectSame(all["r"], reference_[1], "P prefix hit, host buffer");
+  ExpectPulled(all["r"], 599, TinyPullBytes(64, 0, 599), "P prefix hit, host buffer");
   EXPECT_GT(p->engine->stats().num_prefix_cache_hit_tokens, 0);
   ExpectPoolClean(*p->engine, "P");
   ExpectPoolClean(*d->engine, "D");
@@ -86,8 +87,9 @@ TEST_F(PdEngineTest, ManyRequestsShareOneHandshake) {
   }
   auto all = RunAll({d->engine.get(), p->engine.get()});
   for (int i = 0; i < 4; ++i) {
-    ExpectSame(all["m" + std::to_string(i)], Colocated(prompts[i], Greedy(3)),
-               "request " + std::to_string(i));
+    const std::string id = "m" + std::to_string(i);
+    ExpectSame(all[id], Colocated(prompts[i], Greedy(3)), "request " + std::to_string(i));
+    ExpectPulled(all[id], static_cast<int32_t>(prompts[i].size()) - 1, 0, id);
   }
   EXPECT_EQ(d->connector->Stats().handshakes, 1u);
   EXPECT_EQ(d->connector->Stats().transfers, 4u);
@@ -112,10 +114,13 @@ TEST_F(PdEngineTest, DPrefixHitPullsOnlyTheTail) {
   ExpectSame(all["r"], reference_[1], "tail pull");
   const connector::ConnectorStats s = d->connector->Stats();
   EXPECT_EQ(s.transfers, 1u);
-  // 600 - 256 = 344 tokens pulled: P kernel blocks of 64 covering [256, 600) = 6 blocks
-  // (4..9), per region, in P's geometry (tiny: 4 layers, 2 KV heads, head dim 32, f32).
+  // 599 - 256 = 343 tokens pulled (D computes the last one): P kernel blocks of 64 covering
+  // [256, 599) = 6 blocks (4..9), per region, in P's geometry (tiny: 4 layers, 2 KV heads,
+  // head dim 32, f32).
   const uint64_t bytes_per_kernel_block = 64 * 2 * 32 * 4;
   EXPECT_EQ(s.bytes, 6 * 8 * bytes_per_kernel_block);
+  ExpectPulled(all["r"], 343, s.bytes, "tail pull");
+  EXPECT_EQ(all["r"].kv_load->local_hit_tokens, 256);
   ExpectPoolClean(*p->engine, "P");
   ExpectPoolClean(*d->engine, "D");
 }
@@ -152,6 +157,156 @@ TEST_F(PdEngineTest, AbortBeforeScheduleNotifiesP) {
   RunAll({d->engine.get(), p->engine.get()}, 10000);
   EXPECT_EQ(p->connector->Stats().leases_released_by_notification, 1u);
   EXPECT_EQ(d->connector->Stats().transfers, 0u);
+  ExpectPoolClean(*p->engine, "P");
+  ExpectPoolClean(*d->engine, "D");
+}
+
+TEST_F(PdEngineTest, FullHitOnDOnlyNotifies) {
+  // D's prefix cache holds every token D does not compute itself (prompt - 1 = 4 blocks of 64):
+  // no data is read, P is told to free by notification, and the output is still exact.
+  auto p = MakeInstance("P", {128, "flash", Layout::kNHD, false}, Config());
+  auto d = MakeInstance("D", {64, "paged", Layout::kHND, false}, Config());
+  ASSERT_TRUE(p && d);
+  const std::vector<int32_t> prompt = MakePrompt(257, 31);
+  ASSERT_TRUE(d->engine->AddRequest("warm", prompt, Greedy(2)).ok());
+  RunAll({d->engine.get()});
+  auto params = Prefill(*p, "full", prompt);
+  ASSERT_TRUE(params.has_value());
+  ASSERT_TRUE(d->engine->AddRequest("full", prompt, Greedy(4), *params).ok());
+  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ExpectSame(all["full"], Colocated(prompt, Greedy(4)), "full hit on D");
+  ExpectOutcome(all["full"], connector::LoadOutcome::kNotifyOnly, "full hit on D");
+  EXPECT_EQ(all["full"].kv_load->local_hit_tokens, 256);
+  EXPECT_EQ(all["full"].kv_load->bytes, 0u);
+  EXPECT_EQ(d->connector->Stats().transfers, 0u);
+  EXPECT_EQ(d->connector->Stats().bytes, 0u);
+  EXPECT_EQ(d->connector->Stats().notify_only, 1u);
+  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, 1u);
+  EXPECT_EQ(p->connector->Stats().leases_expired, 0u);
+  ExpectPoolClean(*p->engine, "P");
+  ExpectPoolClean(*d->engine, "D");
+}
+
+TEST_F(PdEngineTest, StagingFailureOnPIsWithheldAndRecomputedOnD) {
+  // P's copy of its second prefill chunk into the host buffer fails. P offers only the blocks
+  // before it; D pulls exactly those, computes the rest, and its output is exact.
+  InstanceSpec ps{64, "paged", Layout::kNHD, true};
+  ps.max_num_batched_tokens = 200;  // chunks [0, 200), [200, 400), [400, 600)
+  auto p = MakeInstance("P", ps, Config());
+  auto d = MakeInstance("D", {64, "paged", Layout::kNHD, false}, Config());
+  ASSERT_TRUE(p && d);
+  static_cast<connector::internal::FerryConnectorImpl*>(p->connector.get())->stage_fault_for_test =
+      [](const std::string&, int32_t token_begin) { return token_begin == 200; };
+  auto params = Prefill(*p, "s", prompts_[1]);
+  ASSERT_TRUE(params.has_value());
+  EXPECT_EQ(params->remote_num_tokens, 192);  // 3 whole blocks of 64 before token 200
+  EXPECT_EQ(params->remote_block_ids.size(), 3u);
+  ASSERT_TRUE(d->engine->AddRequest("s", prompts_[1], Greedy(4), *params).ok());
+  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ExpectSame(all["s"], reference_[1], "staging failure on P");
+  // Only the staged part moved: P kernel blocks 0..2 of 64 tokens; nothing of the failed rest.
+  ExpectPulled(all["s"], 192, TinyPullBytes(64, 0, 192), "staging failure on P");
+  EXPECT_EQ(p->connector->Stats().stage_failures, 1u);
+  EXPECT_EQ(p->connector->Stats().blocks_withheld, 7u);  // 10 blocks of 64 for 600 tokens
+  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, 1u);
+  ExpectPoolClean(*p->engine, "P");
+  ExpectPoolClean(*d->engine, "D");
+}
+
+TEST_F(PdEngineTest, StagingFailureWithPolicyFailFailsOnP) {
+  connector::KvTransferConfig pc = Config();
+  pc.kv_load_failure_policy = connector::KvLoadFailurePolicy::kFail;
+  auto p = MakeInstance("P", {64, "paged", Layout::kNHD, true}, pc);
+  ASSERT_TRUE(p);
+  static_cast<connector::internal::FerryConnectorImpl*>(p->connector.get())->stage_fault_for_test =
+      [](const std::string&, int32_t) { return true; };
+  engine::SamplingParams sp = Greedy(1);
+  connector::KvTransferParams in;
+  in.do_remote_decode = true;
+  ASSERT_TRUE(p->engine->AddRequest("x", prompts_[1], sp, in).ok());
+  auto all = RunAll({p->engine.get()});
+  EXPECT_EQ(all["x"].reason, engine::FinishReason::kError);
+  EXPECT_EQ(all["x"].error.code(), StatusCode::kDataLoss) << all["x"].error;
+  EXPECT_FALSE(all["x"].kv_transfer_params.has_value());
+  EXPECT_EQ(p->connector->Stats().leases_granted, 0u);
+  ExpectPoolClean(*p->engine, "P");
+}
+
+TEST_F(PdEngineTest, SeededSamplingEqualsColocated) {
+  engine::SamplingParams sp;
+  sp.max_tokens = 12;
+  sp.ignore_eos = true;
+  sp.temperature = 0.8f;
+  sp.top_p = 0.9f;
+  sp.top_k = 40;
+  sp.seed = 1234;
+  auto p = MakeInstance("P", {128, "flash", Layout::kNHD, false}, Config());
+  auto d = MakeInstance("D", {32, "paged", Layout::kHND, true}, Config());
+  ASSERT_TRUE(p && d);
+  auto params = Prefill(*p, "seeded", prompts_[1]);
+  ASSERT_TRUE(params.has_value());
+  ASSERT_TRUE(d->engine->AddRequest("seeded", prompts_[1], sp, *params).ok());
+  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ExpectSame(all["seeded"], Colocated(prompts_[1], sp), "seeded sampling");
+  ExpectPulled(all["seeded"], 599, TinyPullBytes(64, 0, 599), "seeded sampling");
+  ExpectPoolClean(*p->engine, "P");
+  ExpectPoolClean(*d->engine, "D");
+}
+
+TEST_F(PdEngineTest, KvDtypesF16AndBf16) {
+  for (kv::DType dtype : {kv::DType::kF16, kv::DType::kBF16}) {
+    SCOPED_TRACE(std::string(kv::DTypeName(dtype)));
+    InstanceSpec ps{128, "flash", Layout::kNHD, false}, ds{32, "paged", Layout::kHND, true};
+    ps.dtype = ds.dtype = dtype;
+    const std::vector<Completion> reference = {Colocated(prompts_[0], Greedy(4), dtype),
+                                               Colocated(prompts_[1], Greedy(4), dtype)};
+    RunPair({ps, ds}, prompts_, reference, Greedy(4));
+    // The KV dtype matters: f32 storage gives other logprobs (so the comparison above is real).
+    EXPECT_NE(reference[1].logprobs, reference_[1].logprobs);
+  }
+}
+
+TEST_F(PdEngineTest, DifferentKvDtypesAreRefusedAtTheHandshake) {
+  // P stores f16, D f32: kvferry refuses rather than converting (docs/connector.md). D
+  // recomputes, exactly, and the failure says which field differs.
+  InstanceSpec ps{64, "paged", Layout::kNHD, false};
+  ps.dtype = kv::DType::kF16;
+  auto p = MakeInstance("P", ps, Config(300));
+  auto d = MakeInstance("D", {64, "paged", Layout::kNHD, false}, Config());
+  ASSERT_TRUE(p && d);
+  auto params = Prefill(*p, "dt", prompts_[1]);
+  ASSERT_TRUE(params.has_value());
+  ASSERT_TRUE(d->engine->AddRequest("dt", prompts_[1], Greedy(4), *params).ok());
+  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ExpectSame(all["dt"], reference_[1], "f16 P, f32 D");
+  ExpectOutcome(all["dt"], connector::LoadOutcome::kFailedHandshake, "f16 P, f32 D");
+  EXPECT_EQ(d->connector->Stats().bytes, 0u);
+  ExpectPoolClean(*d->engine, "D");
+  RunAll({p->engine.get()});  // P's lease runs out (no reader)
+  ExpectPoolClean(*p->engine, "P");
+}
+
+TEST_F(PdEngineTest, PreemptionOnDDuringAndAfterPulls) {
+  // D's pool is too small for both requests to finish together: one running request is
+  // preempted while the other's pull is in flight, and a pulled request is preempted after its
+  // pull while decoding (then recomputed from its prefix cache). Outputs stay exact.
+  InstanceSpec ds{16, "paged", Layout::kNHD, false};
+  ds.num_kv_blocks = 42;  // 2 x 300-token prompts = 38 blocks; decoding 40 more each needs 44
+  auto p = MakeInstance("P", {64, "paged", Layout::kHND, false}, Config());
+  auto d = MakeInstance("D", ds, Config());
+  ASSERT_TRUE(p && d);
+  const std::vector<int32_t> a = MakePrompt(300, 41), b = MakePrompt(300, 42);
+  auto pa = Prefill(*p, "a", a);
+  auto pb = Prefill(*p, "b", b);
+  ASSERT_TRUE(pa.has_value() && pb.has_value());
+  ASSERT_TRUE(d->engine->AddRequest("a", a, Greedy(40), *pa).ok());
+  ASSERT_TRUE(d->engine->AddRequest("b", b, Greedy(40), *pb).ok());
+  auto all = RunAll({d->engine.get(), p->engine.get()}, 60000);
+  ExpectSame(all["a"], Colocated(a, Greedy(40)), "a");
+  ExpectSame(all["b"], Colocated(b, Greedy(40)), "b");
+  ExpectPulled(all["a"], 299, 0, "a");
+  ExpectPulled(all["b"], 299, 0, "b");
+  EXPECT_GT(d->engine->stats().num_preemptions, 0);
   ExpectPoolClean(*p->engine, "P");
   ExpectPoolClean(*d->engine, "D");
 }
@@ -204,6 +359,8 @@ TEST_F(PdEngineTest, HandshakeFails) {
                                   engine::KvLoadFailurePolicy::kRecompute, nullptr);
   ASSERT_TRUE(run.out.finished);
   ExpectSame(run.out, reference_[1], "recomputed after a handshake failure");
+  ExpectOutcome(run.out, connector::LoadOutcome::kFailedHandshake,
+                "recomputed after a handshake failure");
   ExpectReportedAllBlocks(run, prompts_[1].size());
   EXPECT_EQ(run.d->connector->Stats().failures_handshake, 1u);
   EXPECT_EQ(run.p->connector->Stats().leases_expired, 1u);
@@ -220,6 +377,8 @@ TEST_F(PdEngineTest, TransferFails) {
       });
   ASSERT_TRUE(run.out.finished);
   ExpectSame(run.out, reference_[1], "recomputed after a transfer failure");
+  ExpectOutcome(run.out, connector::LoadOutcome::kFailedTransfer,
+                "recomputed after a transfer failure");
   ExpectReportedAllBlocks(run, prompts_[1].size());
   EXPECT_EQ(run.d->connector->Stats().failures_transfer, 1u);
   ExpectPoolClean(*run.d->engine, "D");
@@ -236,6 +395,8 @@ TEST_F(PdEngineTest, TransferDeadline) {
                      });
   ASSERT_TRUE(run.out.finished);
   ExpectSame(run.out, reference_[1], "recomputed after a transfer deadline");
+  ExpectOutcome(run.out, connector::LoadOutcome::kFailedDeadline,
+                "recomputed after a transfer deadline");
   ExpectReportedAllBlocks(run, prompts_[1].size());
   EXPECT_EQ(run.d->connector->Stats().failures_deadline, 1u);
   ExpectPoolClean(*run.d->engine, "D");
@@ -261,6 +422,8 @@ TEST_F(PdEngineTest, LeaseExpiresDuringRead) {
       });
   ASSERT_TRUE(run.out.finished);
   ExpectSame(run.out, reference_[1], "recomputed after the lease ran out");
+  ExpectOutcome(run.out, connector::LoadOutcome::kFailedGeneration,
+                "recomputed after the lease ran out");
   ExpectReportedAllBlocks(run, prompts_[1].size());
   EXPECT_EQ(run.d->connector->Stats().failures_generation, 1u);
   EXPECT_GE(run.p->connector->Stats().leases_expired, 1u);

@@ -27,11 +27,13 @@ struct InstanceSpec {
   bool host_buffer = false;
   int32_t num_kv_blocks = 0;             // 0: room for 2048 tokens plus a few blocks
   int32_t max_num_batched_tokens = 512;  // P: a 600-token prompt prefills in 2 chunks
+  kv::DType dtype = kv::DType::kF32;     // KV cache storage
 };
 
 inline std::string Describe(const InstanceSpec& s) {
   return std::to_string(s.block_size) + "/" + s.backend + "/" +
-         std::string(kv::LayoutName(s.layout)) + (s.host_buffer ? "/cpu" : "");
+         std::string(kv::LayoutName(s.layout)) + (s.host_buffer ? "/cpu" : "") +
+         (s.dtype != kv::DType::kF32 ? "/" + std::string(kv::DTypeName(s.dtype)) : "");
 }
 
 // Records every ConnectorOutput the engine consumed (to assert reported logical ids).
@@ -80,6 +82,7 @@ inline engine::EngineConfig BaseEngineConfig(const InstanceSpec& s) {
   ec.kv_cache_layout = s.layout;
   ec.num_kv_blocks = s.num_kv_blocks > 0 ? s.num_kv_blocks : 2048 / s.block_size + 8;
   ec.max_num_batched_tokens = s.max_num_batched_tokens;
+  ec.kv_cache_dtype = s.dtype;
   ec.num_threads = 1;
   return ec;
 }
@@ -119,6 +122,7 @@ struct Completion {
   Status error;
   std::optional<connector::KvTransferParams> kv_transfer_params;
   int32_t num_cached_tokens = 0;
+  std::optional<connector::LoadReport> kv_load;  // D: how the prompt's KV arrived
   bool finished = false;
 };
 
@@ -134,6 +138,7 @@ inline void Collect(std::vector<engine::RequestOutput> outs,
       c.error = o.error;
       c.kv_transfer_params = o.kv_transfer_params;
       c.num_cached_tokens = o.num_cached_tokens;
+      c.kv_load = o.kv_load;
     }
   }
 }
@@ -157,9 +162,14 @@ inline std::map<std::string, Completion> RunAll(std::vector<engine::Engine*> eng
   return all;
 }
 
+// The colocated reference; `dtype` is the KV cache's (f16/bf16 storage rounds K and V, so a
+// P/D pair is compared with a colocated instance of the same KV dtype).
 inline Completion Colocated(const std::vector<int32_t>& prompt,
-                            const engine::SamplingParams& params) {
-  engine::EngineConfig ec = BaseEngineConfig({});
+                            const engine::SamplingParams& params,
+                            kv::DType dtype = kv::DType::kF32) {
+  InstanceSpec spec;
+  spec.dtype = dtype;
+  engine::EngineConfig ec = BaseEngineConfig(spec);
   auto eng = engine::Engine::Create(ec);
   EXPECT_TRUE(eng.ok()) << eng.status();
   EXPECT_TRUE((*eng)->AddRequest("ref", prompt, params).ok());
@@ -188,6 +198,38 @@ inline void ExpectSame(const Completion& a, const Completion& b, const std::stri
   EXPECT_EQ(a.tokens, b.tokens) << what;
   ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
   EXPECT_EQ(0, std::memcmp(a.logprobs.data(), b.logprobs.data(), a.logprobs.size() * 4)) << what;
+}
+
+// Bytes a pull of tokens [begin, end) reads from P: P's kernel blocks covering them, in every
+// region (the built-in `tiny`: 4 layers -> 8 regions, 2 KV heads x head dim 32).
+inline uint64_t TinyPullBytes(int32_t p_block_size_kernel, int64_t begin, int64_t end,
+                              kv::DType dtype = kv::DType::kF32) {
+  const int64_t blocks =
+      (end + p_block_size_kernel - 1) / p_block_size_kernel - begin / p_block_size_kernel;
+  return static_cast<uint64_t>(blocks) * 8 * p_block_size_kernel * 2 * 32 * kv::DTypeBytes(dtype);
+}
+
+// The request's KV was really pulled (a recompute gives the same tokens, so equality of outputs
+// alone proves nothing): `tokens` prompt tokens read from P in one load, `bytes` bytes (0: any
+// positive amount), no fallback.
+inline void ExpectPulled(const Completion& c, int32_t tokens, uint64_t bytes,
+                         const std::string& what) {
+  ASSERT_TRUE(c.kv_load.has_value()) << what << ": no kv_load report";
+  EXPECT_EQ(c.kv_load->outcome, connector::LoadOutcome::kPulled)
+      << what << ": " << connector::LoadOutcomeName(c.kv_load->outcome);
+  EXPECT_EQ(c.kv_load->tokens, tokens) << what;
+  if (bytes > 0) {
+    EXPECT_EQ(c.kv_load->bytes, bytes) << what;
+  } else {
+    EXPECT_GT(c.kv_load->bytes, 0u) << what;
+  }
+}
+
+inline void ExpectOutcome(const Completion& c, connector::LoadOutcome outcome,
+                          const std::string& what) {
+  ASSERT_TRUE(c.kv_load.has_value()) << what << ": no kv_load report";
+  EXPECT_EQ(connector::LoadOutcomeName(c.kv_load->outcome), connector::LoadOutcomeName(outcome))
+      << what;
 }
 
 inline void ExpectPoolClean(const engine::Engine& e, const std::string& what) {
@@ -241,11 +283,15 @@ inline void RunPair(const Case& c, const std::vector<std::vector<int32_t>>& prom
     ASSERT_TRUE(d->engine->AddRequest(id, prompts[i], sp, *params).ok());
     auto all = RunAll({d->engine.get(), p->engine.get()});
     ASSERT_TRUE(all[id].finished);
-    ExpectSame(all[id], reference[i], "prompt " + std::to_string(prompts[i].size()));
-    EXPECT_EQ(all[id].num_cached_tokens, static_cast<int32_t>(prompts[i].size()) - 1);
+    const int32_t n = static_cast<int32_t>(prompts[i].size());
+    ExpectSame(all[id], reference[i], "prompt " + std::to_string(n));
+    EXPECT_EQ(all[id].num_cached_tokens, n - 1);
+    ExpectPulled(all[id], n - 1, TinyPullBytes(p->engine->block_size_kernel(), 0, n - 1, c.p.dtype),
+                 "prompt " + std::to_string(n));
   }
   EXPECT_TRUE(d->worker->invalid.empty());
   EXPECT_EQ(d->connector->Stats().transfers, prompts.size());
+  EXPECT_EQ(d->connector->Stats().notifications_sent, prompts.size());
   EXPECT_EQ(p->connector->Stats().leases_released_by_notification, prompts.size());
   ExpectPoolClean(*p->engine, "P");
   ExpectPoolClean(*d->engine, "D");

@@ -142,8 +142,8 @@ TEST_P(PdTwoProcessTest, PullEqualsColocated) {
   ExpectSame(r.d_out, reference, "two processes");
   EXPECT_EQ(r.d_out.num_cached_tokens, 599);
   EXPECT_TRUE(r.invalid.empty());
+  ExpectPulled(r.d_out, 599, TinyPullBytes(64, 0, 599), "two processes");
   EXPECT_EQ(r.d_stats.transfers, 1u);
-  EXPECT_GT(r.d_stats.bytes, 0u);
   std::printf(
       "%s pull (P 128/64 NHD -> D 64 HND host buffer, 600 tokens): %llu bytes, "
       "%llu descriptors, %llu us\n",
@@ -161,6 +161,12 @@ TEST_P(PdTwoProcessTest, DirectReadEqualGeometry) {
                                      {128, "flash", Layout::kHND, false}, prompt, false);
   ASSERT_TRUE(r.d_out.finished);
   ExpectSame(r.d_out, Colocated(prompt, Greedy(4)), "direct read");
+  // Pulled, not recomputed: tokens [0, 299) in P's 5 kernel blocks of 64.
+  ExpectPulled(r.d_out, 299, TinyPullBytes(64, 0, 299), "direct read");
+  EXPECT_EQ(r.d_stats.transfers, 1u);
+  EXPECT_EQ(r.d_stats.failures_handshake + r.d_stats.failures_transfer +
+                r.d_stats.failures_deadline + r.d_stats.failures_generation,
+            0u);
   EXPECT_EQ(r.child_exit, 0);
   EXPECT_TRUE(r.d_clean);
 }
@@ -174,6 +180,8 @@ TEST_P(PdTwoProcessTest, PrefillDiesBeforePull) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(20));
   ExpectSame(r.d_out, Colocated(prompt, Greedy(4)), "recomputed after P died");
   EXPECT_EQ(r.d_stats.failures_handshake, 1u);
+  ASSERT_TRUE(r.d_out.kv_load.has_value());
+  EXPECT_EQ(r.d_out.kv_load->outcome, connector::LoadOutcome::kFailedHandshake);
   EXPECT_EQ(r.invalid.size(), 3u);  // D's 3 logical blocks of 128 for 300 tokens
   EXPECT_TRUE(r.d_clean);
 }
