@@ -65,6 +65,19 @@ TEST(EngineTest, CreateRejectsBadConfig) {
   EXPECT_EQ(Engine::Create(c).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(EngineTest, TinyOddHasNoWidthAMultipleOf8) {
+  // Its purpose (docs/engine.md, "Models"): the kernels' tail code runs in a real forward pass.
+  auto c = BuiltinModelConfig("tiny-odd");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->Validate().ok());
+  for (int32_t width : {c->vocab_size, c->hidden_dim, c->head_dim, c->ffn_dim,
+                        c->num_heads * c->head_dim, c->head_dim / 2}) {
+    EXPECT_NE(width % 8, 0) << width;
+  }
+  EXPECT_GT(c->num_heads / c->num_kv_heads, 1);  // grouped-query
+  EXPECT_NE(c->vocab_size % 4, 0);               // the matmul's 1x1 edge columns run
+}
+
 TEST(EngineTest, FlashWithBlock128UsesKernel64) {
   EngineConfig c;
   c.block_size = 128;
