@@ -153,6 +153,54 @@ TEST(EngineTest, OutputsIdenticalAcrossBatchingBudgetGeometryAndThreads) {
   }
 }
 
+// A 378-token prompt, prefilled in chunks of the default budget (256 + 122) and batched with the
+// short prompts, then 12 greedy tokens: decode crosses position 384, a boundary of every kernel
+// block size. Same tokens and logprobs with kernel blocks of 16/32/64/128 in both layouts, with
+// logical blocks of 128 over kernel blocks of 64, with a small budget and one thread; for tiny
+// and for tiny-odd (SIMD tails).
+TEST(EngineTest, LongPromptOutputsIdenticalAcrossBlockSizesAndLayouts) {
+  const std::vector<int32_t> long_prompt = Tokenizer().Encode(testing_util::LongText(377));
+  ASSERT_EQ(long_prompt.size(), 378u);
+  for (const std::string model : {"tiny", "tiny-odd"}) {
+    auto run = [&](EngineConfig c) {
+      c.model = model;
+      auto e = Make(c);
+      for (int i : {0, 1}) {
+        EXPECT_TRUE(
+            e->AddRequest("r" + std::to_string(i), e->tokenizer().Encode(kPrompts[i]), Greedy(12))
+                .ok());
+      }
+      EXPECT_TRUE(e->AddRequest("long", long_prompt, Greedy(12)).ok());
+      auto out = RunToEnd(*e);
+      ExpectPoolClean(*e);
+      return out.at("long");
+    };
+    const Completion expected = run({});
+    ASSERT_EQ(expected.tokens.size(), 12u) << model;
+    std::vector<EngineConfig> configs;
+    for (int32_t bs : {16, 32, 64, 128}) {
+      for (kv::Layout layout : {kv::Layout::kNHD, kv::Layout::kHND}) {
+        EngineConfig c;
+        c.block_size = bs;  // paged: kernel blocks of the same size
+        c.kv_cache_layout = layout;
+        configs.push_back(c);
+      }
+    }
+    EngineConfig c;
+    c.block_size = 128;
+    c.attention_backend = "flash";  // kernel blocks of 64, two per logical block
+    c.max_num_batched_tokens = 100;
+    c.num_threads = 1;
+    configs.push_back(c);
+    for (const EngineConfig& config : configs) {
+      ExpectSameCompletion(expected, run(config),
+                           model + ", block " + std::to_string(config.block_size) + " " +
+                               config.attention_backend + " " +
+                               std::string(kv::LayoutName(config.kv_cache_layout)));
+    }
+  }
+}
+
 TEST(EngineTest, HalfPrecisionCachesAreInvariantAcrossGeometry) {
   for (kv::DType dtype : {kv::DType::kF16, kv::DType::kBF16}) {
     EngineConfig base;
