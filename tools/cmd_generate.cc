@@ -105,7 +105,7 @@ void AddGenerate(CLI::App& app) {
   auto opts = std::make_shared<GenerateOptions>();
   auto* sub = app.add_subcommand("generate", "Generate a completion for one prompt");
   sub->add_option("--model", opts->model,
-                  "Built-in model (tiny, small) or path to a checkpoint (docs/engine.md)")
+                  "Built-in model (tiny, small, tiny-odd) or a checkpoint path (docs/engine.md)")
       ->capture_default_str();
   sub->add_option("--prompt", opts->prompt, "Prompt text (byte-level tokens, <bos> prepended)")
       ->required();

@@ -123,7 +123,7 @@ void AddServe(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "serve", "Serve a model over an OpenAI-compatible HTTP API (docs/serving.md)");
   sub->add_option("--model", o->model,
-                  "Built-in model (tiny, small) or checkpoint path; also the served model name")
+                  "Built-in (tiny, small, tiny-odd) or checkpoint path; also the served model name")
       ->capture_default_str();
   sub->add_option("--served-model-name", o->served_model_name,
                   "Model name clients send and /v1/models reports (default: --model)");

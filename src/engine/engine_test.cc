@@ -65,6 +65,19 @@ TEST(EngineTest, CreateRejectsBadConfig) {
   EXPECT_EQ(Engine::Create(c).status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(EngineTest, TinyOddHasNoWidthAMultipleOf8) {
+  // Its purpose (docs/engine.md, "Models"): the kernels' tail code runs in a real forward pass.
+  auto c = BuiltinModelConfig("tiny-odd");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->Validate().ok());
+  for (int32_t width : {c->vocab_size, c->hidden_dim, c->head_dim, c->ffn_dim,
+                        c->num_heads * c->head_dim, c->head_dim / 2}) {
+    EXPECT_NE(width % 8, 0) << width;
+  }
+  EXPECT_GT(c->num_heads / c->num_kv_heads, 1);  // grouped-query
+  EXPECT_NE(c->vocab_size % 4, 0);               // the matmul's 1x1 edge columns run
+}
+
 TEST(EngineTest, FlashWithBlock128UsesKernel64) {
   EngineConfig c;
   c.block_size = 128;
@@ -137,6 +150,54 @@ TEST(EngineTest, OutputsIdenticalAcrossBatchingBudgetGeometryAndThreads) {
   for (size_t i = 0; i < configs.size(); ++i) {
     auto out = RunPrompts(configs[i], Greedy(12));
     ExpectSameCompletion(expected.at("r0"), out.at("r0"), "config " + std::to_string(i));
+  }
+}
+
+// A 378-token prompt, prefilled in chunks of the default budget (256 + 122) and batched with the
+// short prompts, then 12 greedy tokens: decode crosses position 384, a boundary of every kernel
+// block size. Same tokens and logprobs with kernel blocks of 16/32/64/128 in both layouts, with
+// logical blocks of 128 over kernel blocks of 64, with a small budget and one thread; for tiny
+// and for tiny-odd (SIMD tails).
+TEST(EngineTest, LongPromptOutputsIdenticalAcrossBlockSizesAndLayouts) {
+  const std::vector<int32_t> long_prompt = Tokenizer().Encode(testing_util::LongText(377));
+  ASSERT_EQ(long_prompt.size(), 378u);
+  for (const std::string model : {"tiny", "tiny-odd"}) {
+    auto run = [&](EngineConfig c) {
+      c.model = model;
+      auto e = Make(c);
+      for (int i : {0, 1}) {
+        EXPECT_TRUE(
+            e->AddRequest("r" + std::to_string(i), e->tokenizer().Encode(kPrompts[i]), Greedy(12))
+                .ok());
+      }
+      EXPECT_TRUE(e->AddRequest("long", long_prompt, Greedy(12)).ok());
+      auto out = RunToEnd(*e);
+      ExpectPoolClean(*e);
+      return out.at("long");
+    };
+    const Completion expected = run({});
+    ASSERT_EQ(expected.tokens.size(), 12u) << model;
+    std::vector<EngineConfig> configs;
+    for (int32_t bs : {16, 32, 64, 128}) {
+      for (kv::Layout layout : {kv::Layout::kNHD, kv::Layout::kHND}) {
+        EngineConfig c;
+        c.block_size = bs;  // paged: kernel blocks of the same size
+        c.kv_cache_layout = layout;
+        configs.push_back(c);
+      }
+    }
+    EngineConfig c;
+    c.block_size = 128;
+    c.attention_backend = "flash";  // kernel blocks of 64, two per logical block
+    c.max_num_batched_tokens = 100;
+    c.num_threads = 1;
+    configs.push_back(c);
+    for (const EngineConfig& config : configs) {
+      ExpectSameCompletion(expected, run(config),
+                           model + ", block " + std::to_string(config.block_size) + " " +
+                               config.attention_backend + " " +
+                               std::string(kv::LayoutName(config.kv_cache_layout)));
+    }
   }
 }
 

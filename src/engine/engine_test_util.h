@@ -47,6 +47,20 @@ inline std::map<std::string, Completion> RunToEnd(Engine& engine, int max_steps 
   return all;
 }
 
+// `bytes` bytes of varied text (numbered sentences), for prompts longer than a kernel block of
+// 128: the same text in every test that needs one.
+inline std::string LongText(size_t bytes) {
+  static const char* const kWords[] = {"prefill", "decode", "block", "ferry", "cache",
+                                       "token",   "layer",  "head",  "proxy", "kernel"};
+  std::string text;
+  for (int i = 0; text.size() < bytes; ++i) {
+    text += "Step " + std::to_string(i) + ": the " + kWords[i % 10] + " meets the " +
+            kWords[(i * 7 + 3) % 10] + ". ";
+  }
+  text.resize(bytes);
+  return text;
+}
+
 // Bitwise equality of tokens and logprobs.
 inline void ExpectSameCompletion(const Completion& a, const Completion& b,
                                  const std::string& what) {

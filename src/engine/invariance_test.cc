@@ -1,13 +1,19 @@
-// Batch invariance (DESIGN.md §7): the logits of a sequence are bit-identical whatever the
-// batch, the chunking, the kernel block size, the layout, the thread count, for each storage
-// dtype. Runs the model runner directly so the logits themselves can be compared.
+// Batch invariance (docs/engine.md, "The determinism contract"): the logits of a sequence are
+// bit-identical whatever the batch, the chunking, the kernel block size, the layout, the thread
+// count, for each storage dtype and for each of tiny and tiny-odd (whose widths leave SIMD
+// tails). Runs the model runner directly so the logits themselves can be compared. One sequence
+// is 392 tokens long, so kernel blocks of 64 and 128 are crossed by prefill and by decode steps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <vector>
 
+#include "engine/engine_test_util.h"
 #include "engine/model_runner.h"
 #include "engine/thread_pool.h"
 #include "engine/weights.h"
@@ -27,25 +33,38 @@ struct Geometry {
 // One step: (sequence index, number of new tokens) per chunk.
 using Step = std::vector<std::pair<int, int>>;
 using Plan = std::vector<Step>;
+// Logits of the last token of every chunk a plan ran, keyed by (sequence, position).
+using PlanLogits = std::map<std::pair<int, int>, std::vector<float>>;
 
-const ModelWeights& Tiny() {
-  static const ModelWeights w = *GenerateWeights(*BuiltinModelConfig("tiny"));
-  return w;
+const ModelWeights& Weights(const std::string& model) {
+  static std::map<std::string, ModelWeights> cache;
+  auto it = cache.find(model);
+  if (it == cache.end()) {
+    it = cache.emplace(model, *GenerateWeights(*BuiltinModelConfig(model))).first;
+  }
+  return it->second;
 }
 
-std::vector<std::vector<int32_t>> Prompts() {
-  Tokenizer tok;
-  return {tok.Encode("The quick brown fox jumps over the lazy dog, twice or thrice."),
-          tok.Encode("Hello"),
-          tok.Encode("kvferry moves KV blocks between prefill and decode instances!!")};
+// Sequence 0 is 392 tokens: decode steps from position 380 cross 384, a boundary of every
+// kernel block size (16, 32, 64, 128).
+constexpr int kLongest = 392;
+constexpr int kDecodeSteps = 12;
+
+const std::vector<std::vector<int32_t>>& Prompts() {
+  static const std::vector<std::vector<int32_t>> prompts = [] {
+    Tokenizer tok;
+    return std::vector<std::vector<int32_t>>{
+        tok.Encode(testing_util::LongText(kLongest - 1)), tok.Encode("Hello"),
+        tok.Encode("kvferry moves KV blocks between prefill and decode instances!!")};
+  }();
+  return prompts;
 }
 
-// Runs `plan` and returns, for every chunk, the logits of its last token keyed by
-// (sequence, position).
-std::map<std::pair<int, int>, std::vector<float>> RunPlan(const Geometry& g, int threads,
-                                                          const Plan& plan) {
-  const auto prompts = Prompts();
-  const ModelConfig& c = Tiny().config;
+// Runs `plan` on `model` and returns the logits of every chunk's last token.
+PlanLogits RunPlan(const std::string& model, const Geometry& g, int threads, const Plan& plan) {
+  const auto& prompts = Prompts();
+  const ModelWeights& w = Weights(model);
+  const ModelConfig& c = w.config;
   kv::CacheSpec spec;
   spec.num_layers = c.num_layers;
   spec.num_kv_heads = c.num_kv_heads;
@@ -53,7 +72,7 @@ std::map<std::pair<int, int>, std::vector<float>> RunPlan(const Geometry& g, int
   spec.dtype = g.dtype;
   spec.layout = g.layout;
   spec.block_size_kernel = g.block_size_kernel;
-  const int32_t per_seq = (128 + g.block_size_kernel - 1) / g.block_size_kernel;
+  const int32_t per_seq = (kLongest + g.block_size_kernel - 1) / g.block_size_kernel;
   spec.num_blocks_kernel = per_seq * static_cast<int32_t>(prompts.size()) + 3;
   auto cache = kv::KvCache::Allocate(spec);
   EXPECT_TRUE(cache.ok()) << cache.status();
@@ -67,9 +86,9 @@ std::map<std::pair<int, int>, std::vector<float>> RunPlan(const Geometry& g, int
     }
   }
   ThreadPool pool(threads);
-  ModelRunner runner(&Tiny(), cache->get(), 256, &pool);
+  ModelRunner runner(&w, cache->get(), kLongest, &pool);
   std::vector<int> done(prompts.size(), 0);
-  std::map<std::pair<int, int>, std::vector<float>> result;
+  PlanLogits result;
   std::vector<float> logits;
   for (const Step& step : plan) {
     std::vector<ForwardChunk> chunks;
@@ -97,14 +116,16 @@ int Len(int s) { return static_cast<int>(Prompts()[s].size()); }
 
 Plan Alone(int s) { return {{{s, Len(s)}}}; }
 Plan AllBatched() { return {{{0, Len(0)}, {1, Len(1)}, {2, Len(2)}}}; }
-Plan Chunked(int chunk) {
+// Chunks of `chunk` tokens, plus `spread` more per sequence index (chunk sizes differ between
+// the sequences of a batch unless spread is 0).
+Plan Chunked(int chunk, int spread = 1) {
   Plan plan;
   std::vector<int> done = {0, 0, 0};
   for (bool more = true; more;) {
     more = false;
     Step step;
     for (int s = 0; s < 3; ++s) {
-      const int n = std::min(chunk + s, Len(s) - done[s]);  // different sizes per sequence
+      const int n = std::min(chunk + spread * s, Len(s) - done[s]);
       if (n > 0) {
         step.push_back({s, n});
         done[s] += n;
@@ -116,73 +137,99 @@ Plan Chunked(int chunk) {
   return plan;
 }
 
-// Logits at each sequence's last prompt position.
-std::vector<std::vector<float>> Finals(const std::map<std::pair<int, int>, std::vector<float>>& m) {
-  std::vector<std::vector<float>> out;
-  for (int s = 0; s < 3; ++s) out.push_back(m.at({s, Len(s) - 1}));
-  return out;
+// All sequences prefilled together but for their last kDecodeSteps tokens (at least one token
+// each), then batched steps of one token per sequence, as decoding runs: sequence 0 decodes
+// positions 380..391, across 384; sequence 2 decodes 51..62.
+Plan PrefillThenDecode() {
+  Plan plan(1);
+  std::vector<int> left(3);
+  for (int s = 0; s < 3; ++s) {
+    const int prefill = std::max(1, Len(s) - kDecodeSteps);
+    plan[0].push_back({s, prefill});
+    left[s] = Len(s) - prefill;
+  }
+  for (int i = 0; i < kDecodeSteps; ++i) {
+    Step step;
+    for (int s = 0; s < 3; ++s) {
+      if (left[s]-- > 0) step.push_back({s, 1});
+    }
+    plan.push_back(step);
+  }
+  return plan;
 }
 
-void ExpectSame(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b,
-                const std::string& what) {
-  for (int s = 0; s < 3; ++s) {
-    ASSERT_EQ(a[s].size(), b[s].size());
-    EXPECT_EQ(0, std::memcmp(a[s].data(), b[s].data(), a[s].size() * 4))
-        << what << ", sequence " << s;
+// Wherever `got` has logits, they are bit for bit those of `expected` at the same position.
+void ExpectSame(const PlanLogits& expected, const PlanLogits& got, const std::string& what) {
+  ASSERT_FALSE(got.empty()) << what;
+  for (const auto& [key, row] : got) {
+    const std::vector<float>& want = expected.at(key);
+    ASSERT_EQ(want.size(), row.size()) << what;
+    EXPECT_EQ(0, std::memcmp(want.data(), row.data(), row.size() * 4))
+        << what << ", sequence " << key.first << ", position " << key.second;
   }
 }
 
-class InvarianceTest : public ::testing::TestWithParam<kv::DType> {};
+std::string Describe(const Geometry& g, int threads) {
+  return "kernel block " + std::to_string(g.block_size_kernel) + " " +
+         std::string(kv::LayoutName(g.layout)) + " threads " + std::to_string(threads);
+}
+
+class InvarianceTest : public ::testing::TestWithParam<std::tuple<std::string, kv::DType>> {};
 
 TEST_P(InvarianceTest, LogitsBitIdenticalAcrossBatchChunkingGeometryAndThreads) {
-  const kv::DType dtype = GetParam();
+  const auto& [model, dtype] = GetParam();
   const Geometry base{16, kv::Layout::kNHD, dtype};
-  // Baseline: each sequence alone, whole prompt in one pass, one thread.
-  std::vector<std::vector<float>> expected;
-  for (int s = 0; s < 3; ++s) expected.push_back(RunPlan(base, 1, Alone(s)).at({s, Len(s) - 1}));
+  // Baseline: token by token, which gives the logits of every position.
+  const PlanLogits expected = RunPlan(model, base, 1, Chunked(1, /*spread=*/0));
 
-  // (a) batched with sequences of other lengths.
-  ExpectSame(expected, Finals(RunPlan(base, 1, AllBatched())), "batched");
+  // (a) each sequence alone and whole, and batched with sequences of other lengths.
+  for (int s = 0; s < 3; ++s) ExpectSame(expected, RunPlan(model, base, 1, Alone(s)), "alone");
+  ExpectSame(expected, RunPlan(model, base, 1, AllBatched()), "batched");
   // (b) chunked prefill, several chunk sizes, mixed batches.
   for (int chunk : {1, 5, 16, 23}) {
-    ExpectSame(expected, Finals(RunPlan(base, 1, Chunked(chunk))),
-               "chunk " + std::to_string(chunk));
+    ExpectSame(expected, RunPlan(model, base, 1, Chunked(chunk)), "chunk " + std::to_string(chunk));
   }
-  // (c) kernel block sizes and layouts, (e) threads: batched and chunked.
+  // (c) kernel block sizes and layouts, (e) threads: batched prefill, chunked prefill, and
+  // decode steps across a kernel block boundary.
   for (int32_t bs : {16, 32, 64, 128}) {
     for (kv::Layout layout : {kv::Layout::kNHD, kv::Layout::kHND}) {
       for (int threads : {1, 2}) {
         const Geometry g{bs, layout, dtype};
-        const std::string what = "bs " + std::to_string(bs) + " layout " +
-                                 std::to_string(int(layout)) + " threads " +
-                                 std::to_string(threads);
-        ExpectSame(expected, Finals(RunPlan(g, threads, AllBatched())), what);
-        ExpectSame(expected, Finals(RunPlan(g, threads, Chunked(7))), what + " chunked");
+        const std::string what = Describe(g, threads);
+        ExpectSame(expected, RunPlan(model, g, threads, AllBatched()), what);
+        ExpectSame(expected, RunPlan(model, g, threads, Chunked(7)), what + " chunked");
+        ExpectSame(expected, RunPlan(model, g, threads, PrefillThenDecode()), what + " decode");
       }
     }
   }
-  // (d) token by token: every intermediate position also matches a whole prefill of that prefix.
-  const auto by_token = RunPlan(base, 2, Chunked(1));
-  ExpectSame(expected, Finals(by_token), "token by token");
-  for (int p : {0, 3, 17}) {
-    Plan prefix = {{{0, p + 1}}};
-    const auto whole = RunPlan(Geometry{64, kv::Layout::kHND, dtype}, 2, prefix);
-    EXPECT_EQ(0, std::memcmp(whole.at({0, p}).data(), by_token.at({0, p}).data(),
-                             whole.at({0, p}).size() * 4))
-        << "prefix " << p;
+  // (d) a whole prefill of a prefix ending on either side of kernel block boundaries equals the
+  // token-by-token logits at that position.
+  for (int p : {0, 3, 17, 63, 64, 127, 128, 300}) {
+    const Plan prefix = {{{0, p + 1}}};
+    ExpectSame(expected, RunPlan(model, Geometry{64, kv::Layout::kHND, dtype}, 2, prefix),
+               "prefix " + std::to_string(p));
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Dtypes, InvarianceTest,
-                         ::testing::Values(kv::DType::kF32, kv::DType::kF16, kv::DType::kBF16));
+INSTANTIATE_TEST_SUITE_P(ModelsAndDtypes, InvarianceTest,
+                         ::testing::Combine(::testing::Values("tiny", "tiny-odd"),
+                                            ::testing::Values(kv::DType::kF32, kv::DType::kF16,
+                                                              kv::DType::kBF16)),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param) + "_" +
+                                              std::string(kv::DTypeName(std::get<1>(info.param)));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 TEST(InvarianceTest, DtypesActuallyDiffer) {
   // Guards against a storage path that silently ignores the dtype.
   const Geometry f32{16, kv::Layout::kNHD, kv::DType::kF32};
   const Geometry bf16{16, kv::Layout::kNHD, kv::DType::kBF16};
-  const auto a = Finals(RunPlan(f32, 1, AllBatched()));
-  const auto b = Finals(RunPlan(bf16, 1, AllBatched()));
-  EXPECT_NE(0, std::memcmp(a[0].data(), b[0].data(), a[0].size() * 4));
+  const PlanLogits a = RunPlan("tiny", f32, 1, AllBatched());
+  const PlanLogits b = RunPlan("tiny", bf16, 1, AllBatched());
+  EXPECT_NE(0, std::memcmp(a.at({0, Len(0) - 1}).data(), b.at({0, Len(0) - 1}).data(),
+                           a.at({0, Len(0) - 1}).size() * 4));
 }
 
 }  // namespace

@@ -73,8 +73,25 @@ StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
     c.weight_seed = 0x736d616c6cull;  // "small"
     return c;
   }
+  if (name == "tiny-odd") {
+    // No width is a multiple of 8, so every kernel runs its tail code inside a real forward
+    // pass: dot lengths 99, 132, 261, 22 leave 3, 4, 5, 6 elements after the 8-lane part;
+    // matmul widths 99, 522, 263 leave 3, 2, 3 columns after the 4-column tiles; half a head
+    // (11) is odd for RoPE. Vocab 263: the tokenizer's 260 ids plus 3 it never produces.
+    c.name = "tiny-odd";
+    c.vocab_size = Tokenizer::kVocabSize + 3;
+    c.hidden_dim = 99;
+    c.num_layers = 3;
+    c.num_heads = 6;
+    c.num_kv_heads = 2;
+    c.head_dim = 22;
+    c.ffn_dim = 261;
+    c.max_position = 4096;
+    c.weight_seed = 0x6f6464ull;  // "odd"
+    return c;
+  }
   return NotFoundError("unknown built-in model '" + std::string(name) +
-                       "' (known: tiny, small; or a path to a checkpoint file)");
+                       "' (known: tiny, small, tiny-odd; or a path to a checkpoint file)");
 }
 
 }  // namespace kvferry::engine

@@ -46,7 +46,7 @@ enum class KvLoadFailurePolicy : uint8_t {
 StatusOr<KvLoadFailurePolicy> ParseKvLoadFailurePolicy(std::string_view name);  // recompute|fail
 
 struct EngineConfig {
-  std::string model = "tiny";  // built-in name ("tiny" | "small") or path to a checkpoint
+  std::string model = "tiny";  // built-in ("tiny", "small", "tiny-odd") or checkpoint path
   int32_t block_size = 16;     // LOGICAL block size in tokens (scheduler, prefix cache, wire)
   std::string attention_backend = "paged";  // "flash" (kernel 16/32/64) | "paged" (x16)
   kv::Layout kv_cache_layout = kv::Layout::kNHD;
