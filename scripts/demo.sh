@@ -4,7 +4,9 @@
 # of varied prompts through the proxy (P -> D) and to the colocated instance, prints the transfer
 # statistics and TTFT / inter-token latency of both ways, and ends with
 #   PD == colocated: N/N identical
-# Exits non-zero on any mismatch or failure; stops every process it started.
+# Exits non-zero on any mismatch or failure, and when any request's KV was not pulled (a
+# fallback to recompute gives the same output, so equal output alone proves nothing); stops
+# every process it started.
 #
 # usage: scripts/demo.sh [path/to/kvferry]      (make demo passes build/bin/kvferry)
 set -euo pipefail
@@ -92,10 +94,28 @@ printf 'P leases           granted %s, released by D %s, expired %s; blocks held
   "$(metric "$P_PORT" 'kvferry:kv_leases_total{event="expired"}')" \
   "$(metric "$P_PORT" 'kvferry:kv_blocks{state="held_for_transfer"}')"
 
+
+# Every request's KV must have come from P: one pull (or, when D already held it, a
+# notification) per request, and no fallback of any kind on D or staging failure on P.
+FALLBACKS=0
+for kind in handshake transfer deadline generation; do
+  n=$(metric "$D_PORT" "kvferry:kv_transfer_failures_total{kind=\"$kind\"}")
+  FALLBACKS=$(awk -v a="$FALLBACKS" -v b="${n:-1}" 'BEGIN { print a + b }')
+done
+STAGE_FAILURES=$(metric "$P_PORT" kvferry:kv_stage_failures_total)
+PULLED=$(awk -v a="$(metric "$D_PORT" kvferry:kv_transfers_total)" \
+  -v b="$(metric "$D_PORT" kvferry:kv_notify_only_total)" 'BEGIN { print a + b }')
+printf 'requests pulled    %s of %s (fallbacks %s, P staging failures %s)\n' \
+  "$PULLED" "$NUM_PROMPTS" "$FALLBACKS" "${STAGE_FAILURES:-?}"
+
 stop_all
 TOTAL=$(wc -l <"$WORK/colocated.jsonl")
 SAME=$(awk 'NR == FNR { a[FNR] = $0; next } ($0 == a[FNR] && $0 ~ /"ok":true/) { n++ } END { print n + 0 }' \
   "$WORK/pd.jsonl" "$WORK/colocated.jsonl")
 echo
 echo "PD == colocated: $SAME/$TOTAL identical"
+if [ "$PULLED" != "$NUM_PROMPTS" ] || [ "$FALLBACKS" != 0 ] || [ "${STAGE_FAILURES:-1}" != 0 ]; then
+  echo "demo: not every request's KV was pulled from P (see the transfer statistics)" >&2
+  exit 1
+fi
 [ "$SAME" = "$TOTAL" ] && [ "$TOTAL" -gt 0 ]

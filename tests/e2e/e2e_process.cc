@@ -127,6 +127,7 @@ std::optional<nlohmann::json> Post(int port, const std::string& path, const nloh
     std::string text;
     nlohmann::json ids = nlohmann::json::array(), lps = nlohmann::json::array();
     std::string finish;
+    nlohmann::json kv_load;  // on the final chunk
     size_t pos = 0;
     while ((pos = r->body.find("data: ", pos)) != std::string::npos) {
       const size_t end = r->body.find("\n\n", pos);
@@ -142,12 +143,14 @@ std::optional<nlohmann::json> Post(int port, const std::string& path, const nloh
         for (const auto& lp : ch["logprobs"]["token_logprobs"]) lps.push_back(lp);
       }
       if (ch["finish_reason"].is_string()) finish = ch["finish_reason"];
+      if (ev.contains("kv_load")) kv_load = ev["kv_load"];
     }
     out = {{"choices",
             {{{"text", text},
               {"token_ids", ids},
               {"logprobs", {{"token_logprobs", lps}}},
               {"finish_reason", finish}}}}};
+    if (!kv_load.is_null()) out["kv_load"] = kv_load;
   } else {
     out = nlohmann::json::parse(r->body, nullptr, false);
     if (out.is_discarded()) out = {{"raw", r->body}};

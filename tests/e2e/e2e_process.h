@@ -48,7 +48,8 @@ class KvferryProcess {
 
 // POSTs `body` to 127.0.0.1:port `path`. Returns the parsed JSON answer with "_status" added,
 // or nullopt when the connection failed. With "stream": true, the server-sent events are
-// folded into one completion-shaped object: choices[0].text, token_ids, logprobs.token_logprobs.
+// folded into one completion-shaped object: choices[0].text, token_ids, logprobs.token_logprobs,
+// and the final chunk's "kv_load" when it has one.
 std::optional<nlohmann::json> Post(int port, const std::string& path, const nlohmann::json& body,
                                    int timeout_s = 60);
 

@@ -28,8 +28,10 @@ struct Geometry {
 };
 
 // `transfer`: the transfer backend of kv_connector_extra_config ("ucx" or "socket").
+// `extra`: more serve flags (model, KV dtype).
 std::vector<std::string> ServeArgs(const Geometry& g, const std::string& engine_id,
-                                   bool host_buffer, const std::string& transfer = "ucx") {
+                                   bool host_buffer, const std::string& transfer = "ucx",
+                                   const std::vector<std::string>& extra = {}) {
   json kv = {
       {"kv_connector", "FerryConnector"},
       {"kv_role", "kv_both"},
@@ -37,19 +39,21 @@ std::vector<std::string> ServeArgs(const Geometry& g, const std::string& engine_
       {"kv_connector_extra_config",
        {{"side_channel_host", "127.0.0.1"}, {"side_channel_port", 0}, {"backend", transfer}}}};
   if (host_buffer) kv["kv_buffer_device"] = "cpu";
-  return {"serve",
-          "--port",
-          "0",
-          "--threads",
-          "1",
-          "--block-size",
-          std::to_string(g.block_size),
-          "--attention-backend",
-          g.backend,
-          "--kv-cache-layout",
-          g.layout,
-          "--kv-transfer-config",
-          kv.dump()};
+  std::vector<std::string> args = {"serve",
+                                   "--port",
+                                   "0",
+                                   "--threads",
+                                   "1",
+                                   "--block-size",
+                                   std::to_string(g.block_size),
+                                   "--attention-backend",
+                                   g.backend,
+                                   "--kv-cache-layout",
+                                   g.layout,
+                                   "--kv-transfer-config",
+                                   kv.dump()};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return args;
 }
 
 // Deterministic printable prompt of `len` bytes; prompts with the same seed share prefixes.
@@ -65,6 +69,28 @@ json Request(const std::string& prompt, int max_tokens, bool stream = false) {
   return {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
           {"logprobs", 0},    {"return_token_ids", true}, {"ignore_eos", true},
           {"stream", stream}};
+}
+
+// The answer's prompt KV really came from P (a recompute gives the same tokens, so equal output
+// alone proves nothing): every token D did not hold itself, except the last prompt token (which
+// D computes for its logits), was pulled. `prompt_tokens` < 0: take it from the usage.
+void ExpectPulled(const json& answer, int64_t prompt_tokens = -1) {
+  ASSERT_TRUE(answer.contains("kv_load")) << answer.dump();
+  const json& kl = answer["kv_load"];
+  EXPECT_EQ(kl["outcome"], "pulled") << kl.dump();
+  if (prompt_tokens < 0) prompt_tokens = answer["usage"]["prompt_tokens"].get<int64_t>();
+  EXPECT_EQ(kl["local_hit_tokens"].get<int64_t>() + kl["pulled_tokens"].get<int64_t>(),
+            prompt_tokens - 1)
+      << kl.dump();
+  EXPECT_GT(kl["pulled_bytes"].get<int64_t>(), 0) << kl.dump();
+}
+
+double SumOfFallbacks(int port) {
+  double sum = 0;
+  for (const char* kind : {"handshake", "transfer", "deadline", "generation"}) {
+    sum += Metric(port, std::string("kvferry:kv_transfer_failures_total{kind=\"") + kind + "\"}");
+  }
+  return sum;
 }
 
 // What must be equal: the tokens and their logprobs (and hence the text).
@@ -92,11 +118,11 @@ class PdAccuracyTest : public ::testing::Test {
     delete log_dir_;
   }
 
-  // The colocated reference answer for `body` (cached).
-  json Reference(const json& body) {
+  // The colocated reference answer for `body`, from `instance` (default: the fixture's).
+  json Reference(const json& body, KvferryProcess* instance = nullptr) {
     json b = body;
     b["stream"] = false;
-    auto r = Post(colocated_->port(), "/v1/completions", b);
+    auto r = Post((instance != nullptr ? instance : colocated_)->port(), "/v1/completions", b);
     EXPECT_TRUE(r.has_value());
     EXPECT_EQ((*r)["_status"], 200) << r->dump();
     return Essence(*r);
@@ -108,14 +134,15 @@ class PdAccuracyTest : public ::testing::Test {
     std::string error() const { return p->error() + d->error() + proxy->error(); }
   };
   Deployment Start(const Geometry& pg, const Geometry& dg, bool host_buffer, const char* tag,
-                   const std::string& transfer = "ucx") {
+                   const std::string& transfer = "ucx",
+                   const std::vector<std::string>& extra = {}) {
     Deployment dep;
     dep.p = std::make_unique<KvferryProcess>(
-        std::string(tag) + "-p", ServeArgs(pg, std::string(tag) + "-p", host_buffer, transfer),
-        *log_dir_);
+        std::string(tag) + "-p",
+        ServeArgs(pg, std::string(tag) + "-p", host_buffer, transfer, extra), *log_dir_);
     dep.d = std::make_unique<KvferryProcess>(
-        std::string(tag) + "-d", ServeArgs(dg, std::string(tag) + "-d", host_buffer, transfer),
-        *log_dir_);
+        std::string(tag) + "-d",
+        ServeArgs(dg, std::string(tag) + "-d", host_buffer, transfer, extra), *log_dir_);
     if (!dep.p->ok() || !dep.d->ok()) {
       dep.proxy = std::make_unique<KvferryProcess>("none", std::vector<std::string>{"version"},
                                                    *log_dir_, 1);
@@ -129,8 +156,10 @@ class PdAccuracyTest : public ::testing::Test {
     return dep;
   }
 
-  // Sends every body through the proxy concurrently and compares with the reference.
-  void ExpectPdEqualsColocated(const Deployment& dep, const std::vector<json>& bodies) {
+  // Sends every body through the proxy concurrently and compares with the reference (from
+  // `reference`, default the fixture's colocated `tiny`); each answer must have been pulled.
+  void ExpectPdEqualsColocated(const Deployment& dep, const std::vector<json>& bodies,
+                               KvferryProcess* reference = nullptr) {
     std::vector<std::optional<json>> answers(bodies.size());
     std::vector<std::thread> threads;
     for (size_t i = 0; i < bodies.size(); ++i) {
@@ -141,8 +170,9 @@ class PdAccuracyTest : public ::testing::Test {
     for (size_t i = 0; i < bodies.size(); ++i) {
       ASSERT_TRUE(answers[i].has_value()) << "request " << i << " got no answer";
       ASSERT_EQ((*answers[i])["_status"], 200) << answers[i]->dump();
-      EXPECT_EQ(Essence(*answers[i]), Reference(bodies[i]))
+      EXPECT_EQ(Essence(*answers[i]), Reference(bodies[i], reference))
           << "prompt of " << bodies[i]["prompt"].get<std::string>().size() << " bytes";
+      ExpectPulled(*answers[i]);
     }
   }
 
@@ -190,9 +220,12 @@ TEST_P(PdMatrixTest, ProxyOutputEqualsColocated) {
   const MatrixCase& c = GetParam();
   Deployment dep = Start(c.p, c.d, c.host_buffer, c.name, c.transfer);
   ASSERT_TRUE(dep.ok()) << dep.error();
-  ExpectPdEqualsColocated(dep, MatrixBodies());
-  EXPECT_GT(Metric(dep.d->port(), "kvferry:kv_transfers_total"), 0);
-  EXPECT_EQ(Metric(dep.d->port(), "kvferry:kv_transfer_failures_total{kind=\"transfer\"}"), 0);
+  const std::vector<json> bodies = MatrixBodies();
+  ExpectPdEqualsColocated(dep, bodies);
+  // One pull per request and no fallback of any kind (a fallback also gives the exact output).
+  EXPECT_EQ(Metric(dep.d->port(), "kvferry:kv_transfers_total"), bodies.size());
+  EXPECT_EQ(SumOfFallbacks(dep.d->port()), 0);
+  EXPECT_EQ(Metric(dep.p->port(), "kvferry:kv_stage_failures_total"), 0);
   ExpectNoBlocksLeft(dep);
   EXPECT_TRUE(dep.proxy->Stop());
   EXPECT_TRUE(dep.d->Stop());
@@ -226,13 +259,33 @@ TEST_F(PdAccuracyTest, EdgeCasesPrefixHitsStreamingAndConcurrency) {
   // 1. A prompt shorter than one block of P.
   ExpectPdEqualsColocated(dep, {Request("Hi", 10)});
 
-  // 2. A full prefix-cache hit on D: prime D directly, then go through the proxy.
-  const json full = Request(Prompt(300, 7), 10);
+  // 2. A full prefix-cache hit on D: prime D directly, then go through the proxy. 288 bytes
+  // + <bos> = 289 tokens: D's 9 cached blocks of 32 hold every token but the last, which D
+  // computes itself, so nothing is read and P is only told to free its blocks.
+  const json full = Request(Prompt(288, 7), 10);
   auto primed = Post(dep.d->port(), "/v1/completions", full);
   ASSERT_TRUE(primed.has_value());
   ASSERT_EQ((*primed)["_status"], 200);
   EXPECT_EQ(Essence(*primed), Reference(full));
-  ExpectPdEqualsColocated(dep, {full});
+  const double released_before =
+      Metric(dep.p->port(), "kvferry:kv_leases_total{event=\"released_by_notification\"}");
+  const double bytes_before = Metric(dep.d->port(), "kvferry:kv_transfer_bytes_total");
+  auto hit = Post(dep.proxy->port(), "/v1/completions", full);
+  ASSERT_TRUE(hit.has_value());
+  ASSERT_EQ((*hit)["_status"], 200) << hit->dump();
+  EXPECT_EQ(Essence(*hit), Reference(full));
+  EXPECT_EQ((*hit)["kv_load"]["outcome"], "notify_only") << hit->dump();
+  EXPECT_EQ((*hit)["kv_load"]["local_hit_tokens"], 288);
+  EXPECT_EQ((*hit)["kv_load"]["pulled_bytes"], 0);
+  EXPECT_EQ(Metric(dep.d->port(), "kvferry:kv_transfer_bytes_total"), bytes_before);
+  const auto release_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (Metric(dep.p->port(), "kvferry:kv_leases_total{event=\"released_by_notification\"}") <
+             released_before + 1 &&
+         std::chrono::steady_clock::now() < release_deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(Metric(dep.p->port(), "kvferry:kv_leases_total{event=\"released_by_notification\"}"),
+            released_before + 1);
 
   // 3. A partial prefix hit on D: a longer prompt sharing D's cached prefix.
   const json shorter = Request(Prompt(160, 9), 4);
@@ -244,6 +297,7 @@ TEST_F(PdAccuracyTest, EdgeCasesPrefixHitsStreamingAndConcurrency) {
   auto streamed = Post(dep.proxy->port(), "/v1/completions", Request(Prompt(250, 11), 12, true));
   ASSERT_TRUE(streamed.has_value());
   EXPECT_EQ(Essence(*streamed), Reference(Request(Prompt(250, 11), 12)));
+  ExpectPulled(*streamed, 251);
 
   // 5. Concurrent requests, some sharing prefixes with each other.
   std::vector<json> many;
@@ -260,6 +314,7 @@ TEST_F(PdAccuracyTest, EdgeCasesPrefixHitsStreamingAndConcurrency) {
   auto pd_chat = Post(dep.proxy->port(), "/v1/chat/completions", chat);
   auto co_chat = Post(colocated_->port(), "/v1/chat/completions", chat);
   ASSERT_TRUE(pd_chat.has_value() && co_chat.has_value());
+  ExpectPulled(*pd_chat);
   EXPECT_EQ((*pd_chat)["choices"][0]["message"], (*co_chat)["choices"][0]["message"]);
   EXPECT_EQ((*pd_chat)["choices"][0]["logprobs"], (*co_chat)["choices"][0]["logprobs"]);
 
@@ -286,10 +341,38 @@ TEST_F(PdAccuracyTest, EdgeCasesPrefixHitsStreamingAndConcurrency) {
     EXPECT_EQ(Metric(dep.d->port(), aborted), 1);
   }
 
+  EXPECT_EQ(SumOfFallbacks(dep.d->port()), 0);
   ExpectNoBlocksLeft(dep);
   EXPECT_TRUE(dep.proxy->Stop());
   EXPECT_TRUE(dep.d->Stop());
   EXPECT_TRUE(dep.p->Stop());
+}
+
+// The `small` built-in model with f16 KV on both sides, prompts crossing kernel blocks of 64 and
+// 128, and seeded sampling, against a colocated `small` f16 instance.
+TEST_F(PdAccuracyTest, SmallModelF16KvAndSeededSampling) {
+  const std::vector<std::string> extra = {"--model", "small", "--kv-cache-dtype", "f16"};
+  KvferryProcess reference(
+      "small-colocated",
+      {"serve", "--port", "0", "--threads", "1", "--model", "small", "--kv-cache-dtype", "f16"},
+      *log_dir_);
+  ASSERT_TRUE(reference.ok()) << reference.error();
+  Deployment dep = Start({128, "flash", "NHD"}, {64, "paged", "HND"}, false, "small", "ucx", extra);
+  ASSERT_TRUE(dep.ok()) << dep.error();
+  std::vector<json> bodies = {Request(Prompt(40, 61), 6), Request(Prompt(330, 62), 6)};
+  json seeded = Request(Prompt(300, 63), 12);
+  seeded["temperature"] = 0.9;
+  seeded["top_p"] = 0.95;
+  seeded["top_k"] = 50;
+  seeded["seed"] = 77;
+  bodies.push_back(seeded);
+  ExpectPdEqualsColocated(dep, bodies, &reference);
+  EXPECT_EQ(SumOfFallbacks(dep.d->port()), 0);
+  ExpectNoBlocksLeft(dep);
+  EXPECT_TRUE(dep.proxy->Stop());
+  EXPECT_TRUE(dep.d->Stop());
+  EXPECT_TRUE(dep.p->Stop());
+  EXPECT_TRUE(reference.Stop());
 }
 
 // An unreachable decode instance is a clear error within the deadline, and P frees its lease.
