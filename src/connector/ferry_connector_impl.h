@@ -96,7 +96,6 @@ struct RecvState {
   LoadSpec spec;
   Phase phase = Phase::kWaitHandshake;
   PullPlan plan;
-  kv::CacheSpec remote_spec;  // P's cache (host buffer) geometry, from the handshake
   std::vector<kv::LogicalBlockId> invalid_on_failure;  // D's logical blocks of the pulled range
   std::vector<uint64_t> expected_generations;          // per plan.remote_logical_blocks
   // Registered scratch: staging slots (staged pulls) then one uint64 per remote logical block.

@@ -79,7 +79,7 @@ struct Side {
     auto slot = geometry->KernelSlotOfToken(ids, t);
     EXPECT_TRUE(slot.ok());
     return reinterpret_cast<uint32_t*>(cache->region(region).base) +
-           cache->spec().ElementOffset(slot->block.value(), slot->token_in_block, head);
+           cache->spec().ElementOffset(slot->block, slot->token_in_block, head);
   }
   void Fill(uint32_t salt, std::span<const LogicalBlockId> ids, int64_t begin, int64_t end) {
     for (int32_t r = 0; r < cache->num_regions(); ++r)

@@ -175,7 +175,6 @@ Status FerryConnectorImpl::StartPull(RecvState& r, PeerEntry& peer) {
   req.token_begin = r.spec.num_local_computed_tokens;
   req.token_end = int64_t{r.spec.num_local_computed_tokens} + r.spec.num_external_tokens;
   KVF_ASSIGN_OR_RETURN(r.plan, PlanPull(req));
-  r.remote_spec = req.remote.spec;
 
   const size_t n_gens = r.plan.remote_logical_blocks.size();
   const auto& gens = r.spec.remote.remote_block_generations;
@@ -187,8 +186,8 @@ Status FerryConnectorImpl::StartPull(RecvState& r, PeerEntry& peer) {
   if (!gens.empty()) {
     for (int32_t index : r.plan.remote_logical_index) r.expected_generations.push_back(gens[index]);
   }
-  const uint64_t staging_bytes = static_cast<uint64_t>(r.plan.num_staging_slots) *
-                                 r.plan.num_regions * r.plan.bytes_per_kernel_block_remote;
+  const kv::CacheSpec staging = r.plan.StagingSpec();
+  const uint64_t staging_bytes = staging.region_bytes() * staging.num_regions();
   r.generations_offset = (staging_bytes + 7) / 8 * 8;
   r.scratch_bytes = r.generations_offset + n_gens * sizeof(uint64_t);
   r.scratch.reset(new std::byte[r.scratch_bytes]());
@@ -295,8 +294,7 @@ Status FerryConnectorImpl::Advance(RecvState& r, bool* finished) {
         }
       }
       if (!r.plan.direct) {
-        kv::CacheSpec staged = r.remote_spec;
-        staged.num_blocks_kernel = r.plan.num_staging_slots;
+        const kv::CacheSpec staged = r.plan.StagingSpec();
         kv::KvSourceView src{staged, {}, r.plan.staging_block_table};
         for (int32_t reg = 0; reg < staged.num_regions(); ++reg) {
           src.regions.push_back(r.scratch.get() + reg * staged.region_bytes());

@@ -29,10 +29,17 @@ Status CheckIds(std::span<const kv::LogicalBlockId> ids, int64_t needed, int32_t
 
 }  // namespace
 
+kv::CacheSpec PullPlan::StagingSpec() const {
+  kv::CacheSpec staging = remote_spec;
+  staging.num_blocks_kernel = num_staging_slots;
+  return staging;
+}
+
 uint64_t PullPlan::total_bytes() const {
-  uint64_t blocks = 0;
-  for (const KernelRun& r : runs) blocks += static_cast<uint64_t>(r.count);
-  return blocks * static_cast<uint64_t>(num_regions) * bytes_per_kernel_block_remote;
+  uint64_t bytes = 0;
+  for (const KernelRun& r : runs)
+    bytes += remote_spec.KernelBlockBytes(r.remote_first, r.count).length;
+  return bytes * static_cast<uint64_t>(remote_spec.num_regions());
 }
 
 std::vector<kv::LogicalBlockId> LocalBlocksForTokens(std::span<const kv::LogicalBlockId> ids,
@@ -73,8 +80,8 @@ StatusOr<PullPlan> PlanPull(const PullRequest& req) {
   PullPlan plan;
   plan.token_begin = req.token_begin;
   plan.token_end = req.token_end;
-  plan.num_regions = rs.num_regions();
-  plan.bytes_per_kernel_block_remote = rs.bytes_per_kernel_block();
+  plan.remote_spec = rs;
+  plan.local_spec = ls;
   plan.local_logical_blocks = LocalBlocksForTokens(
       req.local_block_ids, req.local.block_size_logical, req.token_begin, req.token_end);
   if (req.token_end == req.token_begin) return plan;  // full prefix hit: notification only
@@ -88,21 +95,17 @@ StatusOr<PullPlan> PlanPull(const PullRequest& req) {
   for (int64_t c = first_chunk; c < end_chunk; ++c) {
     KVF_ASSIGN_OR_RETURN(kv::KernelBlockId remote,
                          rg.KernelBlockOfToken(req.remote_block_ids, c * kp));
-    int32_t local_id = 0;
+    kv::KernelBlockId local(static_cast<int32_t>(plan.remote_kernel_blocks.size()));  // slot
     if (plan.direct) {
-      KVF_ASSIGN_OR_RETURN(kv::KernelBlockId local,
-                           lg.KernelBlockOfToken(req.local_block_ids, c * kp));
-      local_id = local.value();
-    } else {
-      local_id = static_cast<int32_t>(plan.remote_kernel_blocks.size());  // staging slot
+      KVF_ASSIGN_OR_RETURN(local, lg.KernelBlockOfToken(req.local_block_ids, c * kp));
     }
     plan.remote_kernel_blocks.push_back(remote);
     KernelRun* last = plan.runs.empty() ? nullptr : &plan.runs.back();
-    if (last != nullptr && last->remote_first + last->count == remote.value() &&
-        last->local_first + last->count == local_id) {
+    if (last != nullptr && last->remote_first.value() + last->count == remote.value() &&
+        last->local_first.value() + last->count == local.value()) {
       ++last->count;
     } else {
-      plan.runs.push_back({remote.value(), local_id, 1});
+      plan.runs.push_back({remote, local, 1});
     }
   }
   if (!plan.direct) {
@@ -124,20 +127,22 @@ DescriptorPair BuildDescriptors(const PullPlan& plan,
                                 std::span<const transfer::RegionHandle> remote_regions,
                                 std::span<const transfer::RegionHandle> local_regions) {
   DescriptorPair out;
-  const uint64_t bpkb = plan.bytes_per_kernel_block_remote;
-  const uint64_t slots = static_cast<uint64_t>(plan.num_staging_slots);
+  const kv::CacheSpec staging = plan.StagingSpec();
   out.local.reserve(plan.num_descriptors());
   out.remote.reserve(plan.num_descriptors());
-  for (int32_t r = 0; r < plan.num_regions; ++r) {
+  for (int32_t r = 0; r < plan.remote_spec.num_regions(); ++r) {
     for (const KernelRun& run : plan.runs) {
-      uint64_t len = static_cast<uint64_t>(run.count) * bpkb;
-      out.remote.push_back(
-          {remote_regions[r], static_cast<uint64_t>(run.remote_first) * bpkb, len});
+      const kv::CacheSpec::ByteRange src =
+          plan.remote_spec.KernelBlockBytes(run.remote_first, run.count);
+      out.remote.push_back({remote_regions[r], src.offset, src.length});
       if (plan.direct) {
-        out.local.push_back({local_regions[r], static_cast<uint64_t>(run.local_first) * bpkb, len});
+        const kv::CacheSpec::ByteRange dst =
+            plan.local_spec.KernelBlockBytes(run.local_first, run.count);
+        out.local.push_back({local_regions[r], dst.offset, dst.length});
       } else {
+        const kv::CacheSpec::ByteRange dst = staging.KernelBlockBytes(run.local_first, run.count);
         out.local.push_back(
-            {local_regions[0], (r * slots + static_cast<uint64_t>(run.local_first)) * bpkb, len});
+            {local_regions[0], r * staging.region_bytes() + dst.offset, dst.length});
       }
     }
   }

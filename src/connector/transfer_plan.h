@@ -45,11 +45,13 @@ struct PullRequest {
   int64_t token_end = 0;                                 // token_begin + num_external_tokens
 };
 
-// A run of `count` kernel blocks: remote [remote_first, +count) -> local [local_first, +count)
-// (local = D kernel block ids when direct, staging slots when staged).
+// A run of `count` kernel blocks: remote [remote_first, +count) -> local [local_first, +count).
+// Both are KERNEL ids (a logical id here does not compile): P's kernel blocks, and D's when
+// direct, or the staging buffer's slots when staged (the staging buffer is a cache of P's
+// geometry with num_staging_slots kernel blocks, PullPlan::StagingSpec()).
 struct KernelRun {
-  int32_t remote_first = 0;
-  int32_t local_first = 0;
+  kv::KernelBlockId remote_first;
+  kv::KernelBlockId local_first;
   int32_t count = 0;
   friend bool operator==(const KernelRun&, const KernelRun&) = default;
 };
@@ -71,11 +73,16 @@ struct PullPlan {
   std::vector<int32_t> remote_logical_index;
   // D's logical blocks the load writes: what a failure reports as invalid.
   std::vector<kv::LogicalBlockId> local_logical_blocks;
-  int32_t num_regions = 0;
-  uint64_t bytes_per_kernel_block_remote = 0;
+  kv::CacheSpec remote_spec;  // P's cache (or host buffer): where the runs' remote ids point
+  kv::CacheSpec local_spec;   // D's cache: where the runs' local ids point when direct
 
+  // The staging buffer a staged pull reads into: P's geometry, num_staging_slots kernel blocks
+  // per region, regions one after another.
+  kv::CacheSpec StagingSpec() const;
   uint64_t total_bytes() const;
-  uint64_t num_descriptors() const { return runs.size() * static_cast<uint64_t>(num_regions); }
+  uint64_t num_descriptors() const {
+    return runs.size() * static_cast<uint64_t>(remote_spec.num_regions());
+  }
 };
 
 // Validates and plans. InvalidArgument when the specs are not re-layout compatible (dtype,
@@ -88,10 +95,12 @@ std::vector<kv::LogicalBlockId> LocalBlocksForTokens(std::span<const kv::Logical
                                                      int32_t block_size_logical,
                                                      int64_t token_begin, int64_t token_end);
 
-// The descriptor lists of a plan: for each run, one pair per region r.
-//   remote: (remote_regions[r], remote_first * bpkb, count * bpkb)
-//   local direct: (local_regions[r], local_first * bpkb, count * bpkb)
-//   local staged: (local_regions[0], (r * S + local_first) * bpkb, count * bpkb)
+// The descriptor lists of a plan: for each run, one pair per region r, byte ranges from the
+// specs (kv::CacheSpec::KernelBlockBytes of the run's kernel ids):
+//   remote: (remote_regions[r], remote_spec's bytes of [remote_first, +count))
+//   local direct: (local_regions[r], local_spec's bytes of [local_first, +count))
+//   local staged: (local_regions[0], r * staging region bytes + StagingSpec()'s bytes of
+//                  [local_first, +count))
 struct DescriptorPair {
   transfer::DescriptorList local;
   transfer::DescriptorList remote;

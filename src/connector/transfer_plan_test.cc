@@ -11,6 +11,10 @@
 namespace kvferry::connector::internal {
 namespace {
 
+KernelRun KRun(int32_t remote_first, int32_t local_first, int32_t count) {
+  return {kv::KernelBlockId(remote_first), kv::KernelBlockId(local_first), count};
+}
+
 using kv::KernelBlockId;
 using kv::Layout;
 using kv::LogicalBlockId;
@@ -49,7 +53,7 @@ TEST(TransferPlanTest, EqualGeometryReadsDirectlyAndCoalesces) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->direct);
   // P kernel blocks 6,7,8,9,14 -> D kernel blocks 0,1,2,3,4.
-  EXPECT_EQ(plan->runs, (std::vector<KernelRun>{{6, 0, 4}, {14, 4, 1}}));
+  EXPECT_EQ(plan->runs, (std::vector<KernelRun>{KRun(6, 0, 4), KRun(14, 4, 1)}));
   EXPECT_EQ(plan->num_descriptors(), 2u * 4u);
   EXPECT_EQ(plan->total_bytes(), 5u * 4u * 64u * 2u * 4u * 4u);
   EXPECT_EQ(plan->remote_logical_blocks, remote);
@@ -71,7 +75,7 @@ TEST(TransferPlanTest, EachSideMapsWithItsOwnR) {
   auto plan = PlanPull(req);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->direct);
-  EXPECT_EQ(plan->runs, (std::vector<KernelRun>{{5, 10, 1}, {10, 11, 2}}));
+  EXPECT_EQ(plan->runs, (std::vector<KernelRun>{KRun(5, 10, 1), KRun(10, 11, 2)}));
   EXPECT_EQ(plan->remote_logical_blocks, Ids({2, 5}));
   EXPECT_EQ(plan->remote_logical_index, (std::vector<int32_t>{0, 1}));
   EXPECT_EQ(plan->local_logical_blocks, Ids({10, 11, 12}));
@@ -91,7 +95,7 @@ TEST(TransferPlanTest, DifferentLayoutOrKernelSizeIsStaged) {
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_FALSE(plan->direct);
   // Chunks of 64 tokens 1..3: P kernel 3, 0, 1 -> slots 0, 1, 2.
-  EXPECT_EQ(plan->runs, (std::vector<KernelRun>{{3, 0, 1}, {0, 1, 2}}));
+  EXPECT_EQ(plan->runs, (std::vector<KernelRun>{KRun(3, 0, 1), KRun(0, 1, 2)}));
   EXPECT_EQ(plan->num_staging_slots, 3);
   EXPECT_EQ(plan->staging_block_table,
             (std::vector<KernelBlockId>{KernelBlockId(0), KernelBlockId(0), KernelBlockId(1),
@@ -160,7 +164,7 @@ TEST(TransferPlanTest, DescriptorsAddressRegionsAndStagingSlots) {
   std::vector<transfer::RegionHandle> rr = {{11}, {12}, {13}, {14}};
   std::vector<transfer::RegionHandle> staging = {{99}};
   DescriptorPair d = BuildDescriptors(*plan, rr, staging);
-  const uint64_t b = plan->bytes_per_kernel_block_remote;
+  const uint64_t b = plan->remote_spec.bytes_per_kernel_block();
   ASSERT_EQ(d.local.size(), 8u);
   ASSERT_EQ(d.remote.size(), 8u);
   // Region 2, second run: remote block 0 (2 blocks) -> staging slot 1 of region 2.
@@ -187,7 +191,7 @@ struct Mem {
     regions.assign(s.num_regions(), std::vector<uint32_t>(s.region_bytes() / 4, 0));
   }
   uint32_t* Slot(int32_t r, KernelBlockId kb, int32_t tok, int32_t head) {
-    return regions[r].data() + spec.ElementOffset(kb.value(), tok, head);
+    return regions[r].data() + spec.ElementOffset(kb, tok, head);
   }
 };
 
@@ -228,7 +232,7 @@ void RunMatrixCase(int32_t lp, int32_t kp, Layout layp, int32_t ld, int32_t kd, 
   }
   auto plan = PlanPull({ps, ds, registered, remote, local, begin, prompt});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  const uint64_t b = plan->bytes_per_kernel_block_remote;
+  const uint64_t b = plan->remote_spec.bytes_per_kernel_block();
   std::vector<uint32_t> staging(plan->num_staging_slots * ps.spec.num_regions() * b / 4 + 1);
   std::vector<transfer::RegionHandle> rr, lr;
   for (int32_t r = 0; r < ps.spec.num_regions(); ++r) {

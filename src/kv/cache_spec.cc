@@ -121,8 +121,9 @@ std::vector<int64_t> CacheSpec::RegionStrides() const {
   return {block, block_size_kernel * d, d, 1};
 }
 
-size_t CacheSpec::ElementOffset(int32_t kernel_block, int32_t token_in_block, int32_t head) const {
-  const size_t b = static_cast<size_t>(kernel_block);
+size_t CacheSpec::ElementOffset(KernelBlockId kernel_block, int32_t token_in_block,
+                                int32_t head) const {
+  const size_t b = static_cast<size_t>(kernel_block.value());
   const size_t t = static_cast<size_t>(token_in_block);
   const size_t h = static_cast<size_t>(head);
   const size_t bs = static_cast<size_t>(block_size_kernel);
@@ -130,6 +131,11 @@ size_t CacheSpec::ElementOffset(int32_t kernel_block, int32_t token_in_block, in
   const size_t d = static_cast<size_t>(head_dim);
   if (layout == Layout::kNHD) return ((b * bs + t) * nh + h) * d;
   return ((b * nh + h) * bs + t) * d;
+}
+
+CacheSpec::ByteRange CacheSpec::KernelBlockBytes(KernelBlockId first, int32_t count) const {
+  const uint64_t bpkb = bytes_per_kernel_block();
+  return {static_cast<uint64_t>(first.value()) * bpkb, static_cast<uint64_t>(count) * bpkb};
 }
 
 KvCache::KvCache(const CacheSpec& spec) : spec_(spec) {}

@@ -66,7 +66,7 @@ TEST(CacheSpecTest, ShapesStridesAndOffsetsAgree) {
           const int64_t head_axis = layout == Layout::kNHD ? 2 : 1;
           const int64_t expected =
               b * strides[0] + t * strides[token_axis] + h * strides[head_axis];
-          EXPECT_EQ(static_cast<int64_t>(s.ElementOffset(b, t, h)), expected);
+          EXPECT_EQ(static_cast<int64_t>(s.ElementOffset(KernelBlockId(b), t, h)), expected);
         }
       }
     }
@@ -151,10 +151,10 @@ TEST(CacheSpecTest, DocsWorkedExample) {
   const std::vector<LogicalBlockId> table{LogicalBlockId(5), LogicalBlockId(3)};
   const KernelSlot slot = *g.KernelSlotOfToken(table, 200);
   EXPECT_EQ(slot, (KernelSlot{KernelBlockId(7), 8}));
-  EXPECT_EQ(s.ElementOffset(slot.block.value(), slot.token_in_block, 2) * 2, 934400u);
+  EXPECT_EQ(s.ElementOffset(slot.block, slot.token_in_block, 2) * 2, 934400u);
   CacheSpec hnd = s;
   hnd.layout = Layout::kHND;
-  EXPECT_EQ(hnd.ElementOffset(slot.block.value(), slot.token_in_block, 2) * 2, 952320u);
+  EXPECT_EQ(hnd.ElementOffset(slot.block, slot.token_in_block, 2) * 2, 952320u);
 }
 
 }  // namespace

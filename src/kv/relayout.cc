@@ -99,9 +99,9 @@ Status RelayoutTokensReference(const KvSourceView& src, const KvDestView& dst, i
   const size_t row_bytes = static_cast<size_t>(s.head_dim) * es;
   for (int32_t r = 0; r < s.num_regions(); ++r) {
     for (int64_t t = token_begin; t < token_end; ++t) {
-      const int32_t sb = src.block_table[t / s.block_size_kernel].value();
+      const KernelBlockId sb = src.block_table[t / s.block_size_kernel];
       const int32_t so = static_cast<int32_t>(t % s.block_size_kernel);
-      const int32_t db = dst.block_table[t / d.block_size_kernel].value();
+      const KernelBlockId db = dst.block_table[t / d.block_size_kernel];
       const int32_t doff = static_cast<int32_t>(t % d.block_size_kernel);
       for (int32_t h = 0; h < s.num_kv_heads; ++h) {
         std::memcpy(dst.regions[r] + d.ElementOffset(db, doff, h) * es,
@@ -125,18 +125,20 @@ Status RelayoutTokens(const KvSourceView& src, const KvDestView& dst, int64_t to
 
   // Split the range into chunks that stay inside one kernel block on both sides.
   struct Chunk {
-    int32_t sb, so, db, doff, n;
+    KernelBlockId sb;
+    int32_t so;
+    KernelBlockId db;
+    int32_t doff, n;
   };
   std::vector<Chunk> chunks;
   for (int64_t t = token_begin; t < token_end;) {
     const int64_t s_end = (t / s.block_size_kernel + 1) * s.block_size_kernel;
     const int64_t d_end = (t / d.block_size_kernel + 1) * d.block_size_kernel;
     const int64_t end = std::min({token_end, s_end, d_end});
-    chunks.push_back(Chunk{src.block_table[t / s.block_size_kernel].value(),
-                           static_cast<int32_t>(t % s.block_size_kernel),
-                           dst.block_table[t / d.block_size_kernel].value(),
-                           static_cast<int32_t>(t % d.block_size_kernel),
-                           static_cast<int32_t>(end - t)});
+    chunks.push_back(Chunk{
+        src.block_table[t / s.block_size_kernel], static_cast<int32_t>(t % s.block_size_kernel),
+        dst.block_table[t / d.block_size_kernel], static_cast<int32_t>(t % d.block_size_kernel),
+        static_cast<int32_t>(end - t)});
     t = end;
   }
 
@@ -145,9 +147,8 @@ Status RelayoutTokens(const KvSourceView& src, const KvDestView& dst, int64_t to
     std::byte* dbase = dst.regions[r];
     for (const Chunk& c : chunks) {
       if (same_geometry && c.n == s.block_size_kernel) {  // whole block, same byte order
-        std::memcpy(dbase + static_cast<size_t>(c.db) * s.bytes_per_kernel_block(),
-                    sbase + static_cast<size_t>(c.sb) * s.bytes_per_kernel_block(),
-                    s.bytes_per_kernel_block());
+        std::memcpy(dbase + d.KernelBlockBytes(c.db).offset,
+                    sbase + s.KernelBlockBytes(c.sb).offset, s.bytes_per_kernel_block());
       } else if (s.layout == Layout::kNHD && d.layout == Layout::kNHD) {  // token slots
         std::memcpy(dbase + d.ElementOffset(c.db, c.doff, 0) * es,
                     sbase + s.ElementOffset(c.sb, c.so, 0) * es, c.n * slot_bytes);

@@ -69,7 +69,7 @@ std::vector<std::byte> Row(const KvCache& c, std::span<const KernelBlockId> tabl
                            int64_t t, int32_t h) {
   const CacheSpec& s = c.spec();
   const size_t es = DTypeBytes(s.dtype);
-  const size_t off = s.ElementOffset(table[t / s.block_size_kernel].value(),
+  const size_t off = s.ElementOffset(table[t / s.block_size_kernel],
                                      static_cast<int32_t>(t % s.block_size_kernel), h) *
                      es;
   const std::byte* p = c.region(region).base + off;
@@ -169,7 +169,7 @@ TEST(RelayoutTest, WorksOnRawRegionPointers) {
   EXPECT_TRUE(SameBytes(*d.cache, *d_ref));
   // Token 200, head 1 of layer 0's V: staging block 1, token 8.
   const size_t es = 2;
-  const std::byte* want = buffers[1].data() + staging.ElementOffset(1, 8, 1) * es;
+  const std::byte* want = buffers[1].data() + staging.ElementOffset(KernelBlockId(1), 8, 1) * es;
   EXPECT_EQ(Row(*d.cache, d.table, 1, 200, 1), std::vector<std::byte>(want, want + 4 * es));
 }
 

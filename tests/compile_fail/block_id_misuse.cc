@@ -3,8 +3,10 @@
 #include <span>
 #include <vector>
 
+#include "connector/transfer_plan.h"
 #include "kvferry/kv/block_geometry.h"
 #include "kvferry/kv/block_id.h"
+#include "kvferry/kv/cache_spec.h"
 #include "kvferry/kv/relayout.h"
 
 namespace kv = kvferry::kv;
@@ -16,6 +18,7 @@ int main() {
   const std::vector<kv::LogicalBlockId> logical_table{logical};
   const std::vector<kv::KernelBlockId> kernel_table = geometry.ExpandBlockTable(logical_table);
   kv::KvSourceView source;
+  kv::CacheSpec spec;
   int result = 0;
 
 #if defined(KVF_CASE_control)
@@ -25,6 +28,10 @@ int main() {
   result += k.value();
   source.block_table = kernel_table;
   result += (kernel == kv::KernelBlockId(6));
+  result += static_cast<int>(spec.KernelBlockBytes(kernel, 2).offset);
+  result += static_cast<int>(spec.ElementOffset(kernel, 0, 0));
+  const kvferry::connector::internal::KernelRun run{kernel, kernel, 1};
+  result += run.count;
 #elif defined(KVF_CASE_logical_as_kernel)
   result += geometry.LogicalBlockOwning(logical).value();
 #elif defined(KVF_CASE_kernel_as_logical)
@@ -38,10 +45,18 @@ int main() {
   source.block_table = logical_table;
 #elif defined(KVF_CASE_compare_logical_kernel)
   result += (logical == kernel);
+#elif defined(KVF_CASE_logical_byte_offset)
+  result += static_cast<int>(spec.KernelBlockBytes(logical, 2).offset);
+#elif defined(KVF_CASE_logical_element_offset)
+  result += static_cast<int>(spec.ElementOffset(logical, 0, 0));
+#elif defined(KVF_CASE_logical_in_kernel_run)
+  const kvferry::connector::internal::KernelRun run{logical, kernel, 1};
+  result += run.count;
 #else
 #error "define one KVF_CASE_<name>"
 #endif
   (void)kernel_table;
   (void)source;
+  (void)spec;
   return result;
 }

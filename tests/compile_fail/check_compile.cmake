@@ -1,8 +1,9 @@
-# cmake -DCXX=... -DSRC=... -DINCLUDE_DIR=... -DCASE=... -DEXPECT=pass|fail -P check_compile.cmake
+# cmake -DCXX=... -DSRC=... -DINCLUDE_DIR=... -DSRC_DIR=... -DCASE=... -DEXPECT=pass|fail
+#       -P check_compile.cmake
 # Compiles SRC (syntax only) with -DKVF_CASE_<CASE>. EXPECT=pass: must compile. EXPECT=fail: must
 # fail with a diagnostic that names LogicalBlockId or KernelBlockId.
 execute_process(
-  COMMAND ${CXX} -std=c++20 -fsyntax-only -I${INCLUDE_DIR} -DKVF_CASE_${CASE} ${SRC}
+  COMMAND ${CXX} -std=c++20 -fsyntax-only -I${INCLUDE_DIR} -I${SRC_DIR} -DKVF_CASE_${CASE} ${SRC}
   RESULT_VARIABLE rc
   OUTPUT_VARIABLE out
   ERROR_VARIABLE out)

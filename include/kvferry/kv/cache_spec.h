@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "kvferry/common/status.h"
+#include "kvferry/kv/block_id.h"
 
 namespace kvferry::kv {
 
@@ -59,8 +60,16 @@ struct CacheSpec {
   std::vector<int64_t> RegionShape() const;
   std::vector<int64_t> RegionStrides() const;
 
-  // Element offset, within a region, of (kernel block, token in block, head, dim 0).
-  size_t ElementOffset(int32_t kernel_block, int32_t token_in_block, int32_t head) const;
+  // Element offset, within a region, of (kernel block, token in block, head, dim 0). Memory is
+  // addressed by KERNEL ids only: a LogicalBlockId (or a bare int) does not compile here.
+  size_t ElementOffset(KernelBlockId kernel_block, int32_t token_in_block, int32_t head) const;
+
+  // The bytes, within one region, of `count` kernel blocks from `first` on.
+  struct ByteRange {
+    uint64_t offset = 0;
+    uint64_t length = 0;
+  };
+  ByteRange KernelBlockBytes(KernelBlockId first, int32_t count = 1) const;
 
   friend bool operator==(const CacheSpec&, const CacheSpec&) = default;
 };
