@@ -6,6 +6,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 #include <utility>
 
 namespace kvferry::formats {
@@ -203,9 +204,11 @@ StatusOr<SafetensorsContents> ParseSafetensors(std::span<const std::byte> bytes,
     KVF_ASSIGN_OR_RETURN(TensorView t, ParseTensor(name, entry, data, source, err));
     contents.tensors.push_back(std::move(t));
   }
+  // By offset; empty tensors sharing an offset by name, so that the order is the file's alone.
   std::sort(contents.tensors.begin(), contents.tensors.end(),
             [](const TensorView& a, const TensorView& b) {
-              return std::pair(a.data, a.size_bytes) < std::pair(b.data, b.size_bytes);
+              return std::tie(a.data, a.size_bytes, a.name) <
+                     std::tie(b.data, b.size_bytes, b.name);
             });
   KVF_RETURN_IF_ERROR(CheckCoverage(contents.tensors, data, err));
   return contents;
