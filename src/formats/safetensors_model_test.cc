@@ -141,6 +141,8 @@ TEST(SafetensorsModelTest, IndexMustAgreeWithTheShards) {
   ExpectError(OpenDir(dir), StatusCode::kDataLoss, "no weight_map object");
   testing::WriteFile(dir.File(std::string(kSafetensorsIndexFile)), std::string("{nope"));
   ExpectError(OpenDir(dir), StatusCode::kDataLoss, "not a JSON object");
+  testing::WriteFile(dir.File(std::string(kSafetensorsIndexFile)), std::string());
+  ExpectError(OpenDir(dir), StatusCode::kDataLoss, "not a JSON object");
 
   WriteIndex(dir, good);
   EXPECT_TRUE(OpenDir(dir).ok());
