@@ -1,10 +1,6 @@
-// Storage dtypes of the KV cache: conversions between f32 and the 16-bit formats.
-//
-//   bf16: the top 16 bits of an f32, rounded to nearest, ties to even; NaN stays a (quiet) NaN.
-//   f16:  IEEE 754 binary16, rounded to nearest, ties to even; overflow gives infinity,
-//         subnormals are produced and read exactly; NaN stays NaN.
-// Portable bit manipulation (no F16C needed); results are identical on every machine, which the
-// engine's determinism contract relies on.
+// Storage dtypes of the KV cache: conversions between f32 and f16 / bf16, one value at a time
+// (common/half.h, re-exported here under kv's names: round to nearest even, portable, identical
+// on every machine) or a span at a time.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -13,14 +9,15 @@
 #include <cstdint>
 #include <span>
 
+#include "kvferry/common/half.h"
 #include "kvferry/kv/cache_spec.h"
 
 namespace kvferry::kv {
 
-uint16_t F32ToBF16(float value);
-float BF16ToF32(uint16_t bits);
-uint16_t F32ToF16(float value);
-float F16ToF32(uint16_t bits);
+using ::kvferry::BF16ToF32;
+using ::kvferry::F16ToF32;
+using ::kvferry::F32ToBF16;
+using ::kvferry::F32ToF16;
 
 // Stores `src` as `dtype` into `dst` (src.size() * DTypeBytes(dtype) bytes).
 void StoreAs(DType dtype, std::span<const float> src, std::byte* dst);
