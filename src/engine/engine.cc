@@ -1,8 +1,8 @@
 #include "kvferry/engine/engine.h"
 
-#include <filesystem>
 #include <functional>
 
+#include "engine/model/model_loader.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -55,14 +55,6 @@ struct Engine::Impl {
 
 namespace {
 
-StatusOr<ModelWeights> LoadModel(const std::string& model) {
-  auto builtin = BuiltinModelConfig(model);
-  if (builtin.ok()) return GenerateWeights(*builtin);
-  std::error_code ec;
-  if (std::filesystem::is_regular_file(model, ec)) return LoadCheckpoint(model);
-  return builtin.status();
-}
-
 Status ValidateConfig(const EngineConfig& c) {
   if (c.block_size <= 0) return InvalidArgumentError("block_size must be > 0");
   if (c.num_threads < 1) return InvalidArgumentError("num_threads must be >= 1");
@@ -87,7 +79,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->next_seed = config.seed;
-  KVF_ASSIGN_OR_RETURN(impl->weights, LoadModel(config.model));
+  KVF_ASSIGN_OR_RETURN(impl->weights, LoadModelWeights(config.model));
   const ModelConfig& mc = impl->weights.config;
 
   KVF_ASSIGN_OR_RETURN(const kv::AttentionBackend* backend,
@@ -153,7 +145,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
   so.max_model_len = impl->max_model_len;
   so.enable_prefix_caching = config.enable_prefix_caching;
   so.kv_load_failure_policy = config.kv_load_failure_policy;
-  so.eos_token_id = mc.eos_token_id;
+  so.eos_token_ids = mc.eos_token_ids;
   impl->scheduler =
       std::make_unique<Scheduler>(so, std::move(block_pool), geometry, config.connector_scheduler);
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));

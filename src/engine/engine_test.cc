@@ -7,6 +7,7 @@
 #include <set>
 
 #include "engine/engine_test_util.h"
+#include "engine/model/model_loader.h"
 #include "engine/weights.h"
 
 namespace kvferry::engine {
@@ -355,9 +356,9 @@ TEST(EngineTest, CheckpointRoundTripGivesSameOutput) {
   ExpectSameCompletion(builtin.at("r2"), from_file.at("r2"), "checkpoint");
   // A truncated file is an error, not a crash.
   std::filesystem::resize_file(path, 1000);
-  EXPECT_FALSE(LoadCheckpoint(path).ok());
+  EXPECT_FALSE(LoadModelWeights(path).ok());
   std::remove(path.c_str());
-  EXPECT_EQ(LoadCheckpoint(path).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(LoadModelWeights(path).status().code(), StatusCode::kNotFound);
 }
 
 }  // namespace

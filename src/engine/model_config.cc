@@ -1,5 +1,6 @@
 #include "kvferry/engine/model_config.h"
 
+#include <cmath>
 #include <string>
 
 #include "kvferry/engine/tokenizer.h"
@@ -26,8 +27,31 @@ Status ModelConfig::Validate() const {
   if (head_dim % 2 != 0) return InvalidArgumentError("model config: head_dim must be even");
   if (!(rope_theta > 0.0f)) return InvalidArgumentError("model config: rope_theta must be > 0");
   if (!(rms_norm_eps > 0.0f)) return InvalidArgumentError("model config: rms_norm_eps must be > 0");
-  if (bos_token_id >= vocab_size || eos_token_id >= vocab_size) {
-    return InvalidArgumentError("model config: bos/eos token id outside the vocabulary");
+  if (bos_token_id >= vocab_size) {
+    return InvalidArgumentError("model config: bos_token_id outside the vocabulary");
+  }
+  for (int32_t eos : eos_token_ids) {
+    if (eos < 0 || eos >= vocab_size) {
+      return InvalidArgumentError("model config: eos token id " + std::to_string(eos) +
+                                  " outside the vocabulary");
+    }
+  }
+  if (architecture != "llama" && architecture != "qwen2" && architecture != "qwen3") {
+    return InvalidArgumentError("model config: unknown architecture '" + architecture + "'");
+  }
+  if (rope_scaling.type != RopeScaling::Type::kNone && !(rope_scaling.factor > 0.0f)) {
+    return InvalidArgumentError("model config: rope_scaling.factor must be > 0");
+  }
+  if (rope_scaling.type == RopeScaling::Type::kFactors &&
+      static_cast<int32_t>(rope_scaling.freq_factors.size()) != head_dim / 2) {
+    return InvalidArgumentError("model config: rope frequency factors must number head_dim / 2");
+  }
+  if (rope_scaling.type == RopeScaling::Type::kLlama3 &&
+      !(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor &&
+        rope_scaling.low_freq_factor > 0.0f && rope_scaling.original_max_position > 0)) {
+    return InvalidArgumentError(
+        "model config: llama3 rope_scaling needs high_freq_factor > low_freq_factor > 0 and "
+        "original_max_position_embeddings > 0");
   }
   return Status::Ok();
 }
@@ -36,16 +60,43 @@ int64_t ModelConfig::NumParameters() const {
   const int64_t d = hidden_dim;
   const int64_t q = int64_t{num_heads} * head_dim;
   const int64_t kv = int64_t{num_kv_heads} * head_dim;
-  const int64_t per_layer = d * (q + 2 * kv) + q * d + 3 * d * ffn_dim + 2 * d;
+  const int64_t per_layer = d * (q + 2 * kv) + q * d + 3 * d * ffn_dim + 2 * d +
+                            (attention_bias ? q + 2 * kv : 0) + (qk_norm ? 2 * head_dim : 0);
   const int64_t embed = int64_t{vocab_size} * d;
   return embed * (tie_embeddings ? 1 : 2) + per_layer * num_layers + d;
+}
+
+std::vector<float> RopeFrequencyFactors(const RopeScaling& r, int32_t head_dim, float theta) {
+  const int32_t half = head_dim / 2;
+  if (r.type == RopeScaling::Type::kFactors) return r.freq_factors;
+  std::vector<float> out(static_cast<size_t>(half), 1.0f);
+  if (r.type == RopeScaling::Type::kLinear) std::fill(out.begin(), out.end(), r.factor);
+  if (r.type != RopeScaling::Type::kLlama3) return out;
+  // Llama 3.1: long wavelengths are scaled by `factor`, short ones not, and the band between
+  // blends the two smoothly (the same rule as Hugging Face's rope_init and llama.cpp's
+  // converter, expressed as a divisor per frequency).
+  const double low_wavelen = r.original_max_position / static_cast<double>(r.low_freq_factor);
+  const double high_wavelen = r.original_max_position / static_cast<double>(r.high_freq_factor);
+  for (int32_t i = 0; i < half; ++i) {
+    const double freq = std::pow(static_cast<double>(theta), -2.0 * i / head_dim);
+    const double wavelen = 2.0 * M_PI / freq;
+    if (wavelen < high_wavelen) continue;
+    if (wavelen > low_wavelen) {
+      out[i] = r.factor;
+      continue;
+    }
+    const double smooth = (r.original_max_position / wavelen - r.low_freq_factor) /
+                          (r.high_freq_factor - r.low_freq_factor);
+    out[i] = static_cast<float>(1.0 / ((1.0 - smooth) / r.factor + smooth));
+  }
+  return out;
 }
 
 StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
   ModelConfig c;
   c.vocab_size = Tokenizer::kVocabSize;
   c.bos_token_id = Tokenizer::kBos;
-  c.eos_token_id = Tokenizer::kEos;
+  c.eos_token_ids = {Tokenizer::kEos};
   c.rope_theta = 10000.0f;
   c.rms_norm_eps = 1e-5f;
   c.tie_embeddings = false;

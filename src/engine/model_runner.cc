@@ -17,7 +17,25 @@ ModelRunner::ModelRunner(const ModelWeights* weights, kv::KvCache* cache, int32_
     : weights_(weights),
       cache_(cache),
       pool_(pool),
-      rope_(weights->config.head_dim, max_position, weights->config.rope_theta) {}
+      rope_(weights->config.head_dim, max_position, weights->config.rope_theta,
+            RopeFrequencyFactors(weights->config.rope_scaling, weights->config.head_dim,
+                                 weights->config.rope_theta)) {}
+
+void ModelRunner::PrepareQk(const LayerWeights& lw, float* row) const {
+  const ModelConfig& c = weights_->config;
+  const int64_t qw = int64_t{c.num_heads} * c.head_dim;
+  const int64_t kvw = int64_t{c.num_kv_heads} * c.head_dim;
+  if (c.attention_bias) {
+    for (int64_t i = 0; i < qw; ++i) row[i] += lw.q_bias[i];
+    for (int64_t i = 0; i < kvw; ++i) row[qw + i] += lw.k_bias[i];
+    for (int64_t i = 0; i < kvw; ++i) row[qw + kvw + i] += lw.v_bias[i];
+  }
+  if (c.qk_norm) {
+    kernels::RmsNorm(row, c.num_heads, c.head_dim, lw.q_norm.data(), c.rms_norm_eps, row);
+    kernels::RmsNorm(row + qw, c.num_kv_heads, c.head_dim, lw.k_norm.data(), c.rms_norm_eps,
+                     row + qw);
+  }
+}
 
 void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<float>* logits) {
   const ModelConfig& c = weights_->config;
@@ -53,7 +71,7 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<floa
     int64_t r = 0;
     for (const ForwardChunk& ch : chunks) {
       for (size_t i = 0; i < ch.tokens.size(); ++i, ++r) {
-        std::memcpy(&x_[r * d], &weights_->embed[ch.tokens[i] * d], sizeof(float) * d);
+        ReadRowF32(weights_->embed, ch.tokens[i], &x_[r * d]);
         positions_[r] = ch.first_pos + static_cast<int32_t>(i);
       }
     }
@@ -63,13 +81,14 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<floa
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& lw = weights_->layers[l];
     kernels::RmsNorm(x_.data(), rows, d, lw.attn_norm.data(), c.rms_norm_eps, h_.data());
-    kernels::MatMul(h_.data(), rows, d, lw.qkv.data(), qkvw, qkv_.data(), pool_);
+    kernels::MatMul(h_.data(), rows, d, lw.qkv(), qkv_.data(), pool_);
     const kernels::KvLayerView view = kernels::LayerView(*cache_, l);
     {
       int64_t r = 0;
       for (const kernels::AttentionSequence& s : seqs) {
         for (int32_t i = 0; i < s.num_queries; ++i, ++r) {
           float* row = &qkv_[r * qkvw];
+          PrepareQk(lw, row);
           kernels::ApplyRope(rope_, positions_[r], row, c.num_heads);
           kernels::ApplyRope(rope_, positions_[r], row + qw, c.num_kv_heads);
           std::memcpy(&q_[r * qw], row, sizeof(float) * qw);
@@ -78,12 +97,12 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<floa
       }
     }
     kernels::Attention(view, seqs, q_.data(), c.num_heads, scale, attn_.data(), pool_);
-    kernels::MatMul(attn_.data(), rows, qw, lw.o.data(), d, proj_.data(), pool_);
+    kernels::MatMul(attn_.data(), rows, qw, {&lw.o, 1}, proj_.data(), pool_);
     for (int64_t i = 0; i < rows * d; ++i) x_[i] += proj_[i];
     kernels::RmsNorm(x_.data(), rows, d, lw.ffn_norm.data(), c.rms_norm_eps, h_.data());
-    kernels::MatMul(h_.data(), rows, d, lw.gate_up.data(), 2 * f, gu_.data(), pool_);
+    kernels::MatMul(h_.data(), rows, d, lw.gate_up(), gu_.data(), pool_);
     kernels::SwiGlu(gu_.data(), rows, f, act_.data());
-    kernels::MatMul(act_.data(), rows, f, lw.down.data(), d, proj_.data(), pool_);
+    kernels::MatMul(act_.data(), rows, f, {&lw.down, 1}, proj_.data(), pool_);
     for (int64_t i = 0; i < rows * d; ++i) x_[i] += proj_[i];
   }
 
@@ -101,8 +120,7 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<floa
   kernels::RmsNorm(last_.data(), num_out, d, weights_->final_norm.data(), c.rms_norm_eps,
                    last_.data());
   logits->resize(num_out * c.vocab_size);
-  kernels::MatMul(last_.data(), num_out, d, weights_->lm_head_data(), c.vocab_size, logits->data(),
-                  pool_);
+  kernels::MatMul(last_.data(), num_out, d, {&weights_->lm_head, 1}, logits->data(), pool_);
 }
 
 }  // namespace kvferry::engine

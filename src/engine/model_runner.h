@@ -6,7 +6,8 @@
 // through each matmul together (continuous batching); every kernel keeps the determinism
 // contract (docs/engine.md), so a row's values do not depend on the other rows.
 //
-// Per layer: h = RmsNorm(x); qkv = h Wqkv^T; RoPE(q, k); store k, v in the cache; attention
+// Per layer: h = RmsNorm(x); qkv = h Wqkv^T (+ q/k/v biases: Qwen2); per-head RmsNorm of q and
+// k (Qwen3); RoPE(q, k); store k, v in the cache; attention
 // (reads the cache, own token included); x += o Wo^T; h = RmsNorm(x);
 // x += SwiGlu(h Wgu^T) Wdown^T. Logits: RmsNorm(x) lm_head^T for the last row of the chunks
 // that ask for them.
@@ -48,6 +49,9 @@ class ModelRunner {
   const ModelConfig& config() const { return weights_->config; }
 
  private:
+  // Biases and q/k norms of one row of the fused q|k|v projection, in place.
+  void PrepareQk(const LayerWeights& lw, float* row) const;
+
   const ModelWeights* weights_;
   kv::KvCache* cache_;
   ThreadPool* pool_;

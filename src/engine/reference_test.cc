@@ -181,8 +181,40 @@ TEST(ReferenceTiedTest, TiedEmbeddingsMatchReference) {
   config.tie_embeddings = true;
   auto weights = GenerateWeights(config);
   ASSERT_TRUE(weights.ok()) << weights.status();
-  ASSERT_TRUE(weights->lm_head.empty());
+  ASSERT_EQ(weights->lm_head.data, weights->embed.data);
   ExpectMatchesReference(*weights, {Prompt("Hello"), Prompt("Fifteen bytes!!")}, "tied tiny-odd");
+}
+
+// The architectures of real checkpoints, on random weights of tiny-odd's odd widths: Qwen2's
+// q/k/v biases, Qwen3's per-head q/k norms with a head dim that is not width / heads, and the
+// rope scalings (linear; Llama 3.1's per-frequency blend, with a short original context so that
+// every band of it is used).
+TEST(ReferenceArchitecturesTest, Qwen2Qwen3AndRopeScalingMatchReference) {
+  const ModelConfig base = *BuiltinModelConfig("tiny-odd");
+  std::vector<std::pair<std::string, ModelConfig>> variants;
+  ModelConfig qwen2 = base;
+  qwen2.architecture = "qwen2";
+  qwen2.attention_bias = true;
+  variants.emplace_back("qwen2", qwen2);
+  ModelConfig qwen3 = base;
+  qwen3.architecture = "qwen3";
+  qwen3.qk_norm = true;
+  qwen3.head_dim = 26;  // 6 heads x 26 != 99
+  qwen3.rope_theta = 1000000.0f;
+  variants.emplace_back("qwen3", qwen3);
+  ModelConfig linear = base;
+  linear.rope_scaling.type = RopeScaling::Type::kLinear;
+  linear.rope_scaling.factor = 4.0f;
+  variants.emplace_back("rope linear", linear);
+  ModelConfig llama3 = base;
+  llama3.rope_theta = 500000.0f;
+  llama3.rope_scaling = {RopeScaling::Type::kLlama3, 8.0f, 1.0f, 4.0f, 64, {}};
+  variants.emplace_back("rope llama3", llama3);
+  for (const auto& [name, config] : variants) {
+    auto weights = GenerateWeights(config);
+    ASSERT_TRUE(weights.ok()) << weights.status();
+    ExpectMatchesReference(*weights, {Prompt("Hello"), Prompt(testing_util::LongText(150))}, name);
+  }
 }
 
 class ReferenceGenerationTest : public ::testing::TestWithParam<std::string> {};

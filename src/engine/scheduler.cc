@@ -246,7 +246,8 @@ void Scheduler::AppendToken(Request* r, int32_t token, float logprob,
   out.new_logprobs.push_back(logprob);
   if (r->params.top_logprobs > 0) out.top_logprobs.push_back(std::move(top_logprobs));
   const SamplingParams& p = r->params;
-  if (!p.ignore_eos && token == options_.eos_token_id) {
+  if (!p.ignore_eos && std::find(options_.eos_token_ids.begin(), options_.eos_token_ids.end(),
+                                 token) != options_.eos_token_ids.end()) {
     Finish(r, FinishReason::kStop);
   } else if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
              p.stop_token_ids.end()) {

@@ -48,7 +48,7 @@ struct SchedulerOptions {
   int32_t max_model_len = 0;
   bool enable_prefix_caching = true;
   KvLoadFailurePolicy kv_load_failure_policy = KvLoadFailurePolicy::kRecompute;
-  int32_t eos_token_id = -1;
+  std::vector<int32_t> eos_token_ids;  // any of them stops a request (unless ignore_eos)
 };
 
 // One request's share of a step: tokens [first_pos, first_pos + num_tokens).

@@ -1,20 +1,22 @@
-// ModelWeights (internal): the f32 parameters of a Llama-family decoder, fused for the kernels,
-// and the two ways to get them: generated from the config's seed (built-ins), or loaded from a
-// checkpoint file (docs/engine.md, "Checkpoint format": safetensors with F32 tensors, HF Llama
-// names, and the config as JSON in the "__metadata__" entry "kvferry_config").
+// ModelWeights (internal): the parameters of a Llama-family decoder as the kernels read them,
+// and the built-in models' generated weights.
 //
-// All matrices are [out][in] row-major (as checkpoints store them). Fusions, which do not change
-// any output value (each output element is its own dot product):
-//   qkv     = rows of q_proj, then k_proj, then v_proj      [(H + 2 KV) * D][dim]
-//   gate_up = rows of gate_proj, then up_proj               [2 F][dim]
+// The big matrices are WeightMatrix views ([out][in] row-major, as checkpoints store them) in
+// their stored dtype (F32, F16, BF16): into a checkpoint's memory mapping (never copied), or
+// into buffers generated for the built-ins. `storage` keeps whatever they point into alive, so
+// a ModelWeights (and its copies, which share it) can be used as long as it exists. Small
+// vectors (norms, biases) are f32 copies.
 //
 // Thread-safety: immutable after construction.
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "engine/kernels/weight_matrix.h"
 #include "kvferry/common/status.h"
 #include "kvferry/engine/model_config.h"
 
@@ -22,32 +24,39 @@ namespace kvferry::engine {
 
 struct LayerWeights {
   std::vector<float> attn_norm;  // [dim]
-  std::vector<float> qkv;        // [(H + 2 KV) * D][dim]
-  std::vector<float> o;          // [dim][H * D]
+  WeightMatrix q, k, v;          // [H*D][dim], [KV*D][dim], [KV*D][dim]
+  WeightMatrix o;                // [dim][H*D]
   std::vector<float> ffn_norm;   // [dim]
-  std::vector<float> gate_up;    // [2 F][dim]
-  std::vector<float> down;       // [dim][F]
+  WeightMatrix gate, up;         // [F][dim] each
+  WeightMatrix down;             // [dim][F]
+  // Qwen2 (config.attention_bias): added to the projections; empty otherwise.
+  std::vector<float> q_bias, k_bias, v_bias;  // [H*D], [KV*D], [KV*D]
+  // Qwen3 (config.qk_norm): RMSNorm weights applied per head to q and k before RoPE.
+  std::vector<float> q_norm, k_norm;  // [D] each
+
+  // The parts of the fused projections, in output order (their outputs land side by side).
+  std::array<WeightMatrix, 3> qkv() const { return {q, k, v}; }
+  std::array<WeightMatrix, 2> gate_up() const { return {gate, up}; }
 };
 
 struct ModelWeights {
   ModelConfig config;
-  std::vector<float> embed;  // [V][dim]
+  WeightMatrix embed;    // [V][dim]
+  WeightMatrix lm_head;  // [V][dim]; the same view as embed when tied
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [dim]
-  std::vector<float> lm_head;     // [V][dim]; empty when tied (use embed)
+  // Owners of the bytes the views point into (generated buffers, file mappings).
+  std::vector<std::shared_ptr<const void>> storage;
 
-  const float* lm_head_data() const { return lm_head.empty() ? embed.data() : lm_head.data(); }
+  // A buffer of `n` f32 values owned by this model (for generated or converted weights).
+  float* AllocateF32(int64_t n);
 };
 
 // Deterministic weights from config.weight_seed: a counter-based hash of (seed, tensor, index),
-// no state, so every run and machine gets the same bits. Scaled so that logits are spread
-// (greedy output depends on the prompt); the lm_head rows of non-printable bytes and specials
-// are zero so the built-ins mostly emit printable ASCII.
+// no state, so every run and machine gets the same bits. Any config works (biases and q/k norms
+// too), so tests can make a random model of any supported architecture and shape. Scaled so that
+// logits are spread (greedy output depends on the prompt); for byte-level vocabularies, the lm_head
+// rows of non-printable bytes and specials are zero so the built-ins mostly emit printable ASCII.
 StatusOr<ModelWeights> GenerateWeights(const ModelConfig& config);
-
-// Checkpoint I/O. Load: NotFound (no file), InvalidArgument / DataLoss naming the tensor or
-// field that is missing, of the wrong dtype or shape, or outside the file.
-StatusOr<ModelWeights> LoadCheckpoint(const std::string& path);
-Status SaveCheckpoint(const ModelWeights& weights, const std::string& path);
 
 }  // namespace kvferry::engine

@@ -15,13 +15,35 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kvferry/common/status.h"
 
 namespace kvferry::engine {
 
+// RoPE frequency scaling (config.json "rope_scaling", GGUF rope.scaling.* / rope_freqs).
+// Each frequency i of a head's d/2 is divided by a factor: 1 (none), `factor` (linear), Llama
+// 3.1's smooth per-frequency blend (llama3), or given per frequency (a GGUF's rope_freqs).
+struct RopeScaling {
+  enum class Type : uint8_t { kNone, kLinear, kLlama3, kFactors };
+  Type type = Type::kNone;
+  float factor = 1.0f;
+  float low_freq_factor = 1.0f;          // llama3
+  float high_freq_factor = 4.0f;         // llama3
+  int32_t original_max_position = 8192;  // llama3
+  std::vector<float> freq_factors;       // kFactors: head_dim / 2 of them
+  friend bool operator==(const RopeScaling&, const RopeScaling&) = default;
+};
+
+// The divisor of each of the head_dim / 2 RoPE frequencies, as f32 (the value a GGUF's
+// rope_freqs tensor stores), so a model gives the same bits from either format.
+std::vector<float> RopeFrequencyFactors(const RopeScaling& scaling, int32_t head_dim, float theta);
+
 struct ModelConfig {
-  std::string name;        // "tiny", "small", "tiny-odd", or the checkpoint's name
+  std::string name;  // "tiny", "small", or the checkpoint's name
+  // "llama" (Llama 2/3, Mistral, the built-ins), "qwen2" or "qwen3": which optional parts the
+  // layers have (below) and, for GGUF, its tensor names and Q/K row order.
+  std::string architecture = "llama";
   int32_t vocab_size = 0;  // includes the special tokens
   int32_t hidden_dim = 0;  // model width
   int32_t num_layers = 0;
@@ -31,11 +53,14 @@ struct ModelConfig {
   int32_t ffn_dim = 0;       // SwiGLU intermediate width
   int32_t max_position = 0;  // longest sequence the model accepts (max_model_len ceiling)
   float rope_theta = 10000.0f;
+  RopeScaling rope_scaling;
   float rms_norm_eps = 1e-5f;
-  bool tie_embeddings = false;  // lm_head = embed_tokens^T
-  int32_t bos_token_id = -1;    // -1: none
-  int32_t eos_token_id = -1;    // -1: none
-  uint64_t weight_seed = 0;     // built-ins only: seed of the generated weights
+  bool tie_embeddings = false;         // lm_head = embed_tokens^T
+  bool attention_bias = false;         // q/k/v projections have biases (Qwen2)
+  bool qk_norm = false;                // per-head RMSNorm of q and k before RoPE (Qwen3)
+  int32_t bos_token_id = -1;           // -1: none
+  std::vector<int32_t> eos_token_ids;  // any of them ends a request (unless ignore_eos)
+  uint64_t weight_seed = 0;            // built-ins only: seed of the generated weights
 
   // InvalidArgument naming the field when the shape is inconsistent.
   Status Validate() const;

@@ -1,34 +1,82 @@
 #include "engine/kernels/matmul.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
 
 #include "engine/kernels/simd.h"
 #include "engine/thread_pool.h"
+#include "kvferry/common/half.h"
 
 namespace kvferry::engine::kernels {
 
-bool CpuHasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2");
-  return has;
-}
-
 namespace {
 
-// A 2 (rows of x) by 4 (rows of W) tile. Each of the 8 outputs follows exactly the canonical
-// Dot order: one V8 accumulator over k in steps of 8, the fixed lane combine, then the tail.
-inline __attribute__((always_inline)) void Tile2x4(const float* x0, const float* x1, const float* w,
-                                                   int64_t K, float* y0, float* y1) {
-  const float* w0 = w;
-  const float* w1 = w + K;
-  const float* w2 = w + 2 * K;
-  const float* w3 = w + 3 * K;
+// ---- Weight loaders: 8 consecutive weights (or one) as f32, converted exactly. ----
+
+struct F32Weights {
+  using T = float;
+  static V8 Load(const float* p) { return Load8(p); }
+  static float At(const float* p) { return *p; }
+};
+
+typedef uint16_t U16x8 __attribute__((vector_size(16)));
+typedef uint32_t U32x8 __attribute__((vector_size(32)));
+
+struct BF16Weights {
+  using T = uint16_t;
+  static inline __attribute__((always_inline)) V8 Load(const uint16_t* p) {
+    U16x8 h;
+    std::memcpy(&h, p, sizeof(h));
+    const U32x8 bits = __builtin_convertvector(h, U32x8) << 16;
+    V8 f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+  }
+  static float At(const uint16_t* p) { return BF16ToF32(*p); }
+};
+
+// F16 without F16C: element by element through the portable conversion.
+struct F16Weights {
+  using T = uint16_t;
+  static inline __attribute__((always_inline)) V8 Load(const uint16_t* p) {
+    return V8{F16ToF32(p[0]), F16ToF32(p[1]), F16ToF32(p[2]), F16ToF32(p[3]),
+              F16ToF32(p[4]), F16ToF32(p[5]), F16ToF32(p[6]), F16ToF32(p[7])};
+  }
+  static float At(const uint16_t* p) { return F16ToF32(*p); }
+};
+
+// F16 with the F16C instruction (same values: the conversion is exact either way).
+struct F16cWeights {
+  using T = uint16_t;
+  static inline __attribute__((target("avx2,f16c"))) V8 Load(const uint16_t* p) {
+    const __m256 v = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    V8 f;
+    std::memcpy(&f, &v, sizeof(f));
+    return f;
+  }
+  static float At(const uint16_t* p) { return F16ToF32(*p); }
+};
+
+// ---- Tiles. Each output follows exactly the canonical Dot order: one V8 accumulator over k in
+// steps of 8, the fixed lane combine, then the tail. ----
+
+// A 2 (rows of x) by 4 (rows of W) tile.
+template <typename L>
+inline void Tile2x4(const float* x0, const float* x1,
+                                                   const typename L::T* w, int64_t K, float* y0,
+                                                   float* y1) {
+  const typename L::T* w0 = w;
+  const typename L::T* w1 = w + K;
+  const typename L::T* w2 = w + 2 * K;
+  const typename L::T* w3 = w + 3 * K;
   const int64_t k8 = K & ~int64_t{7};
   V8 a00 = Splat8(0), a01 = Splat8(0), a02 = Splat8(0), a03 = Splat8(0);
   V8 a10 = Splat8(0), a11 = Splat8(0), a12 = Splat8(0), a13 = Splat8(0);
   for (int64_t k = 0; k < k8; k += 8) {
     const V8 vx0 = Load8(x0 + k), vx1 = Load8(x1 + k);
-    const V8 vw0 = Load8(w0 + k), vw1 = Load8(w1 + k);
-    const V8 vw2 = Load8(w2 + k), vw3 = Load8(w3 + k);
+    const V8 vw0 = L::Load(w0 + k), vw1 = L::Load(w1 + k);
+    const V8 vw2 = L::Load(w2 + k), vw3 = L::Load(w3 + k);
     a00 += vx0 * vw0;
     a01 += vx0 * vw1;
     a02 += vx0 * vw2;
@@ -41,100 +89,151 @@ inline __attribute__((always_inline)) void Tile2x4(const float* x0, const float*
   float s[8] = {Combine8(a00), Combine8(a01), Combine8(a02), Combine8(a03),
                 Combine8(a10), Combine8(a11), Combine8(a12), Combine8(a13)};
   for (int64_t k = k8; k < K; ++k) {
-    s[0] += x0[k] * w0[k];
-    s[1] += x0[k] * w1[k];
-    s[2] += x0[k] * w2[k];
-    s[3] += x0[k] * w3[k];
-    s[4] += x1[k] * w0[k];
-    s[5] += x1[k] * w1[k];
-    s[6] += x1[k] * w2[k];
-    s[7] += x1[k] * w3[k];
+    const float v0 = L::At(w0 + k), v1 = L::At(w1 + k), v2 = L::At(w2 + k), v3 = L::At(w3 + k);
+    s[0] += x0[k] * v0;
+    s[1] += x0[k] * v1;
+    s[2] += x0[k] * v2;
+    s[3] += x0[k] * v3;
+    s[4] += x1[k] * v0;
+    s[5] += x1[k] * v1;
+    s[6] += x1[k] * v2;
+    s[7] += x1[k] * v3;
   }
-  y0[0] = s[0];
-  y0[1] = s[1];
-  y0[2] = s[2];
-  y0[3] = s[3];
-  y1[0] = s[4];
-  y1[1] = s[5];
-  y1[2] = s[6];
-  y1[3] = s[7];
+  for (int i = 0; i < 4; ++i) {
+    y0[i] = s[i];
+    y1[i] = s[4 + i];
+  }
 }
 
 // One row of x by 4 rows of W (odd M).
-inline __attribute__((always_inline)) void Tile1x4(const float* x0, const float* w, int64_t K,
-                                                   float* y0) {
-  const float* w0 = w;
-  const float* w1 = w + K;
-  const float* w2 = w + 2 * K;
-  const float* w3 = w + 3 * K;
+template <typename L>
+inline void Tile1x4(const float* x0, const typename L::T* w,
+                                                   int64_t K, float* y0) {
+  const typename L::T* w0 = w;
+  const typename L::T* w1 = w + K;
+  const typename L::T* w2 = w + 2 * K;
+  const typename L::T* w3 = w + 3 * K;
   const int64_t k8 = K & ~int64_t{7};
   V8 a0 = Splat8(0), a1 = Splat8(0), a2 = Splat8(0), a3 = Splat8(0);
   for (int64_t k = 0; k < k8; k += 8) {
     const V8 vx0 = Load8(x0 + k);
-    a0 += vx0 * Load8(w0 + k);
-    a1 += vx0 * Load8(w1 + k);
-    a2 += vx0 * Load8(w2 + k);
-    a3 += vx0 * Load8(w3 + k);
+    a0 += vx0 * L::Load(w0 + k);
+    a1 += vx0 * L::Load(w1 + k);
+    a2 += vx0 * L::Load(w2 + k);
+    a3 += vx0 * L::Load(w3 + k);
   }
   float s[4] = {Combine8(a0), Combine8(a1), Combine8(a2), Combine8(a3)};
   for (int64_t k = k8; k < K; ++k) {
-    s[0] += x0[k] * w0[k];
-    s[1] += x0[k] * w1[k];
-    s[2] += x0[k] * w2[k];
-    s[3] += x0[k] * w3[k];
+    s[0] += x0[k] * L::At(w0 + k);
+    s[1] += x0[k] * L::At(w1 + k);
+    s[2] += x0[k] * L::At(w2 + k);
+    s[3] += x0[k] * L::At(w3 + k);
   }
-  y0[0] = s[0];
-  y0[1] = s[1];
-  y0[2] = s[2];
-  y0[3] = s[3];
+  for (int i = 0; i < 4; ++i) y0[i] = s[i];
 }
 
-// Columns [n0, n1) of y for all M rows. Rows are taken in blocks so the x block stays in L2
-// while 4 rows of W at a time stay in L1.
-inline __attribute__((always_inline)) void MatMulColumns(const float* x, int64_t M, int64_t K,
-                                                         const float* w, int64_t N, float* y,
-                                                         int64_t n0, int64_t n1) {
+// One row of x by one row of W: the canonical Dot with converted weights.
+template <typename L>
+inline float Dot1(const float* x, const typename L::T* w,
+                                                 int64_t K) {
+  const int64_t k8 = K & ~int64_t{7};
+  V8 acc = Splat8(0.0f);
+  for (int64_t k = 0; k < k8; k += 8) acc += Load8(x + k) * L::Load(w + k);
+  float s = Combine8(acc);
+  for (int64_t k = k8; k < K; ++k) s += x[k] * L::At(w + k);
+  return s;
+}
+
+// Rows [n0, n1) of one part W for all M rows of x; output column of W row n is y[m * ldy + n].
+// Rows of x are taken in blocks so the x block stays in L2 while 4 rows of W stay in L1.
+template <typename L>
+inline void PartColumns(const float* x, int64_t M, int64_t K,
+                                                       const typename L::T* w, float* y,
+                                                       int64_t ldy, int64_t n0, int64_t n1) {
   constexpr int64_t kRowBlock = 32;
   for (int64_t mb = 0; mb < M; mb += kRowBlock) {
     const int64_t me = std::min(M, mb + kRowBlock);
     int64_t n = n0;
     for (; n + 4 <= n1; n += 4) {
-      const float* wn = w + n * K;
+      const typename L::T* wn = w + n * K;
       int64_t m = mb;
       for (; m + 2 <= me; m += 2) {
-        Tile2x4(x + m * K, x + (m + 1) * K, wn, K, y + m * N + n, y + (m + 1) * N + n);
+        Tile2x4<L>(x + m * K, x + (m + 1) * K, wn, K, y + m * ldy + n, y + (m + 1) * ldy + n);
       }
-      if (m < me) Tile1x4(x + m * K, wn, K, y + m * N + n);
+      if (m < me) Tile1x4<L>(x + m * K, wn, K, y + m * ldy + n);
     }
     for (; n < n1; ++n) {
-      for (int64_t m = mb; m < me; ++m) y[m * N + n] = Dot(x + m * K, w + n * K, K);
+      for (int64_t m = mb; m < me; ++m) y[m * ldy + n] = Dot1<L>(x + m * K, w + n * K, K);
     }
   }
 }
 
-__attribute__((target("avx2"))) void MatMulColumnsAvx2(const float* x, int64_t M, int64_t K,
-                                                       const float* w, int64_t N, float* y,
-                                                       int64_t n0, int64_t n1) {
-  MatMulColumns(x, M, K, w, N, y, n0, n1);
+// Columns [n0, n1) of y (over all parts), with the loaders chosen for one SIMD path.
+template <typename F16L>
+inline void Columns(const float* x, int64_t M, int64_t K,
+                                                   std::span<const WeightMatrix> parts, int64_t ldy,
+                                                   float* y, int64_t n0, int64_t n1) {
+  int64_t first = 0;  // y column of the part's row 0
+  for (const WeightMatrix& p : parts) {
+    const int64_t b = std::max(n0, first) - first, e = std::min(n1, first + p.rows) - first;
+    if (b < e) {
+      float* yp = y + first;
+      switch (p.dtype) {
+        case formats::DType::kBF16:
+          PartColumns<BF16Weights>(x, M, K, reinterpret_cast<const uint16_t*>(p.data), yp, ldy, b,
+                                   e);
+          break;
+        case formats::DType::kF16:
+          PartColumns<F16L>(x, M, K, reinterpret_cast<const uint16_t*>(p.data), yp, ldy, b, e);
+          break;
+        default:
+          PartColumns<F32Weights>(x, M, K, reinterpret_cast<const float*>(p.data), yp, ldy, b, e);
+          break;
+      }
+    }
+    first += p.rows;
+  }
 }
 
-void MatMulColumnsGeneric(const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y,
-                          int64_t n0, int64_t n1) {
-  MatMulColumns(x, M, K, w, N, y, n0, n1);
+// `flatten` inlines the whole template chain into each entry point, where the F16C loader's
+// target matches the caller's.
+__attribute__((target("avx2,f16c"), flatten)) void ColumnsAvx2(const float* x, int64_t M, int64_t K,
+                                                      std::span<const WeightMatrix> parts,
+                                                      int64_t ldy, float* y, int64_t n0,
+                                                      int64_t n1) {
+  Columns<F16cWeights>(x, M, K, parts, ldy, y, n0, n1);
+}
+
+__attribute__((flatten)) void ColumnsGeneric(const float* x, int64_t M, int64_t K, std::span<const WeightMatrix> parts,
+                    int64_t ldy, float* y, int64_t n0, int64_t n1) {
+  Columns<F16Weights>(x, M, K, parts, ldy, y, n0, n1);
 }
 
 }  // namespace
 
-void MatMul(const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y,
+bool CpuHasAvx2() {
+  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return has;
+}
+
+void MatMul(const float* x, int64_t M, int64_t K, std::span<const WeightMatrix> parts, float* y,
             ThreadPool* pool) {
-  auto run = CpuHasAvx2() ? &MatMulColumnsAvx2 : &MatMulColumnsGeneric;
-  auto body = [&](int64_t n0, int64_t n1) { run(x, M, K, w, N, y, n0, n1); };
-  // Split columns in multiples of 4 (whole tiles); small problems run inline.
+  int64_t N = 0;
+  for (const WeightMatrix& p : parts) N += p.rows;
+  auto run = CpuHasAvx2() ? &ColumnsAvx2 : &ColumnsGeneric;
+  auto body = [&](int64_t n0, int64_t n1) { run(x, M, K, parts, N, y, n0, n1); };
+  // Split columns in multiples of 16 (whole tiles); small problems run inline.
   if (pool == nullptr || M * N * K < (int64_t{1} << 16)) {
     body(0, N);
     return;
   }
   pool->ParallelFor(N, 16, body);
+}
+
+void MatMul(const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y,
+            ThreadPool* pool) {
+  const WeightMatrix part = F32Matrix(w, N, K);
+  MatMul(x, M, K, std::span<const WeightMatrix>(&part, 1), y, pool);
 }
 
 void MatMulReference(const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y) {

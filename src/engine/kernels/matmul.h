@@ -1,15 +1,21 @@
 // MatMul: y = x * W^T, the engine's only GEMM (internal).
 //
-//   x [M][K] row-major, W [N][K] row-major (one row per output feature, as checkpoints store
-//   it), y [M][N] row-major.
-// Determinism: y[m][n] = Dot(x[m], W[n], K) — the canonical dot product of simd.h — for every
-// m and n, whatever M, the tiling, or the thread count. Threads split the N columns (and tiles
-// of rows); no reduction is ever split.
+//   x [M][K] row-major f32; W [N][K] row-major (one row per output feature, as checkpoints store
+//   it) in F32, F16 or BF16, possibly given as several parts stacked row-wise (q, k and v
+//   projections, gate and up: their outputs land side by side in y, as if the parts were one
+//   matrix); y [M][N] row-major f32.
+// Determinism: y[m][n] = Dot(x[m], W[n], K) — the canonical dot product of simd.h, with each W
+// element converted to f32 exactly as it is loaded — for every m and n, whatever M, the parts,
+// the tiling, the SIMD path or the thread count. Threads split the N columns (and tiles of
+// rows); no reduction is ever split.
 //
 // Thread-safety: pure function of its inputs; `pool` may be null (single-threaded).
 #pragma once
 
 #include <cstdint>
+#include <span>
+
+#include "engine/kernels/weight_matrix.h"
 
 namespace kvferry::engine {
 class ThreadPool;
@@ -17,6 +23,11 @@ class ThreadPool;
 
 namespace kvferry::engine::kernels {
 
+// Every part must have cols == K; N = the sum of the parts' rows.
+void MatMul(const float* x, int64_t M, int64_t K, std::span<const WeightMatrix> parts, float* y,
+            ThreadPool* pool);
+
+// One F32 matrix.
 void MatMul(const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y,
             ThreadPool* pool);
 

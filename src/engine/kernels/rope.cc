@@ -10,14 +10,16 @@ double InvFreq(int32_t i, int32_t head_dim, float theta) {
 }
 }  // namespace
 
-RopeTable::RopeTable(int32_t head_dim, int32_t max_position, float theta)
+RopeTable::RopeTable(int32_t head_dim, int32_t max_position, float theta,
+                     const std::vector<float>& factors)
     : head_dim_(head_dim), max_position_(max_position) {
   const int32_t half = head_dim / 2;
   cos_.resize(static_cast<size_t>(max_position) * half);
   sin_.resize(cos_.size());
   for (int32_t p = 0; p < max_position; ++p) {
     for (int32_t i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(p) * InvFreq(i, head_dim, theta);
+      const double factor = factors.empty() ? 1.0 : static_cast<double>(factors[i]);
+      const double angle = static_cast<double>(p) * (InvFreq(i, head_dim, theta) / factor);
       cos_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::cos(angle));
       sin_[static_cast<size_t>(p) * half + i] = static_cast<float>(std::sin(angle));
     }

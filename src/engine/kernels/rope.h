@@ -1,7 +1,9 @@
 // Rotary position embedding (internal), "rotate half" convention (as Llama checkpoints):
-// for i < d/2, (x[i], x[i + d/2]) rotates by angle pos * theta^(-2i/d).
-// Determinism: the cos/sin table is a function of (position, i, theta, d) only, computed once in
-// double precision and rounded to float; each element then takes two products and one sum.
+// for i < d/2, (x[i], x[i + d/2]) rotates by angle pos * theta^(-2i/d) / factor[i] (the
+// frequency factors of the model's rope scaling, 1 without).
+// Determinism: the cos/sin table is a function of (position, i, theta, d, factor[i]) only,
+// computed once in double precision and rounded to float; each element then takes two products
+// and one sum.
 // Thread-safety: RopeTable is immutable after construction; ApplyRope is a pure function.
 #pragma once
 
@@ -12,7 +14,9 @@ namespace kvferry::engine::kernels {
 
 class RopeTable {
  public:
-  RopeTable(int32_t head_dim, int32_t max_position, float theta);
+  // `factors`: head_dim / 2 divisors, or empty for none.
+  RopeTable(int32_t head_dim, int32_t max_position, float theta,
+            const std::vector<float>& factors = {});
   int32_t head_dim() const { return head_dim_; }
   int32_t max_position() const { return max_position_; }
   const float* cos_row(int32_t pos) const { return cos_.data() + int64_t{pos} * (head_dim_ / 2); }

@@ -34,12 +34,31 @@ Vec RmsNorm(const Vec& x, const Vec& weight, double eps) {
   return y;
 }
 
-// theta^(-2i/D) for i < D/2. Rope scaling (linear, NTK, YaRN, llama3) would rescale these.
+// theta^(-2i/D) for i < D/2, divided as the model's rope scaling says: linear by `factor`;
+// llama3 (Hugging Face's _compute_llama3_parameters, written out here in double) by `factor`
+// for long wavelengths, not at all for short ones, and a smooth blend in between; or by the
+// given per-frequency factors.
 Vec RopeInverseFrequencies(const ModelConfig& c) {
+  const RopeScaling& r = c.rope_scaling;
   Vec inv(static_cast<size_t>(c.head_dim / 2));
   for (size_t i = 0; i < inv.size(); ++i) {
-    inv[i] = std::pow(static_cast<double>(c.rope_theta),
-                      -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim));
+    double f = std::pow(static_cast<double>(c.rope_theta),
+                        -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim));
+    if (r.type == RopeScaling::Type::kLinear) f /= r.factor;
+    if (r.type == RopeScaling::Type::kFactors) f /= r.freq_factors[i];
+    if (r.type == RopeScaling::Type::kLlama3) {
+      const double wavelen = 2.0 * M_PI / f;
+      const double low = r.original_max_position / static_cast<double>(r.low_freq_factor);
+      const double high = r.original_max_position / static_cast<double>(r.high_freq_factor);
+      if (wavelen > low) {
+        f /= r.factor;
+      } else if (wavelen >= high) {
+        const double smooth = (r.original_max_position / wavelen - r.low_freq_factor) /
+                              (r.high_freq_factor - r.low_freq_factor);
+        f = (1.0 - smooth) * f / r.factor + smooth * f;
+      }
+    }
+    inv[i] = f;
   }
   return inv;
 }
@@ -56,14 +75,30 @@ void Rope(const Vec& inv_freq, int32_t pos, double* head) {
   }
 }
 
-// The q, k, v of one position. Qwen2's biases would be added here.
+// The q, k, v of one position, with Qwen2's biases when the model has them.
 struct Qkv {
   Vec q, k, v;
 };
 Qkv ProjectQkv(const ReferenceLayer& layer, const Vec& h, const ModelConfig& c) {
   const int64_t qw = int64_t{c.num_heads} * c.head_dim;
   const int64_t kvw = int64_t{c.num_kv_heads} * c.head_dim;
-  return {Linear(layer.wq, h, qw), Linear(layer.wk, h, kvw), Linear(layer.wv, h, kvw)};
+  Qkv p{Linear(layer.wq, h, qw), Linear(layer.wk, h, kvw), Linear(layer.wv, h, kvw)};
+  if (c.attention_bias) {
+    for (int64_t i = 0; i < qw; ++i) p.q[i] += layer.q_bias[i];
+    for (int64_t i = 0; i < kvw; ++i) p.k[i] += layer.k_bias[i];
+    for (int64_t i = 0; i < kvw; ++i) p.v[i] += layer.v_bias[i];
+  }
+  return p;
+}
+
+// Qwen3: each head of q (or k) RMS-normalised over its D values with `weight`.
+void NormHeads(Vec& x, int32_t heads, const Vec& weight, double eps) {
+  const size_t d = weight.size();
+  for (int32_t h = 0; h < heads; ++h) {
+    const Vec head(x.begin() + h * d, x.begin() + (h + 1) * d);
+    const Vec normed = RmsNorm(head, weight, eps);
+    std::copy(normed.begin(), normed.end(), x.begin() + h * d);
+  }
 }
 
 // Softmax attention of one query head over positions 0..n-1 of `k`, `v` ([pos][kv head][D]).
@@ -97,6 +132,18 @@ Status CheckSize(const std::vector<float>& t, int64_t want, const std::string& n
                               " values, want " + std::to_string(want));
 }
 
+// A weight matrix in double, after checking its shape.
+StatusOr<std::vector<double>> Matrix(const WeightMatrix& m, int64_t rows, int64_t cols,
+                                     const std::string& name) {
+  if (m.rows != rows || m.cols != cols) {
+    return InvalidArgumentError("reference model: " + name + " is " + std::to_string(m.rows) +
+                                " x " + std::to_string(m.cols) + ", want " + std::to_string(rows) +
+                                " x " + std::to_string(cols));
+  }
+  const std::vector<float> f = ToF32(m);
+  return ToDouble(f.data(), rows * cols);
+}
+
 }  // namespace
 
 StatusOr<ReferenceModel> ReferenceModel::Create(const ModelWeights& w) {
@@ -105,38 +152,45 @@ StatusOr<ReferenceModel> ReferenceModel::Create(const ModelWeights& w) {
   const int64_t d = c.hidden_dim, f = c.ffn_dim, v = c.vocab_size;
   const int64_t qw = int64_t{c.num_heads} * c.head_dim;
   const int64_t kvw = int64_t{c.num_kv_heads} * c.head_dim;
-  KVF_RETURN_IF_ERROR(CheckSize(w.embed, v * d, "embed"));
   KVF_RETURN_IF_ERROR(CheckSize(w.final_norm, d, "final_norm"));
-  KVF_RETURN_IF_ERROR(CheckSize(w.lm_head, c.tie_embeddings ? 0 : v * d, "lm_head"));
   if (static_cast<int32_t>(w.layers.size()) != c.num_layers) {
     return InvalidArgumentError("reference model: layer count differs from the config");
   }
   ReferenceModel m;
   m.config_ = c;
-  m.embed_ = ToDouble(w.embed.data(), v * d);
+  KVF_ASSIGN_OR_RETURN(m.embed_, Matrix(w.embed, v, d, "embed"));
   m.final_norm_ = ToDouble(w.final_norm.data(), d);
-  m.lm_head_ = ToDouble(w.lm_head_data(), v * d);
+  KVF_ASSIGN_OR_RETURN(m.lm_head_, Matrix(w.lm_head, v, d, "lm_head"));
   m.inv_freq_ = RopeInverseFrequencies(c);
   for (size_t l = 0; l < w.layers.size(); ++l) {
     const LayerWeights& lw = w.layers[l];
     const std::string at = " of layer " + std::to_string(l);
     KVF_RETURN_IF_ERROR(CheckSize(lw.attn_norm, d, "attn_norm" + at));
-    KVF_RETURN_IF_ERROR(CheckSize(lw.qkv, (qw + 2 * kvw) * d, "qkv" + at));
-    KVF_RETURN_IF_ERROR(CheckSize(lw.o, d * qw, "o" + at));
     KVF_RETURN_IF_ERROR(CheckSize(lw.ffn_norm, d, "ffn_norm" + at));
-    KVF_RETURN_IF_ERROR(CheckSize(lw.gate_up, 2 * f * d, "gate_up" + at));
-    KVF_RETURN_IF_ERROR(CheckSize(lw.down, d * f, "down" + at));
-    // weights.h: qkv holds the rows of q_proj, k_proj, v_proj; gate_up those of gate, up.
     ReferenceLayer layer;
     layer.attn_norm = ToDouble(lw.attn_norm.data(), d);
-    layer.wq = ToDouble(lw.qkv.data(), qw * d);
-    layer.wk = ToDouble(lw.qkv.data() + qw * d, kvw * d);
-    layer.wv = ToDouble(lw.qkv.data() + (qw + kvw) * d, kvw * d);
-    layer.wo = ToDouble(lw.o.data(), d * qw);
+    KVF_ASSIGN_OR_RETURN(layer.wq, Matrix(lw.q, qw, d, "q" + at));
+    KVF_ASSIGN_OR_RETURN(layer.wk, Matrix(lw.k, kvw, d, "k" + at));
+    KVF_ASSIGN_OR_RETURN(layer.wv, Matrix(lw.v, kvw, d, "v" + at));
+    KVF_ASSIGN_OR_RETURN(layer.wo, Matrix(lw.o, d, qw, "o" + at));
     layer.ffn_norm = ToDouble(lw.ffn_norm.data(), d);
-    layer.w_gate = ToDouble(lw.gate_up.data(), f * d);
-    layer.w_up = ToDouble(lw.gate_up.data() + f * d, f * d);
-    layer.w_down = ToDouble(lw.down.data(), d * f);
+    KVF_ASSIGN_OR_RETURN(layer.w_gate, Matrix(lw.gate, f, d, "gate" + at));
+    KVF_ASSIGN_OR_RETURN(layer.w_up, Matrix(lw.up, f, d, "up" + at));
+    KVF_ASSIGN_OR_RETURN(layer.w_down, Matrix(lw.down, d, f, "down" + at));
+    if (c.attention_bias) {
+      KVF_RETURN_IF_ERROR(CheckSize(lw.q_bias, qw, "q_bias" + at));
+      KVF_RETURN_IF_ERROR(CheckSize(lw.k_bias, kvw, "k_bias" + at));
+      KVF_RETURN_IF_ERROR(CheckSize(lw.v_bias, kvw, "v_bias" + at));
+      layer.q_bias = ToDouble(lw.q_bias.data(), qw);
+      layer.k_bias = ToDouble(lw.k_bias.data(), kvw);
+      layer.v_bias = ToDouble(lw.v_bias.data(), kvw);
+    }
+    if (c.qk_norm) {
+      KVF_RETURN_IF_ERROR(CheckSize(lw.q_norm, c.head_dim, "q_norm" + at));
+      KVF_RETURN_IF_ERROR(CheckSize(lw.k_norm, c.head_dim, "k_norm" + at));
+      layer.q_norm = ToDouble(lw.q_norm.data(), c.head_dim);
+      layer.k_norm = ToDouble(lw.k_norm.data(), c.head_dim);
+    }
     m.layers_.push_back(std::move(layer));
   }
   return m;
@@ -189,6 +243,10 @@ void ReferenceModel::AttentionBlock(const ReferenceLayer& layer, int32_t pos, Se
   const ModelConfig& c = config_;
   const int32_t d = c.head_dim;
   Qkv p = ProjectQkv(layer, RmsNorm(x, layer.attn_norm, c.rms_norm_eps), c);
+  if (c.qk_norm) {
+    NormHeads(p.q, c.num_heads, layer.q_norm, c.rms_norm_eps);
+    NormHeads(p.k, c.num_kv_heads, layer.k_norm, c.rms_norm_eps);
+  }
   for (int32_t h = 0; h < c.num_heads; ++h) Rope(inv_freq_, pos, p.q.data() + h * d);
   for (int32_t h = 0; h < c.num_kv_heads; ++h) Rope(inv_freq_, pos, p.k.data() + h * d);
   kv.k.insert(kv.k.end(), p.k.begin(), p.k.end());

@@ -12,10 +12,10 @@
 //   h = RMSNorm(x) * ffn_norm;  x += (silu(h Wgate^T) * (h Wup^T)) Wdown^T
 // and logits = (RMSNorm(x) * final_norm) lm_head^T (lm_head = embed when tied).
 //
-// Extension points, each one function in reference_model.cc: q/k/v biases (Qwen2) go in
-// ProjectQkv; per-head q/k RMSNorm (Qwen3) between ProjectQkv and RoPE; rope scaling in
-// RopeInverseFrequencies; MLA replaces SequenceKv's entries with the latent and Attend with its
-// absorbed form.
+// Architectures: q/k/v biases (Qwen2) in ProjectQkv; per-head q/k RMSNorm (Qwen3) between
+// ProjectQkv and RoPE; rope scaling (linear, llama3, per-frequency factors) in
+// RopeInverseFrequencies. MLA would replace SequenceKv's entries with the latent and Attend
+// with its absorbed form.
 //
 // Thread-safety: immutable after Create(); Logits() is const and may run concurrently.
 #pragma once
@@ -31,12 +31,14 @@ namespace kvferry::engine {
 
 // One decoder layer's weights in double, unfused, [out][in] row-major.
 struct ReferenceLayer {
-  std::vector<double> attn_norm;     // [dim]
-  std::vector<double> wq, wk, wv;    // [H*D][dim], [KV*D][dim], [KV*D][dim]
-  std::vector<double> wo;            // [dim][H*D]
-  std::vector<double> ffn_norm;      // [dim]
-  std::vector<double> w_gate, w_up;  // [F][dim] each
-  std::vector<double> w_down;        // [dim][F]
+  std::vector<double> attn_norm;               // [dim]
+  std::vector<double> wq, wk, wv;              // [H*D][dim], [KV*D][dim], [KV*D][dim]
+  std::vector<double> wo;                      // [dim][H*D]
+  std::vector<double> ffn_norm;                // [dim]
+  std::vector<double> w_gate, w_up;            // [F][dim] each
+  std::vector<double> w_down;                  // [dim][F]
+  std::vector<double> q_bias, k_bias, v_bias;  // Qwen2 (attention_bias)
+  std::vector<double> q_norm, k_norm;          // Qwen3 (qk_norm): [D] each
 };
 
 class ReferenceModel {

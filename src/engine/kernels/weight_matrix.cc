@@ -1,0 +1,28 @@
+#include "engine/kernels/weight_matrix.h"
+
+#include <cstring>
+
+#include "kvferry/common/half.h"
+
+namespace kvferry::engine {
+
+void ReadRowF32(const WeightMatrix& m, int64_t r, float* out) {
+  const std::byte* p = m.row(r);
+  if (m.dtype == formats::DType::kF32) {
+    std::memcpy(out, p, static_cast<size_t>(m.cols) * 4);
+    return;
+  }
+  for (int64_t c = 0; c < m.cols; ++c) {
+    uint16_t bits;
+    std::memcpy(&bits, p + 2 * c, 2);
+    out[c] = m.dtype == formats::DType::kBF16 ? BF16ToF32(bits) : F16ToF32(bits);
+  }
+}
+
+std::vector<float> ToF32(const WeightMatrix& m) {
+  std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
+  for (int64_t r = 0; r < m.rows; ++r) ReadRowF32(m, r, out.data() + r * m.cols);
+  return out;
+}
+
+}  // namespace kvferry::engine

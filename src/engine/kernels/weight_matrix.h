@@ -1,0 +1,42 @@
+// WeightMatrix (internal): a [rows][cols] row-major matrix of model weights in the dtype it is
+// stored in (F32, F16 or BF16), not owned — it points into a checkpoint's memory mapping or
+// into a buffer the model owns (engine/weights.h says who keeps the bytes alive).
+//
+// The kernels read F16/BF16 weights by converting each element to f32 exactly as it is loaded;
+// the arithmetic after that is the f32 arithmetic of the determinism contract, so a model gives
+// the same bits whether its weights are stored in F16/BF16 or in F32 holding the same values.
+//
+// Thread-safety: a value; the bytes it points to are immutable.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kvferry/formats/dtype.h"
+
+namespace kvferry::engine {
+
+struct WeightMatrix {
+  formats::DType dtype = formats::DType::kF32;  // kF32, kF16 or kBF16
+  const std::byte* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+
+  // Bytes of one element (4 or 2).
+  int64_t element_bytes() const { return dtype == formats::DType::kF32 ? 4 : 2; }
+  const std::byte* row(int64_t r) const { return data + r * cols * element_bytes(); }
+};
+
+// Row r of `m` as f32 values into out[0, cols).
+void ReadRowF32(const WeightMatrix& m, int64_t r, float* out);
+
+// The whole matrix as f32 (for small tensors: norms, biases; and for tests).
+std::vector<float> ToF32(const WeightMatrix& m);
+
+// A view of `n` f32 values as a 1 x n (or rows x cols) matrix.
+inline WeightMatrix F32Matrix(const float* data, int64_t rows, int64_t cols) {
+  return {formats::DType::kF32, reinterpret_cast<const std::byte*>(data), rows, cols};
+}
+
+}  // namespace kvferry::engine

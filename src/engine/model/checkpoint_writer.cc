@@ -1,0 +1,110 @@
+#include "engine/model/checkpoint_writer.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "engine/model/gguf_config.h"
+#include "engine/model/hf_config.h"
+#include "engine/model/model_loader.h"
+#include "engine/model/tensor_slots.h"
+#include "kvferry/common/half.h"
+#include "kvferry/formats/safetensors_writer.h"
+
+namespace kvferry::engine {
+namespace {
+
+// `values` in `dtype` (little-endian bytes).
+std::vector<std::byte> Encode(const std::vector<float>& values, formats::DType dtype) {
+  if (dtype == formats::DType::kF32) {
+    std::vector<std::byte> out(values.size() * 4);
+    std::memcpy(out.data(), values.data(), out.size());
+    return out;
+  }
+  std::vector<std::byte> out(values.size() * 2);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const uint16_t bits =
+        dtype == formats::DType::kBF16 ? F32ToBF16(values[i]) : F32ToF16(values[i]);
+    std::memcpy(out.data() + 2 * i, &bits, 2);
+  }
+  return out;
+}
+
+// Calls add(name, shape, bytes) for every tensor of `weights` under `naming`. Norms and biases
+// stay F32 (as llama.cpp's converter keeps 1-D tensors); matrices take `dtype`.
+Status ForEachTensor(
+    const ModelWeights& weights, TensorNaming naming, formats::DType dtype,
+    const std::function<Status(const std::string&, formats::DType, const std::vector<int64_t>&,
+                               const std::vector<std::byte>&)>& add) {
+  if (dtype != formats::DType::kF32 && dtype != formats::DType::kF16 &&
+      dtype != formats::DType::kBF16) {
+    return InvalidArgumentError("checkpoints are written in F32, F16 or BF16, not " +
+                                std::string(formats::DTypeName(dtype)));
+  }
+  ModelWeights copy = weights;  // shares the bytes; the slots point into the copy
+  for (const TensorSlot& slot : TensorSlots(naming, &copy)) {
+    if (slot.vector != nullptr) {
+      KVF_RETURN_IF_ERROR(add(slot.name, formats::DType::kF32, slot.shape,
+                              Encode(*slot.vector, formats::DType::kF32)));
+      continue;
+    }
+    WeightMatrix m = *slot.matrix;
+    if (slot.interleaved_heads > 0) m = RotateHalfRows(m, slot.interleaved_heads, true, &copy);
+    KVF_RETURN_IF_ERROR(add(slot.name, dtype, slot.shape, Encode(ToF32(m), dtype)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status WriteHfCheckpoint(const ModelWeights& weights, const std::string& dir, formats::DType dtype,
+                         int shards) {
+  formats::SafetensorsWriter writer;
+  writer.SetMetadata("format", "pt");
+  KVF_RETURN_IF_ERROR(
+      ForEachTensor(weights, TensorNaming::kHuggingFace, dtype,
+                    [&](const std::string& name, formats::DType dt,
+                        const std::vector<int64_t>& shape, const std::vector<std::byte>& bytes) {
+                      return writer.AddTensor(name, dt, shape, bytes);
+                    }));
+  KVF_RETURN_IF_ERROR(writer.WriteDirectory(dir, shards));
+  const std::string torch_dtype = dtype == formats::DType::kBF16  ? "bfloat16"
+                                  : dtype == formats::DType::kF16 ? "float16"
+                                                                  : "float32";
+  std::ofstream out(std::filesystem::path(dir) / "config.json");
+  out << HfConfigJson(weights.config, torch_dtype).dump(2) << "\n";
+  if (!out) return DataLossError("cannot write config.json in '" + dir + "'");
+  return Status::Ok();
+}
+
+Status WriteGgufCheckpoint(const ModelWeights& weights, const std::string& path,
+                           formats::DType dtype,
+                           const std::function<Status(formats::GgufWriter*)>& add_tokenizer) {
+  formats::GgufWriter writer;
+  KVF_RETURN_IF_ERROR(AddGgufModelMetadata(weights.config, &writer));
+  if (add_tokenizer) KVF_RETURN_IF_ERROR(add_tokenizer(&writer));
+  KVF_RETURN_IF_ERROR(
+      ForEachTensor(weights, TensorNaming::kGguf, dtype,
+                    [&](const std::string& name, formats::DType dt,
+                        const std::vector<int64_t>& shape, const std::vector<std::byte>& bytes) {
+                      return writer.AddTensor(name, dt, shape, bytes);
+                    }));
+  return writer.Write(path);
+}
+
+Status SaveCheckpoint(const ModelWeights& weights, const std::string& path) {
+  formats::SafetensorsWriter writer;
+  nlohmann::json config = HfConfigJson(weights.config, "float32");
+  config["name"] = weights.config.name;
+  writer.SetMetadata("format", "kvferry");
+  writer.SetMetadata("kvferry_config", config.dump());
+  KVF_RETURN_IF_ERROR(
+      ForEachTensor(weights, TensorNaming::kHuggingFace, formats::DType::kF32,
+                    [&](const std::string& name, formats::DType dt,
+                        const std::vector<int64_t>& shape, const std::vector<std::byte>& bytes) {
+                      return writer.AddTensor(name, dt, shape, bytes);
+                    }));
+  return writer.Write(path);
+}
+
+}  // namespace kvferry::engine

@@ -1,0 +1,28 @@
+// Writing a model's weights as checkpoints: a Hugging Face directory, a GGUF file, or one
+// kvferry safetensors file (config in its metadata). Tensors take the names of tensor_slots.h
+// and the dtype asked for (F32, F16 or BF16; values rounded to nearest even); GGUF Llama q/k
+// rows are interleaved the way llama.cpp's converter does, so llama.cpp reads the file right.
+// Used by the tests, `kvferry synth-model` and the benchmarks that need a checkpoint on disk.
+//
+// Thread-safety: pure functions over the filesystem.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "engine/weights.h"
+#include "kvferry/formats/dtype.h"
+#include "kvferry/formats/gguf_writer.h"
+
+namespace kvferry::engine {
+
+// config.json and model.safetensors (or `shards` shards with the index) into existing `dir`.
+Status WriteHfCheckpoint(const ModelWeights& weights, const std::string& dir, formats::DType dtype,
+                         int shards = 1);
+
+// A GGUF file; `add_tokenizer` adds the tokenizer.* keys (the model keys are added here).
+Status WriteGgufCheckpoint(const ModelWeights& weights, const std::string& path,
+                           formats::DType dtype,
+                           const std::function<Status(formats::GgufWriter*)>& add_tokenizer);
+
+}  // namespace kvferry::engine

@@ -1,0 +1,199 @@
+#include "engine/model/hf_config.h"
+
+#include <map>
+
+namespace kvferry::engine {
+namespace {
+
+using Json = nlohmann::json;
+
+const std::map<std::string, std::string>& Architectures() {
+  static const std::map<std::string, std::string> kArchs = {
+      {"LlamaForCausalLM", "llama"},
+      {"MistralForCausalLM", "llama"},
+      {"Qwen2ForCausalLM", "qwen2"},
+      {"Qwen3ForCausalLM", "qwen3"},
+  };
+  return kArchs;
+}
+
+Status Refuse(const std::string& field, const std::string& why) {
+  return InvalidArgumentError("config.json: " + field + ": " + why);
+}
+
+// Reads an integer field (default `dflt`; `required` fails when absent).
+Status Int(const Json& j, const char* key, int32_t* out, bool required, int32_t dflt = 0) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (required) return Refuse(key, "missing");
+    *out = dflt;
+    return Status::Ok();
+  }
+  if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > INT32_MAX) {
+    return Refuse(key, "must be a non-negative integer");
+  }
+  *out = it->get<int32_t>();
+  return Status::Ok();
+}
+
+Status Float(const Json& j, const char* key, float* out, float dflt) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    *out = dflt;
+    return Status::Ok();
+  }
+  if (!it->is_number()) return Refuse(key, "must be a number");
+  *out = it->get<float>();
+  return Status::Ok();
+}
+
+// eos_token_id: an integer or a list of them; appended to `ids` without duplicates.
+Status EosIds(const Json& j, std::vector<int32_t>* ids) {
+  const auto it = j.find("eos_token_id");
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  const Json list = it->is_array() ? *it : Json::array({*it});
+  for (const Json& v : list) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0) {
+      return Refuse("eos_token_id", "must be an integer or a list of integers");
+    }
+    const int32_t id = v.get<int32_t>();
+    if (std::find(ids->begin(), ids->end(), id) == ids->end()) ids->push_back(id);
+  }
+  return Status::Ok();
+}
+
+Status RopeScalingFrom(const Json& j, RopeScaling* out) {
+  const auto it = j.find("rope_scaling");
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  if (!it->is_object()) return Refuse("rope_scaling", "must be an object");
+  const Json& r = *it;
+  const std::string type = r.value("rope_type", r.value("type", std::string()));
+  if (type == "default") return Status::Ok();
+  KVF_RETURN_IF_ERROR(Float(r, "factor", &out->factor, 1.0f));
+  if (type == "linear") {
+    out->type = RopeScaling::Type::kLinear;
+    return Status::Ok();
+  }
+  if (type == "llama3") {
+    out->type = RopeScaling::Type::kLlama3;
+    KVF_RETURN_IF_ERROR(Float(r, "low_freq_factor", &out->low_freq_factor, 1.0f));
+    KVF_RETURN_IF_ERROR(Float(r, "high_freq_factor", &out->high_freq_factor, 4.0f));
+    return Int(r, "original_max_position_embeddings", &out->original_max_position, false, 8192);
+  }
+  return Refuse("rope_scaling.rope_type",
+                "'" + type + "' is not supported (supported: linear, llama3)");
+}
+
+// Sliding-window attention: Mistral's window is honoured by capping the context at it; Qwen2's
+// (use_sliding_window) is refused.
+Status SlidingWindow(const Json& j, const std::string& arch, ModelConfig* c) {
+  const auto it = j.find("sliding_window");
+  if (it == j.end() || it->is_null()) return Status::Ok();
+  if (!it->is_number_integer() || it->get<int64_t>() <= 0) {
+    return Refuse("sliding_window", "must be a positive integer or null");
+  }
+  if (arch != "llama") {
+    if (j.value("use_sliding_window", false)) {
+      return Refuse("use_sliding_window", "sliding-window attention is not supported");
+    }
+    return Status::Ok();
+  }
+  c->max_position = std::min(c->max_position, it->get<int32_t>());
+  return Status::Ok();
+}
+
+Status Shape(const Json& j, ModelConfig* c) {
+  KVF_RETURN_IF_ERROR(Int(j, "vocab_size", &c->vocab_size, true));
+  KVF_RETURN_IF_ERROR(Int(j, "hidden_size", &c->hidden_dim, true));
+  KVF_RETURN_IF_ERROR(Int(j, "num_hidden_layers", &c->num_layers, true));
+  KVF_RETURN_IF_ERROR(Int(j, "num_attention_heads", &c->num_heads, true));
+  KVF_RETURN_IF_ERROR(Int(j, "num_key_value_heads", &c->num_kv_heads, false, c->num_heads));
+  if (c->num_heads == 0) return Refuse("num_attention_heads", "must be > 0");
+  KVF_RETURN_IF_ERROR(Int(j, "head_dim", &c->head_dim, false, c->hidden_dim / c->num_heads));
+  KVF_RETURN_IF_ERROR(Int(j, "intermediate_size", &c->ffn_dim, true));
+  KVF_RETURN_IF_ERROR(Int(j, "max_position_embeddings", &c->max_position, false, 2048));
+  KVF_RETURN_IF_ERROR(Float(j, "rope_theta", &c->rope_theta, 10000.0f));
+  KVF_RETURN_IF_ERROR(Float(j, "rms_norm_eps", &c->rms_norm_eps, 1e-6f));
+  KVF_RETURN_IF_ERROR(Int(j, "bos_token_id", &c->bos_token_id, false, -1));
+  c->tie_embeddings = j.value("tie_word_embeddings", false);
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> ModelConfigFromHf(const Json& j, const Json& generation, std::string name) {
+  if (!j.is_object()) return InvalidArgumentError("config.json is not a JSON object");
+  const auto archs = j.find("architectures");
+  if (archs == j.end() || !archs->is_array() || archs->size() != 1 || !(*archs)[0].is_string()) {
+    return Refuse("architectures", "must list exactly one architecture");
+  }
+  const std::string arch_name = (*archs)[0].get<std::string>();
+  const auto known = Architectures().find(arch_name);
+  if (known == Architectures().end()) {
+    return Refuse("architectures", "'" + arch_name +
+                                       "' is not supported (supported: LlamaForCausalLM, "
+                                       "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+  }
+  ModelConfig c;
+  c.name = std::move(name);
+  c.architecture = known->second;
+  try {
+    KVF_RETURN_IF_ERROR(Shape(j, &c));
+    const std::string act = j.value("hidden_act", std::string("silu"));
+    if (act != "silu") return Refuse("hidden_act", "'" + act + "' is not supported (silu only)");
+    if (j.value("mlp_bias", false)) return Refuse("mlp_bias", "MLP biases are not supported");
+    const bool attention_bias = j.value("attention_bias", false);
+    if (c.architecture == "llama" && attention_bias) {
+      return Refuse("attention_bias",
+                    "biases on the attention projections (incl. o_proj) are "
+                    "not supported for Llama");
+    }
+    c.attention_bias = c.architecture == "qwen2" || attention_bias;
+    c.qk_norm = c.architecture == "qwen3";
+    KVF_RETURN_IF_ERROR(RopeScalingFrom(j, &c.rope_scaling));
+    KVF_RETURN_IF_ERROR(SlidingWindow(j, c.architecture, &c));
+    KVF_RETURN_IF_ERROR(EosIds(j, &c.eos_token_ids));
+    if (generation.is_object()) KVF_RETURN_IF_ERROR(EosIds(generation, &c.eos_token_ids));
+  } catch (const Json::exception& e) {
+    return InvalidArgumentError(std::string("config.json: ") + e.what());
+  }
+  KVF_RETURN_IF_ERROR(c.Validate());
+  return c;
+}
+
+Json HfConfigJson(const ModelConfig& c, const std::string& dtype_name) {
+  static const std::map<std::string, std::string> kClass = {
+      {"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
+  Json j = {{"architectures", {kClass.at(c.architecture)}},
+            {"model_type", c.architecture},
+            {"vocab_size", c.vocab_size},
+            {"hidden_size", c.hidden_dim},
+            {"num_hidden_layers", c.num_layers},
+            {"num_attention_heads", c.num_heads},
+            {"num_key_value_heads", c.num_kv_heads},
+            {"head_dim", c.head_dim},
+            {"intermediate_size", c.ffn_dim},
+            {"max_position_embeddings", c.max_position},
+            {"rope_theta", c.rope_theta},
+            {"rms_norm_eps", c.rms_norm_eps},
+            {"tie_word_embeddings", c.tie_embeddings},
+            {"hidden_act", "silu"},
+            {"torch_dtype", dtype_name}};
+  if (c.architecture == "qwen3") j["attention_bias"] = c.attention_bias;
+  if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
+  if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
+  if (c.eos_token_ids.size() > 1) j["eos_token_id"] = c.eos_token_ids;
+  const RopeScaling& r = c.rope_scaling;
+  if (r.type == RopeScaling::Type::kLinear) {
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", r.factor}};
+  } else if (r.type == RopeScaling::Type::kLlama3) {
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", r.factor},
+                         {"low_freq_factor", r.low_freq_factor},
+                         {"high_freq_factor", r.high_freq_factor},
+                         {"original_max_position_embeddings", r.original_max_position}};
+  }
+  return j;
+}
+
+}  // namespace kvferry::engine

@@ -1,0 +1,255 @@
+// Loading checkpoints: a Hugging Face directory (single file and sharded), a GGUF file and a
+// kvferry safetensors file give the engine the same model, bit for bit, for every supported
+// architecture; F16/BF16 weights compute exactly as F32 weights holding the same values; and
+// every malformed or unsupported checkpoint is an error naming what is wrong.
+#include "engine/model/model_loader.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+
+#include "engine/engine_test_util.h"
+#include "engine/model/checkpoint_writer.h"
+#include "engine/weights.h"
+#include "kvferry/engine/engine.h"
+#include "kvferry/formats/gguf.h"
+#include "kvferry/formats/safetensors_model.h"
+#include "kvferry/formats/safetensors_writer.h"
+
+namespace kvferry::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using formats::DType;
+using testing_util::Completion;
+
+fs::path Scratch(const std::string& name) {
+  const fs::path p = fs::path(::testing::TempDir()) / ("kvferry_loader_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+// Greedy tokens and logprobs of two prompts (one crossing kernel blocks of 64) on `model`.
+Completion Generate(const std::string& model) {
+  EngineConfig c;
+  c.model = model;
+  c.block_size = 64;
+  c.num_threads = 2;
+  auto engine = Engine::Create(c);
+  EXPECT_TRUE(engine.ok()) << model << ": " << engine.status();
+  if (!engine.ok()) return {};
+  SamplingParams sp;
+  sp.max_tokens = 8;
+  sp.ignore_eos = true;
+  std::vector<int32_t> long_prompt;
+  for (int32_t i = 0; i < 150; ++i) long_prompt.push_back(1 + (i * 37) % 200);
+  EXPECT_TRUE((*engine)->AddRequest("a", {1, 5, 9, 2}, sp).ok());
+  EXPECT_TRUE((*engine)->AddRequest("b", long_prompt, sp).ok());
+  auto all = testing_util::RunToEnd(**engine);
+  Completion both = all["a"];
+  both.tokens.insert(both.tokens.end(), all["b"].tokens.begin(), all["b"].tokens.end());
+  both.logprobs.insert(both.logprobs.end(), all["b"].logprobs.begin(), all["b"].logprobs.end());
+  return both;
+}
+
+ModelConfig Variant(const std::string& arch) {
+  ModelConfig c = *BuiltinModelConfig("tiny-odd");
+  c.name = "test-" + arch;
+  c.architecture = arch;
+  c.attention_bias = arch == "qwen2";
+  c.qk_norm = arch == "qwen3";
+  if (arch == "llama") {
+    c.rope_theta = 500000.0f;
+    c.rope_scaling = {RopeScaling::Type::kLlama3, 8.0f, 1.0f, 4.0f, 64, {}};
+  }
+  return c;
+}
+
+TEST(ModelLoaderTest, BuiltinThroughAHuggingFaceDirectoryIsTheSameModel) {
+  const ModelWeights tiny = *GenerateWeights(*BuiltinModelConfig("tiny"));
+  const fs::path one = Scratch("hf1"), sharded = Scratch("hf3"), file = Scratch("file");
+  ASSERT_TRUE(WriteHfCheckpoint(tiny, one, DType::kF32).ok());
+  ASSERT_TRUE(WriteHfCheckpoint(tiny, sharded, DType::kF32, 3).ok());
+  ASSERT_TRUE(fs::exists(sharded / "model.safetensors.index.json"));
+  ASSERT_TRUE(SaveCheckpoint(tiny, file / "tiny.safetensors").ok());
+  const Completion builtin = Generate("tiny");
+  testing_util::ExpectSameCompletion(builtin, Generate(one), "HF directory");
+  testing_util::ExpectSameCompletion(builtin, Generate(sharded), "sharded HF directory");
+  testing_util::ExpectSameCompletion(builtin, Generate(file / "tiny.safetensors"), "kvferry file");
+}
+
+// For Llama (with Llama 3.1 rope scaling: rope_freqs in GGUF), Qwen2 and Qwen3: the GGUF file
+// and the Hugging Face directory of the same weights give the same bits, in BF16 and F16; and a
+// BF16 model equals an F32 model holding the same values (the kernels convert exactly).
+TEST(ModelLoaderTest, GgufEqualsHuggingFaceAndHalfEqualsF32OfSameValues) {
+  for (const std::string arch : {"llama", "qwen2", "qwen3"}) {
+    SCOPED_TRACE(arch);
+    const ModelWeights w = *GenerateWeights(Variant(arch));
+    for (DType dtype : {DType::kBF16, DType::kF16}) {
+      const std::string tag = arch + "_" + std::string(formats::DTypeName(dtype));
+      const fs::path hf = Scratch(tag + "_hf"), gguf = Scratch(tag + "_gguf");
+      ASSERT_TRUE(WriteHfCheckpoint(w, hf, dtype).ok());
+      ASSERT_TRUE(WriteGgufCheckpoint(w, gguf / "m.gguf", dtype, nullptr).ok());
+      const Completion from_hf = Generate(hf);
+      testing_util::ExpectSameCompletion(from_hf, Generate(gguf / "m.gguf"), tag + " GGUF vs HF");
+      // The same values in F32 storage.
+      auto half = LoadModelWeights(hf);
+      ASSERT_TRUE(half.ok()) << half.status();
+      EXPECT_EQ(half->layers[0].q.dtype, dtype);
+      const fs::path f32 = Scratch(tag + "_f32");
+      ASSERT_TRUE(WriteHfCheckpoint(*half, f32, DType::kF32).ok());
+      testing_util::ExpectSameCompletion(from_hf, Generate(f32),
+                                         tag + " vs F32 of the same values");
+    }
+  }
+}
+
+TEST(ModelLoaderTest, WeightsAreMappedNotCopied) {
+  const ModelWeights w = *GenerateWeights(Variant("qwen3"));
+  const fs::path hf = Scratch("mapped");
+  ASSERT_TRUE(WriteHfCheckpoint(w, hf, DType::kBF16).ok());
+  auto loaded = LoadModelWeights(hf);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  // One owner: the file mapping (the q/k/v of a Hugging Face model need no copy).
+  EXPECT_EQ(loaded->storage.size(), 1u);
+  EXPECT_EQ(loaded->layers[1].up.dtype, DType::kBF16);
+}
+
+// ---- refused and malformed checkpoints ----
+
+fs::path WriteTiny(const std::string& name) {
+  const fs::path dir = Scratch(name);
+  EXPECT_TRUE(WriteHfCheckpoint(*GenerateWeights(Variant("llama")), dir, DType::kF32).ok());
+  return dir;
+}
+
+void EditConfig(const fs::path& dir, const std::function<void(nlohmann::json&)>& edit) {
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  edit(j);
+  std::ofstream(dir / "config.json") << j.dump();
+}
+
+void ExpectError(const fs::path& model, StatusCode code, const std::string& needle) {
+  auto w = LoadModelWeights(model);
+  ASSERT_FALSE(w.ok()) << model;
+  EXPECT_EQ(w.status().code(), code) << w.status();
+  EXPECT_NE(w.status().message().find(needle), std::string_view::npos) << w.status();
+}
+
+TEST(ModelLoaderTest, RefusedConfigsNameTheField) {
+  const fs::path dir = WriteTiny("cfg");
+  EditConfig(dir, [](auto& j) { j["architectures"] = {"GPT2LMHeadModel"}; });
+  ExpectError(dir, StatusCode::kInvalidArgument, "GPT2LMHeadModel");
+  EditConfig(dir, [](auto& j) {
+    j["architectures"] = {"LlamaForCausalLM"};
+    j["hidden_act"] = "gelu";
+  });
+  ExpectError(dir, StatusCode::kInvalidArgument, "hidden_act");
+  EditConfig(dir, [](auto& j) {
+    j["hidden_act"] = "silu";
+    j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4}};
+  });
+  ExpectError(dir, StatusCode::kInvalidArgument, "yarn");
+  EditConfig(dir, [](auto& j) {
+    j.erase("rope_scaling");
+    j["num_key_value_heads"] = 4;  // does not divide 6 heads
+  });
+  ExpectError(dir, StatusCode::kInvalidArgument, "num_kv_heads");
+  EditConfig(dir, [](auto& j) { j.erase("num_hidden_layers"); });
+  ExpectError(dir, StatusCode::kInvalidArgument, "num_hidden_layers");
+}
+
+TEST(ModelLoaderTest, MistralSlidingWindowCapsTheContext) {
+  const fs::path dir = WriteTiny("mistral");
+  EditConfig(dir, [](auto& j) {
+    j["architectures"] = {"MistralForCausalLM"};
+    j["sliding_window"] = 1024;
+  });
+  auto w = LoadModelWeights(dir);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->config.max_position, 1024);
+}
+
+// A Hugging Face directory whose safetensors holds `tensors` of the tiny llama variant, with
+// the tensor `drop` left out, `reshape` given another shape, and `extra` added.
+fs::path Tampered(const std::string& name, const std::string& drop, const std::string& reshape,
+                  const std::string& extra) {
+  const fs::path good = WriteTiny(name + "_src");
+  auto st = formats::SafetensorsModel::Open(good);
+  EXPECT_TRUE(st.ok());
+  formats::SafetensorsWriter writer;
+  for (const formats::TensorView& t : st->tensors()) {
+    if (t.name == drop) continue;
+    std::vector<int64_t> shape = t.shape;
+    std::vector<std::byte> bytes(t.data, t.data + t.size_bytes);
+    if (t.name == reshape) {
+      shape = {t.elements() / 3, 3};
+      bytes.resize(static_cast<size_t>(shape[0] * 3 * 4));
+    }
+    EXPECT_TRUE(writer.AddTensor(t.name, t.dtype, shape, bytes).ok());
+  }
+  if (!extra.empty()) {
+    std::vector<std::byte> four(16);
+    EXPECT_TRUE(writer.AddTensor(extra, DType::kF32, {4}, four).ok());
+  }
+  const fs::path dir = Scratch(name);
+  EXPECT_TRUE(writer.WriteDirectory(dir, 1).ok());
+  fs::copy_file(good / "config.json", dir / "config.json");
+  return dir;
+}
+
+TEST(ModelLoaderTest, MissingWrongShapeAndUnexpectedTensorsAreNamed) {
+  ExpectError(Tampered("missing", "model.layers.2.mlp.up_proj.weight", "", ""),
+              StatusCode::kInvalidArgument, "model.layers.2.mlp.up_proj.weight");
+  ExpectError(Tampered("shape", "", "model.layers.1.self_attn.k_proj.weight", ""),
+              StatusCode::kInvalidArgument, "model.layers.1.self_attn.k_proj.weight");
+  ExpectError(Tampered("extra", "", "", "model.layers.0.self_attn.q_proj.bias"),
+              StatusCode::kInvalidArgument,
+              "unexpected tensor 'model.layers.0.self_attn.q_proj.bias'");
+}
+
+TEST(ModelLoaderTest, QuantizedGgufTensorsAreRefusedByName) {
+  // A valid GGUF re-written with one projection as Q8_0 blocks (34 bytes per 32 values).
+  const ModelWeights w = *GenerateWeights(Variant("qwen2"));
+  const fs::path dir = Scratch("quant");
+  ASSERT_TRUE(WriteGgufCheckpoint(w, dir / "f32.gguf", DType::kF32, nullptr).ok());
+  auto good = formats::GgufFile::Open(dir / "f32.gguf");
+  ASSERT_TRUE(good.ok()) << good.status();
+  formats::GgufWriter writer;
+  for (const auto& [key, value] : good->metadata().entries()) {
+    if (key != "general.alignment") ASSERT_TRUE(writer.AddMetadata(key, value).ok()) << key;
+  }
+  for (const formats::TensorView& t : good->tensors()) {
+    std::vector<std::byte> bytes(t.data, t.data + t.size_bytes);
+    DType dtype = t.dtype;
+    std::vector<int64_t> shape = t.shape;
+    if (t.name == "blk.1.ffn_up.weight") {
+      shape = {t.shape[0], 32};  // rows of one Q8_0 block
+      dtype = DType::kQ8_0;
+      bytes.assign(static_cast<size_t>(t.shape[0] * 34), std::byte{0});
+    }
+    ASSERT_TRUE(writer.AddTensor(t.name, dtype, shape, bytes).ok()) << t.name;
+  }
+  ASSERT_TRUE(writer.Write(dir / "q.gguf").ok());
+  ExpectError(dir / "q.gguf", StatusCode::kInvalidArgument, "Q8_0");
+  // And the writer refuses to produce one.
+  EXPECT_EQ(WriteGgufCheckpoint(w, dir / "x.gguf", DType::kQ4_K, nullptr).code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(ModelLoaderTest, TruncatedAndMissingFilesAreErrors) {
+  const fs::path dir = WriteTiny("trunc");
+  fs::resize_file(dir / "model.safetensors", fs::file_size(dir / "model.safetensors") / 2);
+  ExpectError(dir, StatusCode::kDataLoss, "model.safetensors");
+  ExpectError(dir / "nothing-here", StatusCode::kNotFound, "nothing-here");
+  fs::remove(dir / "config.json");
+  ExpectError(dir, StatusCode::kNotFound, "config.json");
+}
+
+}  // namespace
+}  // namespace kvferry::engine

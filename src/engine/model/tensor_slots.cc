@@ -1,0 +1,164 @@
+#include "engine/model/tensor_slots.h"
+
+#include <cstring>
+#include <map>
+
+namespace kvferry::engine {
+namespace {
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+struct Names {
+  std::string embed, final_norm, lm_head;
+  // Per layer, with {i} replaced by the layer index.
+  std::string attn_norm, q, k, v, o, q_bias, k_bias, v_bias, q_norm, k_norm, ffn_norm, gate, up,
+      down;
+};
+
+const Names& NamesOf(TensorNaming naming) {
+  static const Names kHf = {"model.embed_tokens.weight",
+                            "model.norm.weight",
+                            "lm_head.weight",
+                            "model.layers.{i}.input_layernorm.weight",
+                            "model.layers.{i}.self_attn.q_proj.weight",
+                            "model.layers.{i}.self_attn.k_proj.weight",
+                            "model.layers.{i}.self_attn.v_proj.weight",
+                            "model.layers.{i}.self_attn.o_proj.weight",
+                            "model.layers.{i}.self_attn.q_proj.bias",
+                            "model.layers.{i}.self_attn.k_proj.bias",
+                            "model.layers.{i}.self_attn.v_proj.bias",
+                            "model.layers.{i}.self_attn.q_norm.weight",
+                            "model.layers.{i}.self_attn.k_norm.weight",
+                            "model.layers.{i}.post_attention_layernorm.weight",
+                            "model.layers.{i}.mlp.gate_proj.weight",
+                            "model.layers.{i}.mlp.up_proj.weight",
+                            "model.layers.{i}.mlp.down_proj.weight"};
+  static const Names kGguf = {
+      "token_embd.weight",          "output_norm.weight",         "output.weight",
+      "blk.{i}.attn_norm.weight",   "blk.{i}.attn_q.weight",      "blk.{i}.attn_k.weight",
+      "blk.{i}.attn_v.weight",      "blk.{i}.attn_output.weight", "blk.{i}.attn_q.bias",
+      "blk.{i}.attn_k.bias",        "blk.{i}.attn_v.bias",        "blk.{i}.attn_q_norm.weight",
+      "blk.{i}.attn_k_norm.weight", "blk.{i}.ffn_norm.weight",    "blk.{i}.ffn_gate.weight",
+      "blk.{i}.ffn_up.weight",      "blk.{i}.ffn_down.weight"};
+  return naming == TensorNaming::kGguf ? kGguf : kHf;
+}
+
+std::string At(const std::string& pattern, int32_t layer) {
+  std::string s = pattern;
+  s.replace(s.find("{i}"), 3, std::to_string(layer));
+  return s;
+}
+
+void LayerSlots(const Names& n, int32_t l, const ModelConfig& c, bool gguf, LayerWeights& lw,
+                std::vector<TensorSlot>* out) {
+  const int64_t d = c.hidden_dim, hd = c.head_dim, f = c.ffn_dim;
+  const int64_t q = c.num_heads * hd, kv = c.num_kv_heads * hd;
+  const bool interleaved = gguf && c.architecture == "llama";
+  out->push_back({At(n.attn_norm, l), {d}, nullptr, &lw.attn_norm, 0});
+  out->push_back({At(n.q, l), {q, d}, &lw.q, nullptr, interleaved ? c.num_heads : 0});
+  out->push_back({At(n.k, l), {kv, d}, &lw.k, nullptr, interleaved ? c.num_kv_heads : 0});
+  out->push_back({At(n.v, l), {kv, d}, &lw.v, nullptr, 0});
+  out->push_back({At(n.o, l), {d, q}, &lw.o, nullptr, 0});
+  if (c.attention_bias) {
+    out->push_back({At(n.q_bias, l), {q}, nullptr, &lw.q_bias, 0});
+    out->push_back({At(n.k_bias, l), {kv}, nullptr, &lw.k_bias, 0});
+    out->push_back({At(n.v_bias, l), {kv}, nullptr, &lw.v_bias, 0});
+  }
+  if (c.qk_norm) {
+    out->push_back({At(n.q_norm, l), {hd}, nullptr, &lw.q_norm, 0});
+    out->push_back({At(n.k_norm, l), {hd}, nullptr, &lw.k_norm, 0});
+  }
+  out->push_back({At(n.ffn_norm, l), {d}, nullptr, &lw.ffn_norm, 0});
+  out->push_back({At(n.gate, l), {f, d}, &lw.gate, nullptr, 0});
+  out->push_back({At(n.up, l), {f, d}, &lw.up, nullptr, 0});
+  out->push_back({At(n.down, l), {d, f}, &lw.down, nullptr, 0});
+}
+
+Status BindOne(const TensorSlot& slot, const formats::TensorView& t, ModelWeights* w) {
+  KVF_RETURN_IF_ERROR(formats::RequireDType(
+      t, {formats::DType::kF32, formats::DType::kF16, formats::DType::kBF16}));
+  if (t.shape != slot.shape) {
+    return InvalidArgumentError("tensor '" + slot.name + "' in '" + t.file + "' has shape " +
+                                ShapeString(t.shape) + ", the config needs " +
+                                ShapeString(slot.shape));
+  }
+  if (slot.vector != nullptr) {
+    slot.vector->resize(static_cast<size_t>(t.elements()));
+    return formats::ReadAsF32(t, *slot.vector);
+  }
+  const int64_t cols = slot.shape.size() == 2 ? slot.shape[1] : 1;
+  *slot.matrix = WeightMatrix{t.dtype, t.data, slot.shape[0], cols};
+  if (slot.interleaved_heads > 0) {
+    *slot.matrix = RotateHalfRows(*slot.matrix, slot.interleaved_heads, false, w);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<TensorSlot> TensorSlots(TensorNaming naming, ModelWeights* w) {
+  const ModelConfig& c = w->config;
+  const Names& n = NamesOf(naming);
+  const int64_t d = c.hidden_dim, v = c.vocab_size;
+  std::vector<TensorSlot> out;
+  out.push_back({n.embed, {v, d}, &w->embed, nullptr, 0});
+  w->layers.resize(static_cast<size_t>(c.num_layers));
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    LayerSlots(n, l, c, naming == TensorNaming::kGguf, w->layers[l], &out);
+  }
+  out.push_back({n.final_norm, {d}, nullptr, &w->final_norm, 0});
+  if (!c.tie_embeddings) out.push_back({n.lm_head, {v, d}, &w->lm_head, nullptr, 0});
+  return out;
+}
+
+Status BindTensors(const std::vector<TensorSlot>& slots,
+                   const std::vector<formats::TensorView>& tensors,
+                   const std::set<std::string>& ignored, ModelWeights* w) {
+  std::map<std::string, const formats::TensorView*> by_name;
+  for (const formats::TensorView& t : tensors) by_name[t.name] = &t;
+  for (const TensorSlot& slot : slots) {
+    const auto it = by_name.find(slot.name);
+    if (it == by_name.end()) {
+      return InvalidArgumentError("checkpoint: missing tensor '" + slot.name + "'");
+    }
+    KVF_RETURN_IF_ERROR(BindOne(slot, *it->second, w));
+    by_name.erase(it);
+  }
+  for (const auto& [name, view] : by_name) {
+    if (ignored.count(name) == 0) {
+      return InvalidArgumentError("checkpoint: unexpected tensor '" + name + "' in '" + view->file +
+                                  "' (the config of a " + w->config.architecture +
+                                  " model has no place for it)");
+    }
+  }
+  if (w->config.tie_embeddings) w->lm_head = w->embed;
+  return Status::Ok();
+}
+
+WeightMatrix RotateHalfRows(const WeightMatrix& m, int32_t heads, bool to_gguf,
+                            ModelWeights* owner) {
+  const int64_t head_dim = m.rows / heads, half = head_dim / 2;
+  const int64_t row_bytes = m.cols * m.element_bytes();
+  auto buffer = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(m.rows * row_bytes));
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t part = 0; part < 2; ++part) {
+      for (int64_t j = 0; j < half; ++j) {
+        const int64_t rotate_half = h * head_dim + part * half + j;  // Hugging Face order
+        const int64_t interleaved = h * head_dim + 2 * j + part;     // llama.cpp's order
+        const int64_t src = to_gguf ? rotate_half : interleaved;
+        const int64_t dst = to_gguf ? interleaved : rotate_half;
+        std::memcpy(buffer->data() + dst * row_bytes, m.row(src), static_cast<size_t>(row_bytes));
+      }
+    }
+  }
+  WeightMatrix out = m;
+  out.data = buffer->data();
+  owner->storage.push_back(std::move(buffer));
+  return out;
+}
+
+}  // namespace kvferry::engine
