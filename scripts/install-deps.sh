@@ -11,6 +11,8 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev                   # control plane (connector side channel)
   libmsgpack-cxx-dev                       # handshake encoding
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libcpp-httplib-dev
+  libpcre2-dev                             # tokenizer: pre-tokenizer regexes (\p{L}, lookahead)
+  libutf8proc-dev                          # tokenizer: NFC/NFKC normalizers, Unicode categories
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libopenblas-dev                          # benchmark-only peer for the matmul
   iperf3 iproute2 procps psmisc curl       # benchmark ceilings, netns fault tests, e2e scripts
