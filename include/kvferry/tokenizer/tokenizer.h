@@ -1,7 +1,7 @@
 // Tokenizer: text <-> token ids for a model, the one class the engine and server use.
 //
-// Built from a Hugging Face tokenizer.json (+ tokenizer_config.json) or as kvferry's built-in
-// byte-level vocabulary. It runs Hugging Face's pipeline:
+// Built from a Hugging Face tokenizer.json (+ tokenizer_config.json), from GGUF tokenizer
+// metadata, or as kvferry's built-in byte-level vocabulary. It runs Hugging Face's pipeline:
 //
 //   added tokens -> normalizer -> pre-tokenizer -> model (BPE) -> post-processor   (Encode)
 //   ids -> token strings -> decoder -> valid UTF-8                                 (Decode)
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kvferry/common/status.h"
+#include "kvferry/tokenizer/gguf_metadata.h"
 
 namespace kvferry::tokenizer {
 
@@ -62,6 +63,8 @@ class Tokenizer {
   static StatusOr<Tokenizer> FromHuggingFaceFiles(
       const std::filesystem::path& tokenizer_json,
       const std::filesystem::path& tokenizer_config_json = {});
+  // GGUF tokenizer metadata (see gguf_metadata.h for what is supported).
+  static StatusOr<Tokenizer> FromGguf(const GgufTokenizerMetadata& metadata);
 
   // The ids of `text`, with the post-processor's special tokens (bos, ...) when
   // add_special_tokens. Special tokens written in the text ("<|im_start|>") become their ids.
@@ -89,7 +92,7 @@ class Tokenizer {
   // One past the largest id (added tokens included).
   int32_t vocab_size() const;
   std::optional<int32_t> bos_token_id() const;
-  // Ids that end generation: eos.
+  // Ids that end generation: eos (and, from GGUF, eot and eom).
   const std::vector<int32_t>& eos_token_ids() const;
   std::optional<int32_t> pad_token_id() const;
   std::optional<int32_t> unk_token_id() const;
