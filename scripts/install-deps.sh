@@ -19,13 +19,23 @@ PACKAGES=(
   python3                                  # tests/fault and tests/load drivers (stdlib only)
 )
 
+# Tools that another packaging may provide (NodeSource's nodejs includes npm): present if the
+# command is, else installed from Debian.
+TOOLS=(
+  node:nodejs                              # tests/refs: the JS oracle of the tokenizer tests
+  npm:npm                                  # scripts/install-refs.sh installs the pinned refs
+)
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+for t in "${TOOLS[@]}"; do
+  command -v "${t%%:*}" >/dev/null 2>&1 || missing+=("${t#*:}")
+done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#PACKAGES[@]} Debian packages present"
+  echo "install-deps: all ${#PACKAGES[@]} Debian packages and ${#TOOLS[@]} tools present"
   exit 0
 fi
 
