@@ -231,7 +231,7 @@ StatusOr<GgufTokenizerMetadata> ExportGgufMetadata(std::string_view tokenizer_js
     if (a.find(' ') != std::string::npos || b.find(' ') != std::string::npos) {
       return Unsupported("a merge has a token with a space, which \"a b\" cannot hold");
     }
-    m.merges.push_back(a + " " + b);
+    m.merges.push_back(fmt::format("{} {}", a, b));
   }
   if (m.model == "llama") FillScores(tok, merges, &m);
   KVF_RETURN_IF_ERROR(FillAddFlags(tok, j, &m));

@@ -2,6 +2,8 @@
 // Mistral layout: Prepend + Replace normalizer, byte fallback, unk, bos template, the
 // Replace/ByteFallback/Fuse/Strip decoder) and a byte-level BPE (Llama 3 / Qwen layout: Split
 // regex + ByteLevel, all 256 byte tokens, added special tokens).
+//
+// Test-only. Thread-safety: each call returns a fresh value.
 #pragma once
 
 #include <nlohmann/json.hpp>
