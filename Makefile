@@ -12,6 +12,7 @@ all: build
 
 deps:
 	@scripts/install-deps.sh
+	@scripts/install-refs.sh
 
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON

