@@ -12,13 +12,14 @@ static StatusOr<std::string> Complete(engine::EngineConfig config, const std::st
   KVF_ASSIGN_OR_RETURN(auto eng, engine::Engine::Create(config));
   engine::SamplingParams params;
   params.max_tokens = 16;
-  KVF_RETURN_IF_ERROR(eng->AddRequest("r1", eng->tokenizer().Encode(prompt), params));
+  KVF_ASSIGN_OR_RETURN(std::vector<int32_t> ids, eng->tokenizer().Encode(prompt, true));
+  KVF_RETURN_IF_ERROR(eng->AddRequest("r1", std::move(ids), params));
   std::vector<int32_t> tokens;
   while (eng->HasWork()) {
     for (const auto& out : eng->Step())
       tokens.insert(tokens.end(), out.new_token_ids.begin(), out.new_token_ids.end());
   }
-  return eng->tokenizer().Decode(tokens);
+  return eng->tokenizer().Decode(tokens, /*skip_special_tokens=*/true);
 }
 
 int main() {

@@ -64,18 +64,23 @@ int RunGenerate(const GenerateOptions& o) {
   params.top_p = o.top_p;
   if (o.seed >= 0) params.seed = static_cast<uint64_t>(o.seed);
   params.ignore_eos = o.ignore_eos;
-  const Status added = e.AddRequest("generate", e.tokenizer().Encode(o.prompt, !o.no_bos), params);
+  StatusOr<std::vector<int32_t>> prompt = e.tokenizer().Encode(o.prompt, !o.no_bos);
+  if (!prompt.ok()) {
+    std::fprintf(stderr, "error: %s\n", prompt.status().ToString().c_str());
+    return 1;
+  }
+  const Status added = e.AddRequest("generate", *prompt, params);
   if (!added.ok()) {
     std::fprintf(stderr, "error: %s\n", added.ToString().c_str());
     return 1;
   }
-  std::string text;
+  std::vector<int32_t> output;
   engine::FinishReason reason = engine::FinishReason::kNone;
   int32_t generated = 0;
   while (e.HasWork()) {
     for (const engine::RequestOutput& out : e.Step()) {
       for (size_t i = 0; i < out.new_token_ids.size(); ++i) {
-        text += e.tokenizer().TokenText(out.new_token_ids[i]);
+        output.push_back(out.new_token_ids[i]);
         if (o.verbose) {
           std::fprintf(stderr, "token %d id %d logprob %.6f\n", generated, out.new_token_ids[i],
                        static_cast<double>(out.new_logprobs[i]));
@@ -91,6 +96,7 @@ int RunGenerate(const GenerateOptions& o) {
       }
     }
   }
+  const std::string text = e.tokenizer().DecodeBytes(output, /*skip_special_tokens=*/true);
   std::fwrite(text.data(), 1, text.size(), stdout);
   std::fputc('\n', stdout);
   if (o.verbose) {

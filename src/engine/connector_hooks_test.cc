@@ -175,7 +175,8 @@ struct Pair {
   connector::KvTransferParams Prefill(const std::string& id) {
     connector::KvTransferParams in;
     in.do_remote_decode = true;
-    EXPECT_TRUE(p->AddRequest(id, p->tokenizer().Encode(kPrompt), Greedy(1), in).ok());
+    EXPECT_TRUE(
+        p->AddRequest(id, testing_util::Encode(p->tokenizer(), kPrompt), Greedy(1), in).ok());
     auto out = RunToEnd(*p, 50, /*expect_drain=*/false);  // HasWork stays true while held: bounded
     EXPECT_TRUE(out[id].kv_transfer_params.has_value());
     EXPECT_GT(p->stats().num_blocks_held, 0);
@@ -185,7 +186,7 @@ struct Pair {
 
 Completion Colocated(int n) {
   auto e = std::move(*Engine::Create({}));
-  EXPECT_TRUE(e->AddRequest("c", e->tokenizer().Encode(kPrompt), Greedy(n)).ok());
+  EXPECT_TRUE(e->AddRequest("c", testing_util::Encode(e->tokenizer(), kPrompt), Greedy(n)).ok());
   return RunToEnd(*e)["c"];
 }
 
@@ -193,15 +194,19 @@ TEST(ConnectorHooksTest, RemotePrefillEqualsColocatedAndPoolsDrain) {
   Pair pair;
   const auto params = pair.Prefill("req");
   // D: the remote request parks, a local one keeps running meanwhile.
+  ASSERT_TRUE(pair.d
+                  ->AddRequest("req", testing_util::Encode(pair.d->tokenizer(), kPrompt),
+                               Greedy(10), params)
+                  .ok());
   ASSERT_TRUE(
-      pair.d->AddRequest("req", pair.d->tokenizer().Encode(kPrompt), Greedy(10), params).ok());
-  ASSERT_TRUE(pair.d->AddRequest("local", pair.d->tokenizer().Encode("hi"), Greedy(3)).ok());
+      pair.d->AddRequest("local", testing_util::Encode(pair.d->tokenizer(), "hi"), Greedy(3)).ok());
   pair.d->Step();
   EXPECT_EQ(pair.d->stats().num_waiting_for_remote_kv, 1);
   EXPECT_EQ(pair.d->stats().num_running, 1);
   auto out = RunToEnd(*pair.d);
   ExpectSameCompletion(Colocated(10), out["req"], "disaggregated vs colocated");
-  const int32_t prompt_len = static_cast<int32_t>(pair.d->tokenizer().Encode(kPrompt).size());
+  const int32_t prompt_len =
+      static_cast<int32_t>(testing_util::Encode(pair.d->tokenizer(), kPrompt).size());
   EXPECT_EQ(out["req"].num_cached_tokens, prompt_len - 1);
   EXPECT_EQ(out["local"].reason, FinishReason::kLength);
   EXPECT_EQ(pair.d_conn.alloc_calls, 1);
@@ -219,8 +224,10 @@ TEST(ConnectorHooksTest, InvalidBlocksAreRecomputed) {
   Pair pair(KvLoadFailurePolicy::kRecompute);
   pair.d_conn.corrupt_block_index = 2;
   const auto params = pair.Prefill("req");
-  ASSERT_TRUE(
-      pair.d->AddRequest("req", pair.d->tokenizer().Encode(kPrompt), Greedy(10), params).ok());
+  ASSERT_TRUE(pair.d
+                  ->AddRequest("req", testing_util::Encode(pair.d->tokenizer(), kPrompt),
+                               Greedy(10), params)
+                  .ok());
   auto out = RunToEnd(*pair.d);
   ExpectSameCompletion(Colocated(10), out["req"], "recomputed after invalid block");
   EXPECT_EQ(out["req"].num_cached_tokens, 2 * 16);
@@ -234,8 +241,10 @@ TEST(ConnectorHooksTest, InvalidBlocksFailWithPolicyFail) {
   Pair pair(KvLoadFailurePolicy::kFail);
   pair.d_conn.corrupt_block_index = 0;
   const auto params = pair.Prefill("req");
-  ASSERT_TRUE(
-      pair.d->AddRequest("req", pair.d->tokenizer().Encode(kPrompt), Greedy(10), params).ok());
+  ASSERT_TRUE(pair.d
+                  ->AddRequest("req", testing_util::Encode(pair.d->tokenizer(), kPrompt),
+                               Greedy(10), params)
+                  .ok());
   auto out = RunToEnd(*pair.d);
   EXPECT_EQ(out["req"].reason, FinishReason::kError);
   EXPECT_EQ(out["req"].error.code(), StatusCode::kDataLoss);
@@ -248,8 +257,10 @@ TEST(ConnectorHooksTest, AbortWhileLoadingWaitsForTheLoad) {
   Pair pair;
   pair.d_conn.load_delay_steps = 5;
   const auto params = pair.Prefill("req");
-  ASSERT_TRUE(
-      pair.d->AddRequest("req", pair.d->tokenizer().Encode(kPrompt), Greedy(10), params).ok());
+  ASSERT_TRUE(pair.d
+                  ->AddRequest("req", testing_util::Encode(pair.d->tokenizer(), kPrompt),
+                               Greedy(10), params)
+                  .ok());
   pair.d->Step();
   ASSERT_TRUE(pair.d->Abort("req").ok());
   auto first = pair.d->Step();

@@ -1,5 +1,6 @@
 #include "kvferry/engine/engine.h"
 
+#include <filesystem>
 #include <functional>
 
 #include "engine/model/model_loader.h"
@@ -38,10 +39,18 @@ std::string_view FinishReasonName(FinishReason reason) {
   return "none";
 }
 
+std::string ModelIdentity(const std::string& model) {
+  if (BuiltinModelConfig(model).ok()) return model;
+  std::filesystem::path p(model);
+  if (!p.has_filename()) p = p.parent_path();  // "dir/"
+  const std::string ext = p.extension().string();
+  return ext == ".gguf" || ext == ".safetensors" ? p.stem().string() : p.filename().string();
+}
+
 struct Engine::Impl {
   EngineConfig config;
   ModelWeights weights;
-  Tokenizer tokenizer;
+  std::optional<tokenizer::Tokenizer> tokenizer;
   int32_t max_model_len = 0;
   std::unique_ptr<kv::KvCache> cache;
   std::unique_ptr<ThreadPool> pool;
@@ -79,7 +88,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->next_seed = config.seed;
-  KVF_ASSIGN_OR_RETURN(impl->weights, LoadModelWeights(config.model));
+  KVF_ASSIGN_OR_RETURN(Model model, LoadModel(config.model, config.tokenizer));
+  impl->weights = std::move(model.weights);
+  impl->tokenizer = std::move(model.tokenizer);
   const ModelConfig& mc = impl->weights.config;
 
   KVF_ASSIGN_OR_RETURN(const kv::AttentionBackend* backend,
@@ -236,7 +247,7 @@ EngineStats Engine::stats() const {
 }
 const EngineConfig& Engine::config() const { return impl_->config; }
 const ModelConfig& Engine::model_config() const { return impl_->weights.config; }
-const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
+const tokenizer::Tokenizer& Engine::tokenizer() const { return *impl_->tokenizer; }
 int32_t Engine::max_model_len() const { return impl_->max_model_len; }
 int32_t Engine::block_size_logical() const {
   return impl_->scheduler->geometry().block_size_logical();

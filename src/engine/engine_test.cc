@@ -39,8 +39,9 @@ std::map<std::string, Completion> RunPrompts(EngineConfig config, SamplingParams
                                              std::vector<int> which = {0, 1, 2, 3}) {
   auto e = Make(config);
   for (int i : which) {
-    EXPECT_TRUE(
-        e->AddRequest("r" + std::to_string(i), e->tokenizer().Encode(kPrompts[i]), params).ok());
+    EXPECT_TRUE(e->AddRequest("r" + std::to_string(i),
+                              testing_util::Encode(e->tokenizer(), kPrompts[i]), params)
+                    .ok());
   }
   auto out = RunToEnd(*e);
   ExpectPoolClean(*e);
@@ -160,16 +161,17 @@ TEST(EngineTest, OutputsIdenticalAcrossBatchingBudgetGeometryAndThreads) {
 // logical blocks of 128 over kernel blocks of 64, with a small budget and one thread; for tiny
 // and for tiny-odd (SIMD tails).
 TEST(EngineTest, LongPromptOutputsIdenticalAcrossBlockSizesAndLayouts) {
-  const std::vector<int32_t> long_prompt = Tokenizer().Encode(testing_util::LongText(377));
+  const std::vector<int32_t> long_prompt =
+      testing_util::Encode(tokenizer::Tokenizer::BuiltinByteLevel(), testing_util::LongText(377));
   ASSERT_EQ(long_prompt.size(), 378u);
   for (const std::string model : {"tiny", "tiny-odd"}) {
     auto run = [&](EngineConfig c) {
       c.model = model;
       auto e = Make(c);
       for (int i : {0, 1}) {
-        EXPECT_TRUE(
-            e->AddRequest("r" + std::to_string(i), e->tokenizer().Encode(kPrompts[i]), Greedy(12))
-                .ok());
+        EXPECT_TRUE(e->AddRequest("r" + std::to_string(i),
+                                  testing_util::Encode(e->tokenizer(), kPrompts[i]), Greedy(12))
+                        .ok());
       }
       EXPECT_TRUE(e->AddRequest("long", long_prompt, Greedy(12)).ok());
       auto out = RunToEnd(*e);
@@ -222,8 +224,8 @@ TEST(EngineTest, PrefixCacheHitsGiveIdenticalOutput) {
   c.block_size = 16;
   auto e = Make(c);
   const std::string prefix = "A long shared system prompt that spans several blocks. ";
-  auto p1 = e->tokenizer().Encode(prefix + "First question?");
-  auto p2 = e->tokenizer().Encode(prefix + "Second question!");
+  auto p1 = testing_util::Encode(e->tokenizer(), prefix + "First question?");
+  auto p2 = testing_util::Encode(e->tokenizer(), prefix + "Second question!");
   ASSERT_TRUE(e->AddRequest("a", p1, Greedy(8)).ok());
   auto first = RunToEnd(*e);
   ASSERT_TRUE(e->AddRequest("b", p2, Greedy(8)).ok());
@@ -252,9 +254,9 @@ TEST(EngineTest, PreemptionByRecomputeKeepsOutputs) {
   c.max_num_batched_tokens = 64;
   auto e = Make(c);
   for (int i = 0; i < 4; ++i) {
-    ASSERT_TRUE(
-        e->AddRequest("r" + std::to_string(i), e->tokenizer().Encode(kPrompts[i]), Greedy(40))
-            .ok());
+    ASSERT_TRUE(e->AddRequest("r" + std::to_string(i),
+                              testing_util::Encode(e->tokenizer(), kPrompts[i]), Greedy(40))
+                    .ok());
   }
   auto out = RunToEnd(*e);
   EXPECT_GT(e->stats().num_preemptions, 0);
@@ -285,8 +287,9 @@ TEST(EngineTest, SeededSamplingIsIndependentOfBatch) {
 
 TEST(EngineTest, AbortFinishesOnceAndFreesBlocks) {
   auto e = Make();
-  ASSERT_TRUE(e->AddRequest("a", e->tokenizer().Encode("abort me"), Greedy(50)).ok());
-  ASSERT_TRUE(e->AddRequest("b", e->tokenizer().Encode("keep me"), Greedy(5)).ok());
+  ASSERT_TRUE(
+      e->AddRequest("a", testing_util::Encode(e->tokenizer(), "abort me"), Greedy(50)).ok());
+  ASSERT_TRUE(e->AddRequest("b", testing_util::Encode(e->tokenizer(), "keep me"), Greedy(5)).ok());
   e->Step();
   e->Step();
   ASSERT_TRUE(e->Abort("a").ok());
@@ -298,7 +301,7 @@ TEST(EngineTest, AbortFinishesOnceAndFreesBlocks) {
   EXPECT_EQ(out["b"].reason, FinishReason::kLength);
   ExpectPoolClean(*e);
   // Aborting the only request still reports it: HasWork() stays true until the next Step().
-  ASSERT_TRUE(e->AddRequest("c", e->tokenizer().Encode("only"), Greedy(50)).ok());
+  ASSERT_TRUE(e->AddRequest("c", testing_util::Encode(e->tokenizer(), "only"), Greedy(50)).ok());
   e->Step();
   ASSERT_TRUE(e->Abort("c").ok());
   EXPECT_TRUE(e->HasWork());
@@ -326,7 +329,7 @@ TEST(EngineTest, TopLogprobsAreSortedAndIncludeGreedyChoice) {
   auto e = Make();
   SamplingParams p = Greedy(3);
   p.top_logprobs = 5;
-  ASSERT_TRUE(e->AddRequest("a", e->tokenizer().Encode("hi"), p).ok());
+  ASSERT_TRUE(e->AddRequest("a", testing_util::Encode(e->tokenizer(), "hi"), p).ok());
   int seen = 0;
   while (e->HasWork()) {
     for (auto& out : e->Step()) {

@@ -47,6 +47,13 @@ inline std::map<std::string, Completion> RunToEnd(Engine& engine, int max_steps 
   return all;
 }
 
+// The ids of `text` with the tokenizer's special tokens (a test failure when it cannot encode).
+inline std::vector<int32_t> Encode(const tokenizer::Tokenizer& tok, std::string_view text) {
+  auto ids = tok.Encode(text, /*add_special_tokens=*/true);
+  EXPECT_TRUE(ids.ok()) << ids.status();
+  return ids.ok() ? *ids : std::vector<int32_t>{};
+}
+
 // `bytes` bytes of varied text (numbered sentences), for prompts longer than a kernel block of
 // 128: the same text in every test that needs one.
 inline std::string LongText(size_t bytes) {

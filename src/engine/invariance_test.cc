@@ -17,7 +17,6 @@
 #include "engine/model_runner.h"
 #include "engine/thread_pool.h"
 #include "engine/weights.h"
-#include "kvferry/engine/tokenizer.h"
 #include "kvferry/kv/block_geometry.h"
 #include "kvferry/kv/cache_spec.h"
 
@@ -52,10 +51,12 @@ constexpr int kDecodeSteps = 12;
 
 const std::vector<std::vector<int32_t>>& Prompts() {
   static const std::vector<std::vector<int32_t>> prompts = [] {
-    Tokenizer tok;
+    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::BuiltinByteLevel();
     return std::vector<std::vector<int32_t>>{
-        tok.Encode(testing_util::LongText(kLongest - 1)), tok.Encode("Hello"),
-        tok.Encode("kvferry moves KV blocks between prefill and decode instances!!")};
+        testing_util::Encode(tok, testing_util::LongText(kLongest - 1)),
+        testing_util::Encode(tok, "Hello"),
+        testing_util::Encode(tok,
+                             "kvferry moves KV blocks between prefill and decode instances!!")};
   }();
   return prompts;
 }

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "kvferry/engine/tokenizer.h"
+#include "kvferry/tokenizer/tokenizer.h"
 
 namespace kvferry::engine {
 
@@ -94,9 +94,9 @@ std::vector<float> RopeFrequencyFactors(const RopeScaling& r, int32_t head_dim, 
 
 StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
   ModelConfig c;
-  c.vocab_size = Tokenizer::kVocabSize;
-  c.bos_token_id = Tokenizer::kBos;
-  c.eos_token_ids = {Tokenizer::kEos};
+  c.vocab_size = tokenizer::Tokenizer::kBuiltinVocabSize;
+  c.bos_token_id = tokenizer::Tokenizer::kBuiltinBos;
+  c.eos_token_ids = {tokenizer::Tokenizer::kBuiltinEos};
   c.rope_theta = 10000.0f;
   c.rms_norm_eps = 1e-5f;
   c.tie_embeddings = false;
@@ -130,7 +130,7 @@ StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
     // matmul widths 99, 522, 263 leave 3, 2, 3 columns after the 4-column tiles; half a head
     // (11) is odd for RoPE. Vocab 263: the tokenizer's 260 ids plus 3 it never produces.
     c.name = "tiny-odd";
-    c.vocab_size = Tokenizer::kVocabSize + 3;
+    c.vocab_size = tokenizer::Tokenizer::kBuiltinVocabSize + 3;
     c.hidden_dim = 99;
     c.num_layers = 3;
     c.num_heads = 6;

@@ -17,7 +17,6 @@
 #include "engine/thread_pool.h"
 #include "engine/weights.h"
 #include "kvferry/engine/engine.h"
-#include "kvferry/engine/tokenizer.h"
 #include "kvferry/kv/cache_spec.h"
 
 namespace kvferry::engine {
@@ -42,7 +41,9 @@ const ModelWeights& Weights(const std::string& model) {
   return it->second;
 }
 
-std::vector<int32_t> Prompt(const std::string& text) { return Tokenizer().Encode(text); }
+std::vector<int32_t> Prompt(const std::string& text) {
+  return testing_util::Encode(tokenizer::Tokenizer::BuiltinByteLevel(), text);
+}
 
 // The prompts: short, exactly one logical block of 16, and 320 tokens (past kernel blocks of 64
 // and 128).

@@ -58,7 +58,7 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Start(EngineLoopOptions option
 Status EngineLoop::Init(EngineLoopOptions options) {
   if (options.kv_transfer) {
     connector::FerryConnectorOptions copts;
-    copts.model_name = options.engine.model;
+    copts.model_name = engine::ModelIdentity(options.engine.model);
     KVF_ASSIGN_OR_RETURN(connector_, connector::CreateFerryConnector(*options.kv_transfer, copts));
     options.engine.connector_scheduler = connector_->scheduler();
     options.engine.connector_worker = connector_->worker();
@@ -74,6 +74,7 @@ Status EngineLoop::Init(EngineLoopOptions options) {
   }
   engine_ = std::move(engine).value();
   max_model_len_ = engine_->max_model_len();
+  tokenizer_.emplace(engine_->tokenizer());
   if (connector_) engine_id_ = connector_->engine_id();
   return Status::Ok();
 }

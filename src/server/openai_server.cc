@@ -130,15 +130,17 @@ void OpenAiServer::Impl::HandleGenerate(ApiKind kind, const httplib::Request& re
   }
 
   std::vector<int32_t> tokens;
-  const engine::Tokenizer& tok = service->tokenizer();
-  if (kind == ApiKind::kChat) {
-    tokens = tok.Encode(ApplyChatTemplate(oreq.messages), /*add_bos=*/true);
-  } else if (oreq.prompt_is_tokens) {
+  const tokenizer::Tokenizer& tok = service->tokenizer();
+  const char* prompt_param = kind == ApiKind::kChat ? "messages" : "prompt";
+  if (oreq.prompt_is_tokens) {
     tokens = oreq.prompt_token_ids;
   } else {
-    tokens = tok.Encode(oreq.prompt_text, /*add_bos=*/true);
+    StatusOr<std::vector<int32_t>> encoded =
+        tok.Encode(kind == ApiKind::kChat ? ApplyChatTemplate(oreq.messages) : oreq.prompt_text,
+                   /*add_special_tokens=*/true);
+    if (!encoded.ok()) return ReplyError(res, endpoint, encoded.status(), prompt_param);
+    tokens = std::move(encoded).value();
   }
-  const char* prompt_param = kind == ApiKind::kChat ? "messages" : "prompt";
   for (int32_t t : tokens) {
     if (t >= tok.vocab_size()) {
       return ReplyError(

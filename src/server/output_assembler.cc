@@ -4,9 +4,12 @@
 
 namespace kvferry::server {
 
-OutputAssembler::OutputAssembler(const engine::Tokenizer* tokenizer, bool logprobs,
+OutputAssembler::OutputAssembler(const tokenizer::Tokenizer* tokenizer, bool logprobs,
                                  std::vector<std::string> stop)
-    : tokenizer_(tokenizer), logprobs_(logprobs), stop_(std::move(stop)) {
+    : tokenizer_(tokenizer),
+      decoder_(tokenizer, /*skip_special_tokens=*/true),
+      logprobs_(logprobs),
+      stop_(std::move(stop)) {
   for (const std::string& s : stop_) max_stop_len_ = std::max(max_stop_len_, s.size());
 }
 
@@ -18,12 +21,11 @@ ChoiceOutput OutputAssembler::Add(const engine::RequestOutput& output) {
     const int32_t id = output.new_token_ids[i];
     ++num_generated_tokens_;
     delta.token_ids.push_back(id);
-    const std::string text = tokenizer_->TokenText(id);
-    generated_ += text;
+    generated_ += decoder_.Add(id);
     if (logprobs_) {
       TokenLogprobInfo info;
       info.token_id = id;
-      info.text = text;
+      info.text = tokenizer_->TokenText(id);
       info.logprob = i < output.new_logprobs.size() ? output.new_logprobs[i] : 0.0f;
       if (i < output.top_logprobs.size()) {
         for (const engine::TokenLogprob& alt : output.top_logprobs[i]) {
@@ -35,6 +37,7 @@ ChoiceOutput OutputAssembler::Add(const engine::RequestOutput& output) {
   }
 
   bool finish_now = output.finished;
+  if (output.finished) generated_ += decoder_.Finish();
   if (output.finished) {
     delta.finish_reason = std::string(engine::FinishReasonName(output.finish_reason));
   }

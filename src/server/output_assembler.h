@@ -1,5 +1,6 @@
 // OutputAssembler (server-internal): turns a request's engine outputs into the choice deltas the
-// client sees — detokenized text that is only cut at UTF-8 character boundaries, logprob
+// client sees — detokenized text (tokenizer::StreamDecoder: only whole characters, SentencePiece
+// spaces as in the whole text, special tokens skipped), logprob
 // entries, token ids — and applies stop strings (the text is cut before the stop string and the
 // request finishes with "stop"; the caller then aborts the engine request).
 //
@@ -11,12 +12,14 @@
 
 #include "kvferry/engine/engine.h"
 #include "kvferry/server/openai_protocol.h"
+#include "kvferry/tokenizer/stream_decoder.h"
 
 namespace kvferry::server {
 
 class OutputAssembler {
  public:
-  OutputAssembler(const engine::Tokenizer* tokenizer, bool logprobs, std::vector<std::string> stop);
+  OutputAssembler(const tokenizer::Tokenizer* tokenizer, bool logprobs,
+                  std::vector<std::string> stop);
 
   // Adds one engine output; returns what to send for it. When the output is the last one (or a
   // stop string matched) the delta carries everything still held back and its finish_reason.
@@ -29,7 +32,8 @@ class OutputAssembler {
   const ChoiceOutput& total() const { return total_; }
 
  private:
-  const engine::Tokenizer* tokenizer_;
+  const tokenizer::Tokenizer* tokenizer_;
+  tokenizer::StreamDecoder decoder_;  // the text: never a partial character, specials skipped
   const bool logprobs_;
   const std::vector<std::string> stop_;
   size_t max_stop_len_ = 0;

@@ -17,7 +17,7 @@ engine::RequestOutput Out(std::string bytes, bool finished = false) {
 }
 
 TEST(OutputAssemblerTest, CutsTextOnlyAtCharacterBoundaries) {
-  engine::Tokenizer tok;
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::BuiltinByteLevel();
   OutputAssembler a(&tok, /*logprobs=*/true, {});
   EXPECT_EQ(a.Add(Out("a\xE2")).text, "a");
   EXPECT_EQ(a.Add(Out("\x82")).text, "");
@@ -30,7 +30,7 @@ TEST(OutputAssemblerTest, CutsTextOnlyAtCharacterBoundaries) {
 }
 
 TEST(OutputAssemblerTest, StopStringAcrossOutputsEndsTheRequestBeforeIt) {
-  engine::Tokenizer tok;
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::BuiltinByteLevel();
   OutputAssembler a(&tok, false, {"END"});
   std::string sent = a.Add(Out("abcE")).text;  // "E" may start "END": held back
   EXPECT_EQ(sent, "ab");
@@ -47,7 +47,7 @@ TEST(OutputAssemblerTest, StopStringAcrossOutputsEndsTheRequestBeforeIt) {
 }
 
 TEST(OutputAssemblerTest, FinishFlushesHeldBackText) {
-  engine::Tokenizer tok;
+  const tokenizer::Tokenizer tok = tokenizer::Tokenizer::BuiltinByteLevel();
   OutputAssembler a(&tok, false, {"XYZ"});
   EXPECT_EQ(a.Add(Out("abXY")).text, "ab");
   EXPECT_EQ(a.Add(Out("", /*finished=*/true)).text, "XY");

@@ -32,9 +32,9 @@
 #include "kvferry/connector/kv_transfer_params.h"
 #include "kvferry/engine/model_config.h"
 #include "kvferry/engine/sampling_params.h"
-#include "kvferry/engine/tokenizer.h"
 #include "kvferry/kv/block_geometry.h"
 #include "kvferry/kv/cache_spec.h"
+#include "kvferry/tokenizer/tokenizer.h"
 
 namespace kvferry::engine {
 
@@ -47,7 +47,10 @@ StatusOr<KvLoadFailurePolicy> ParseKvLoadFailurePolicy(std::string_view name);  
 
 struct EngineConfig {
   std::string model = "tiny";  // built-in ("tiny", "small", "tiny-odd") or checkpoint path
-  int32_t block_size = 16;     // LOGICAL block size in tokens (scheduler, prefix cache, wire)
+  // The tokenizer: "" the model's own (docs/models.md); a path to a directory (or file) with a
+  // Hugging Face tokenizer.json; or "byte-level", kvferry's byte vocabulary (vLLM's --tokenizer).
+  std::string tokenizer;
+  int32_t block_size = 16;  // LOGICAL block size in tokens (scheduler, prefix cache, wire)
   std::string attention_backend = "paged";  // "flash" (kernel 16/32/64) | "paged" (x16)
   kv::Layout kv_cache_layout = kv::Layout::kNHD;
   kv::DType kv_cache_dtype = kv::DType::kF32;
@@ -115,6 +118,11 @@ struct EngineStats {
   int64_t num_steps = 0;
 };
 
+// What P and D compare (with the KV cache's shape) to know they serve the same model: a
+// built-in's name, or the model directory's / file's name without its extension (so the same
+// checkpoint under different parent paths matches).
+std::string ModelIdentity(const std::string& model);
+
 class Engine {
  public:
   // Builds the model, allocates the KV cache (kernel block size selected by the attention
@@ -151,7 +159,7 @@ class Engine {
   EngineStats stats() const;
   const EngineConfig& config() const;
   const ModelConfig& model_config() const;
-  const Tokenizer& tokenizer() const;
+  const tokenizer::Tokenizer& tokenizer() const;
   int32_t max_model_len() const;
   int32_t block_size_logical() const;
   int32_t block_size_kernel() const;

@@ -50,7 +50,7 @@ class EngineLoop : public GenerationService {
 
   std::shared_ptr<OutputChannel> Submit(GenerateRequest request) override;
   void Abort(const std::string& request_id) override;
-  const engine::Tokenizer& tokenizer() const override { return tokenizer_; }
+  const tokenizer::Tokenizer& tokenizer() const override { return *tokenizer_; }
   int32_t max_model_len() const override { return max_model_len_; }
   bool healthy() const override { return running_.load(); }
 
@@ -70,7 +70,7 @@ class EngineLoop : public GenerationService {
   void PublishStats();
 
   ServerMetrics* const metrics_;
-  engine::Tokenizer tokenizer_;
+  std::optional<tokenizer::Tokenizer> tokenizer_;  // the engine's; set before Start() returns
   int32_t max_model_len_ = 0;
   std::string engine_id_;
   std::atomic<bool> running_{false};

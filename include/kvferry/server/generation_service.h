@@ -55,7 +55,7 @@ class GenerationService {
   // finished ids are ignored.
   virtual void Abort(const std::string& request_id) = 0;
 
-  virtual const engine::Tokenizer& tokenizer() const = 0;
+  virtual const tokenizer::Tokenizer& tokenizer() const = 0;
   virtual int32_t max_model_len() const = 0;
   // False once the engine loop has stopped or failed.
   virtual bool healthy() const = 0;

@@ -63,9 +63,8 @@ struct F16cWeights {
 
 // A 2 (rows of x) by 4 (rows of W) tile.
 template <typename L>
-inline void Tile2x4(const float* x0, const float* x1,
-                                                   const typename L::T* w, int64_t K, float* y0,
-                                                   float* y1) {
+inline void Tile2x4(const float* x0, const float* x1, const typename L::T* w, int64_t K, float* y0,
+                    float* y1) {
   const typename L::T* w0 = w;
   const typename L::T* w1 = w + K;
   const typename L::T* w2 = w + 2 * K;
@@ -107,8 +106,7 @@ inline void Tile2x4(const float* x0, const float* x1,
 
 // One row of x by 4 rows of W (odd M).
 template <typename L>
-inline void Tile1x4(const float* x0, const typename L::T* w,
-                                                   int64_t K, float* y0) {
+inline void Tile1x4(const float* x0, const typename L::T* w, int64_t K, float* y0) {
   const typename L::T* w0 = w;
   const typename L::T* w1 = w + K;
   const typename L::T* w2 = w + 2 * K;
@@ -134,8 +132,7 @@ inline void Tile1x4(const float* x0, const typename L::T* w,
 
 // One row of x by one row of W: the canonical Dot with converted weights.
 template <typename L>
-inline float Dot1(const float* x, const typename L::T* w,
-                                                 int64_t K) {
+inline float Dot1(const float* x, const typename L::T* w, int64_t K) {
   const int64_t k8 = K & ~int64_t{7};
   V8 acc = Splat8(0.0f);
   for (int64_t k = 0; k < k8; k += 8) acc += Load8(x + k) * L::Load(w + k);
@@ -147,9 +144,8 @@ inline float Dot1(const float* x, const typename L::T* w,
 // Rows [n0, n1) of one part W for all M rows of x; output column of W row n is y[m * ldy + n].
 // Rows of x are taken in blocks so the x block stays in L2 while 4 rows of W stay in L1.
 template <typename L>
-inline void PartColumns(const float* x, int64_t M, int64_t K,
-                                                       const typename L::T* w, float* y,
-                                                       int64_t ldy, int64_t n0, int64_t n1) {
+inline void PartColumns(const float* x, int64_t M, int64_t K, const typename L::T* w, float* y,
+                        int64_t ldy, int64_t n0, int64_t n1) {
   constexpr int64_t kRowBlock = 32;
   for (int64_t mb = 0; mb < M; mb += kRowBlock) {
     const int64_t me = std::min(M, mb + kRowBlock);
@@ -170,9 +166,8 @@ inline void PartColumns(const float* x, int64_t M, int64_t K,
 
 // Columns [n0, n1) of y (over all parts), with the loaders chosen for one SIMD path.
 template <typename F16L>
-inline void Columns(const float* x, int64_t M, int64_t K,
-                                                   std::span<const WeightMatrix> parts, int64_t ldy,
-                                                   float* y, int64_t n0, int64_t n1) {
+inline void Columns(const float* x, int64_t M, int64_t K, std::span<const WeightMatrix> parts,
+                    int64_t ldy, float* y, int64_t n0, int64_t n1) {
   int64_t first = 0;  // y column of the part's row 0
   for (const WeightMatrix& p : parts) {
     const int64_t b = std::max(n0, first) - first, e = std::min(n1, first + p.rows) - first;
@@ -198,14 +193,15 @@ inline void Columns(const float* x, int64_t M, int64_t K,
 // `flatten` inlines the whole template chain into each entry point, where the F16C loader's
 // target matches the caller's.
 __attribute__((target("avx2,f16c"), flatten)) void ColumnsAvx2(const float* x, int64_t M, int64_t K,
-                                                      std::span<const WeightMatrix> parts,
-                                                      int64_t ldy, float* y, int64_t n0,
-                                                      int64_t n1) {
+                                                               std::span<const WeightMatrix> parts,
+                                                               int64_t ldy, float* y, int64_t n0,
+                                                               int64_t n1) {
   Columns<F16cWeights>(x, M, K, parts, ldy, y, n0, n1);
 }
 
-__attribute__((flatten)) void ColumnsGeneric(const float* x, int64_t M, int64_t K, std::span<const WeightMatrix> parts,
-                    int64_t ldy, float* y, int64_t n0, int64_t n1) {
+__attribute__((flatten)) void ColumnsGeneric(const float* x, int64_t M, int64_t K,
+                                             std::span<const WeightMatrix> parts, int64_t ldy,
+                                             float* y, int64_t n0, int64_t n1) {
   Columns<F16Weights>(x, M, K, parts, ldy, y, n0, n1);
 }
 

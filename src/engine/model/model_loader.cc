@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "engine/model/gguf_config.h"
+#include "engine/model/gguf_tokenizer.h"
 #include "engine/model/hf_config.h"
 #include "engine/model/tensor_slots.h"
 #include "kvferry/common/logging.h"
@@ -116,6 +117,72 @@ StatusOr<ModelWeights> LoadGguf(const fs::path& path) {
 }
 
 }  // namespace
+
+namespace {
+
+StatusOr<tokenizer::Tokenizer> LoadHfTokenizer(const fs::path& dir) {
+  const fs::path json = dir / "tokenizer.json", config = dir / "tokenizer_config.json";
+  std::error_code ec;
+  if (!fs::exists(json, ec)) {
+    return NotFoundError("no tokenizer.json in '" + dir.string() +
+                         "' (kvferry needs the "
+                         "Hugging Face tokenizer files beside the weights)");
+  }
+  return tokenizer::Tokenizer::FromHuggingFaceFiles(json,
+                                                    fs::exists(config, ec) ? config : fs::path());
+}
+
+StatusOr<tokenizer::Tokenizer> LoadTokenizer(const std::string& model, ModelFormat format,
+                                             int32_t model_vocab) {
+  std::error_code ec;
+  switch (format) {
+    case ModelFormat::kBuiltin:
+      return tokenizer::Tokenizer::BuiltinByteLevel();
+    case ModelFormat::kGguf: {
+      KVF_ASSIGN_OR_RETURN(formats::GgufFile file, formats::GgufFile::Open(model));
+      KVF_ASSIGN_OR_RETURN(tokenizer::GgufTokenizerMetadata t, ReadGgufTokenizer(file.metadata()));
+      return tokenizer::Tokenizer::FromGguf(t);
+    }
+    case ModelFormat::kHuggingFace:
+      break;
+  }
+  if (fs::is_directory(model, ec)) return LoadHfTokenizer(model);
+  const fs::path dir = fs::path(model).parent_path();
+  if (fs::exists(dir / "tokenizer.json", ec)) return LoadHfTokenizer(dir);
+  // A kvferry file of a byte-level model (what SaveCheckpoint writes for the built-ins).
+  if (model_vocab >= tokenizer::Tokenizer::kBuiltinVocabSize) {
+    return tokenizer::Tokenizer::BuiltinByteLevel();
+  }
+  return NotFoundError("no tokenizer.json beside '" + model + "'");
+}
+
+}  // namespace
+
+StatusOr<tokenizer::Tokenizer> LoadTokenizerOverride(const std::string& tokenizer) {
+  if (tokenizer == "byte-level") return tokenizer::Tokenizer::BuiltinByteLevel();
+  std::error_code ec;
+  if (fs::is_directory(tokenizer, ec)) return LoadHfTokenizer(tokenizer);
+  return LoadHfTokenizer(fs::path(tokenizer).parent_path());
+}
+
+StatusOr<Model> LoadModel(const std::string& model, const std::string& tokenizer) {
+  KVF_ASSIGN_OR_RETURN(ModelFormat format, DetectModelFormat(model));
+  KVF_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(model));
+  KVF_ASSIGN_OR_RETURN(tokenizer::Tokenizer tok,
+                       tokenizer.empty() ? LoadTokenizer(model, format, weights.config.vocab_size)
+                                         : LoadTokenizerOverride(tokenizer));
+  if (tok.vocab_size() > weights.config.vocab_size) {
+    return InvalidArgumentError("the tokenizer of '" + model + "' has " +
+                                std::to_string(tok.vocab_size()) + " tokens, the model's " +
+                                "embedding only " + std::to_string(weights.config.vocab_size));
+  }
+  std::vector<int32_t>& eos = weights.config.eos_token_ids;
+  for (int32_t id : tok.eos_token_ids()) {
+    if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+  }
+  KVF_RETURN_IF_ERROR(weights.config.Validate());
+  return Model{std::move(weights), std::move(tok)};
+}
 
 StatusOr<ModelFormat> DetectModelFormat(const std::string& model) {
   if (BuiltinModelConfig(model).ok()) return ModelFormat::kBuiltin;

@@ -38,6 +38,7 @@ fs::path Scratch(const std::string& name) {
 Completion Generate(const std::string& model) {
   EngineConfig c;
   c.model = model;
+  c.tokenizer = "byte-level";  // these checkpoints carry no tokenizer files
   c.block_size = 64;
   c.num_threads = 2;
   auto engine = Engine::Create(c);

@@ -6,8 +6,8 @@
 
 #include <vector>
 
+#include "engine/engine_test_util.h"
 #include "engine/weights.h"
-#include "kvferry/engine/tokenizer.h"
 
 namespace kvferry::engine {
 namespace {
@@ -20,7 +20,8 @@ const ModelWeights& TinyOdd() {
 TEST(ReferenceModelTest, EarlierPositionsIgnoreLaterTokens) {
   auto model = ReferenceModel::Create(TinyOdd());
   ASSERT_TRUE(model.ok()) << model.status();
-  const std::vector<int32_t> a = Tokenizer().Encode("causal prefix, then A");
+  const std::vector<int32_t> a =
+      testing_util::Encode(tokenizer::Tokenizer::BuiltinByteLevel(), "causal prefix, then A");
   std::vector<int32_t> b = a;
   b.back() = 'B';
   b.push_back('!');

@@ -35,7 +35,8 @@ class FakeGenerationService : public GenerationService {
 
   std::shared_ptr<OutputChannel> Submit(GenerateRequest request) override {
     auto channel = std::make_shared<OutputChannel>();
-    const std::string text = tokenizer_.Decode(request.prompt_token_ids);
+    const std::string text =
+        tokenizer_.DecodeBytes(request.prompt_token_ids, /*skip_special_tokens=*/true);
     MutexLock lock(&mu_);
     submitted_.push_back(request);
     if (text.rfind("FAIL", 0) == 0) {
@@ -57,7 +58,7 @@ class FakeGenerationService : public GenerationService {
     MutexLock lock(&mu_);
     aborted_.insert(request_id);
   }
-  const engine::Tokenizer& tokenizer() const override { return tokenizer_; }
+  const tokenizer::Tokenizer& tokenizer() const override { return tokenizer_; }
   int32_t max_model_len() const override { return 256; }
   bool healthy() const override { return true; }
 
@@ -124,7 +125,7 @@ class FakeGenerationService : public GenerationService {
   }
 
   const int interval_ms_;
-  engine::Tokenizer tokenizer_;
+  tokenizer::Tokenizer tokenizer_ = tokenizer::Tokenizer::BuiltinByteLevel();
   std::atomic<bool> stop_{false};
   std::atomic<int> finished_{0};
   Mutex mu_;
