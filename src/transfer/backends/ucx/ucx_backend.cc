@@ -33,12 +33,14 @@
 
 #include "kvferry/common/logging.h"
 #include "transfer/backend.h"
+#include "transfer/backends/ucx/ucx_log.h"
 
 namespace kvferry::transfer::ucx {
 
 // ---- start / stop --------------------------------------------------------------------------
 
 Status UcxBackend::Start() {
+  RouteUcxLogToKvferry();  // before UCX reads its configuration: its warnings go to stderr
   // Shared memory transports drop out under UCP_ERR_HANDLING_MODE_PEER unless told otherwise
   // (UCX 1.13); the user's own settings win (overwrite = 0).
   if (ctx_.ucx.transport != UcxTransport::kTcp) {
@@ -54,8 +56,6 @@ Status UcxBackend::Start() {
     setenv("UCX_POSIX_FIFO_SIZE", "256", 0);
     setenv("UCX_SYSV_SEG_SIZE", "32832", 0);
     setenv("UCX_POSIX_SEG_SIZE", "32832", 0);
-    // Later tcp-only contexts in this process (and children) would warn about these as unused.
-    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
   }
   ucp_config_t* raw_cfg = nullptr;
   KVF_RETURN_IF_ERROR(FromUcs(ucp_config_read(nullptr, nullptr, &raw_cfg), "ucp_config_read"));
