@@ -6,7 +6,8 @@ JOBS       ?= $(shell nproc)
 CMAKE_GEN  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CTEST_ARGS ?=
 
-.PHONY: all build deps configure test test-long format format-check tsa asan tsan fuzz bench demo clean
+.PHONY: all build deps configure test test-long format format-check tsa asan tsan fuzz bench demo \
+  msgpack-c-check clean
 
 all: build
 
@@ -67,6 +68,14 @@ tsan: deps
 	cmake --build build-tsan -j $(JOBS) --target $$(tests/sanitize/ctest_targets.py build-tsan $(TSAN_SELECT))
 	cd build-tsan && env $(SAN_ENV) ctest --output-on-failure -j $(JOBS) $(TSAN_SELECT)
 
+# Debian's msgpack C library (libmsgpack-dev) beside msgpack-cxx: both install a CMake config
+# named msgpack-config.cmake, and the build must pick the C++ one (CMakeLists.txt). A scratch
+# Debug build of one small target that links msgpack-cxx, with the C package installed.
+msgpack-c-check:
+	scripts/install-deps.sh libmsgpack-dev
+	cmake -S . -B build-msgpack-c $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DKVFERRY_TESTS=OFF -DKVFERRY_BENCH=OFF
+	cmake --build build-msgpack-c -j $(JOBS) --target example_transfer_loopback
+
 FORMAT_FILES = $(shell git ls-files '*.h' '*.cc' '*.cpp' 2>/dev/null)
 format:
 	@clang-format -i $(FORMAT_FILES)
@@ -83,4 +92,4 @@ demo: deps build
 	scripts/demo.sh $(BUILD)/bin/kvferry
 
 clean:
-	rm -rf $(BUILD) build-tsa build-asan build-tsan build-fuzz
+	rm -rf $(BUILD) build-tsa build-asan build-tsan build-fuzz build-msgpack-c

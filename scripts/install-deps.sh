@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Installs the Debian packages kvferry needs to build, test and benchmark.
+# Installs the Debian packages kvferry needs to build, test and benchmark, and any extra
+# packages named as arguments (e.g. `scripts/install-deps.sh libmsgpack-dev`, which
+# `make msgpack-c-check` installs to build beside the msgpack C library).
 # Idempotent: installs only what is missing. Needs root (or sudo) only when
 # something is missing; otherwise it says so and exits 0.
 set -euo pipefail
@@ -17,6 +19,7 @@ PACKAGES=(
   libopenblas-dev                          # benchmark-only peer for the matmul
   iperf3 iproute2 procps psmisc curl       # benchmark ceilings, netns fault tests, e2e scripts
   python3                                  # tests/fault and tests/load drivers (stdlib only)
+  "$@"                                     # extra packages from the command line
 )
 
 # Tools that another packaging may provide (NodeSource's nodejs includes npm): present if the

@@ -24,7 +24,9 @@ kvf_port_of() {
       tail -20 "$WORK/$name.log" >&2
       return 1
     fi
-    port=$(sed -n 's#.*kvferry [a-z]*: http://127\.0\.0\.1:\([0-9]*\).*#\1#p' "$WORK/$name.log" | head -1)
+    # The log appears once the background shell has opened it.
+    port=$(sed -n 's#.*kvferry [a-z]*: http://127\.0\.0\.1:\([0-9]*\).*#\1#p' "$WORK/$name.log" \
+      2>/dev/null | head -1)
     if [ -n "$port" ] && curl -sf --max-time 2 "http://127.0.0.1:$port/health" >/dev/null; then
       echo "$port"
       return 0

@@ -1,5 +1,6 @@
 // Pull planning: which of P's kernel blocks D reads, where they land, as coalesced descriptors.
-// Pure functions (STYLE.md rule 5): a plan is a value; the worker applies it in one place.
+// Pure functions (docs/architecture.md, conventions: "Plan, then apply"): a plan is a value; the
+// worker applies it in one place.
 //
 // Inputs are LOGICAL ids on both sides (P's from kv_transfer_params, D's from its scheduler);
 // each side's ids are mapped to kernel ids with that side's own kv::BlockGeometry (its own R).

@@ -1,6 +1,6 @@
 // Request (internal): one generation request as the scheduler tracks it.
 //
-// States (DESIGN.md §6, docs/engine.md "Scheduler"):
+// States (docs/engine.md, "Scheduler" and "Connector hooks"):
 //   kWaiting              queued; may hold blocks already (after a remote load)
 //   kWaitingForRemoteKv   blocks allocated, the connector is loading remote KV; the scheduler
 //                         skips it (it does not block the queue) until finished_recving

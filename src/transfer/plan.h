@@ -1,5 +1,6 @@
 // Transfer planning: merges descriptor pairs that are adjacent on both sides. Pure functions,
-// no side effects (STYLE.md rule 5); the Agent validates before calling.
+// no side effects (docs/architecture.md, conventions: "Plan, then apply"); the Agent validates
+// before calling.
 //
 // Thread-safety: pure functions.
 #pragma once

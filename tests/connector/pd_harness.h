@@ -1,5 +1,5 @@
 // Test-only: a P engine and a D engine, each with a real FerryConnector, in one process, plus a
-// colocated reference. Runs the hand-off of DESIGN.md §6 the way a proxy does:
+// colocated reference. Runs the hand-off of docs/connector.md §2 the way a proxy does:
 //   P: the prompt with max_tokens 1 and {"do_remote_decode": true} -> kv_transfer_params
 //   D: the prompt with the caller's sampling params and those params -> the completion
 // and steps both engines until D is done and P has freed its blocks.

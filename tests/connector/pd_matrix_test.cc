@@ -1,8 +1,8 @@
-// The geometry matrix (DESIGN.md §9): P and D engines with real FerryConnectors over loopback,
-// for pairs of instance specs — logical block {16, 64, 128, 256} x backend flash (kernel
-// 16/32/64) / paged (any multiple of 16) x NHD/HND x host buffer on/off — over a prompt shorter
-// than one block and one spanning many. D's output must equal colocated output bit for bit and
-// both pools must end clean.
+// The geometry matrix (docs/architecture.md, "What counts as proof"; docs/connector.md §8): P and D
+// engines with real FerryConnectors over loopback, for pairs of instance specs — logical block {16,
+// 64, 128, 256} x backend flash (kernel 16/32/64) / paged (any multiple of 16) x NHD/HND x host
+// buffer on/off — over a prompt shorter than one block and one spanning many. D's output must equal
+// colocated output bit for bit and both pools must end clean.
 //
 // The default run takes a sample in which every spec is P twice and D twice (64 pairs);
 // KVFERRY_PD_FULL_MATRIX=1 (ctest: connector_pd_matrix_full, label long) runs all 32 x 32.

@@ -344,7 +344,7 @@ TEST_P(TwoProcessTest, InvalidRemoteKey) {
 // The peer deregistered its region after the metadata exchange. On the active-message data path
 // the target checks every region and answers NotFound. One-sided put/get cannot be checked by
 // the target (the rkey stays unpacked on our side), so the RMA path is skipped here; the
-// connector's generation counters cover that case (DESIGN.md §6).
+// connector's generation counters cover that case (docs/connector.md §5).
 TEST_P(TwoProcessTest, StaleRemoteKeyOnActiveMessagePath) {
   if (GetParam() == "shm" || GetParam() == "shm-mapped") {
     GTEST_SKIP() << "one-sided path: the target does not see the operations";

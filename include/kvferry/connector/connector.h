@@ -1,5 +1,5 @@
 // The KV connector contract between the engine and a KV transfer implementation, after vLLM's
-// KVConnectorBase_V1 (DESIGN.md §6, docs/connector.md). Two halves that talk only through the
+// KVConnectorBase_V1 (docs/connector.md §1). Two halves that talk only through the
 // per-step ConnectorMetadata and the worker's ConnectorOutput:
 //
 //   ConnectorScheduler  lives in the scheduler: decides what to load and what to hold.

@@ -1,4 +1,4 @@
-// FerryConnector: kvferry's P/D connector (DESIGN.md §6, docs/connector.md). One object per
+// FerryConnector: kvferry's P/D connector (docs/connector.md). One object per
 // engine holds both halves of connector.h plus what they share (the transfer agent, the side
 // channel, the lease table), and the statistics /metrics exports.
 //

@@ -1,5 +1,5 @@
 // KvTransferParams: the per-request hand-off record between P, the proxy and D, with vLLM's
-// field names so vLLM-style proxies can drive kvferry (DESIGN.md §6, docs/connector.md).
+// field names so vLLM-style proxies can drive kvferry (docs/connector.md §2).
 //
 //   proxy -> P : {"do_remote_decode": true}
 //   P -> proxy : {"do_remote_prefill": true, "remote_engine_id": ..., "remote_request_id": ...,

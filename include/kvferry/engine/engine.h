@@ -1,4 +1,4 @@
-// Engine: a small, real, batch-invariant CPU inference engine (DESIGN.md §7, docs/engine.md).
+// Engine: a small, real, batch-invariant CPU inference engine (docs/engine.md).
 //
 // One Engine owns a model (built-in or checkpoint), its paged KV cache (kv::KvCache laid out in
 // kernel blocks), a block pool in logical blocks, a scheduler (continuous batching under a token
@@ -62,8 +62,8 @@ struct EngineConfig {
   int32_t num_threads = 2;                     // worker threads of the kernels (>= 1)
   bool enable_prefix_caching = true;
   uint64_t seed = 0;  // seeds unseeded requests (see SamplingParams)
-  // Optional connector (DESIGN.md §6). Not owned; must outlive the engine. Both or neither.
-  // Null: colocated. Create() calls connector_worker->RegisterKvCache().
+  // Optional connector (docs/engine.md, "Connector hooks"). Not owned; must outlive the engine.
+  // Both or neither. Null: colocated. Create() calls connector_worker->RegisterKvCache().
   connector::ConnectorScheduler* connector_scheduler = nullptr;
   connector::ConnectorWorker* connector_worker = nullptr;
   KvLoadFailurePolicy kv_load_failure_policy = KvLoadFailurePolicy::kRecompute;

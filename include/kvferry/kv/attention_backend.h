@@ -1,4 +1,5 @@
-// Attention backends and the kernel block sizes they support (DESIGN.md §4).
+// Attention backends and the kernel block sizes they support (docs/kv_layout.md, "Choosing the
+// kernel block size").
 //
 // A backend declares which kernel block sizes (tokens per page of the KV tensor) its kernels
 // accept: exact sizes ("16, 32, 64") and/or "any multiple of n". SelectKernelBlockSize() turns

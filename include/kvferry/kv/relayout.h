@@ -1,5 +1,5 @@
 // Re-layout: copy the KV of a token range of one sequence between two caches whose layout
-// (NHD / HND) and/or kernel block size differ (DESIGN.md §4, docs/kv_layout.md).
+// (NHD / HND) and/or kernel block size differ (docs/kv_layout.md, "Re-layout").
 //
 // A side of the copy is a KvSourceView / KvDestView: a CacheSpec, one base pointer per region
 // (spec.num_regions() of them, each spec.region_bytes() long), and the sequence's kernel block

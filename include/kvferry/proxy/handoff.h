@@ -1,5 +1,5 @@
-// The P -> D hand-off of DESIGN.md §6 as pure functions over request and response bodies, with
-// the same wire behaviour as vLLM's toy_proxy_server.py, so either proxy can front the other's
+// The P -> D hand-off (docs/connector.md §2) as pure functions over request and response bodies,
+// with the same wire behaviour as vLLM's toy_proxy_server.py, so either proxy can front the other's
 // instances:
 //
 //   to P: the client's body with max_tokens = 1 (and max_completion_tokens = 1 when present),

@@ -1,5 +1,5 @@
 // ProxyServer: `kvferry proxy`, the router in front of prefill (P) and decode (D) instances
-// (DESIGN.md §6 and §8, docs/serving.md).
+// (docs/serving.md, "kvferry proxy"; the hand-off: docs/connector.md §2).
 //
 // For each POST /v1/completions or /v1/chat/completions it picks a P and a D round-robin, sends
 // P the prefill-only request (handoff.h), then D the client's request with P's

@@ -1,7 +1,8 @@
 // The OpenAI-compatible wire protocol of `kvferry serve`: parsing /v1/completions and
 // /v1/chat/completions request bodies into one OpenAiRequest, and formatting responses, stream
 // chunks (server-sent events) and usage, as vLLM does — including `kv_transfer_params` in the
-// request and at the top level of the response (DESIGN.md §6).
+// request and at the top level of the response (docs/serving.md, "Endpoints";
+// docs/connector.md §2).
 //
 // Supported request fields: model, prompt (string, token-id array, or a one-element array of
 // either), messages (chat; string content or an array of text parts), max_tokens /

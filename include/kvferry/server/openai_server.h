@@ -1,4 +1,4 @@
-// OpenAiServer: the HTTP front of `kvferry serve` (DESIGN.md §8, docs/serving.md).
+// OpenAiServer: the HTTP front of `kvferry serve` (docs/serving.md).
 //
 //   POST /v1/completions, /v1/chat/completions   (stream: true -> server-sent events)
 //   GET  /v1/models, /health, /metrics

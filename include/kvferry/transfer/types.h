@@ -2,7 +2,7 @@
 // descriptors, transfer requests, notifications.
 //
 // The transfer layer moves lists of byte ranges between registered memory of two agents. It
-// knows nothing of tokens, layers or blocks (DESIGN.md §5); a descriptor is (region, offset,
+// knows nothing of tokens, layers or blocks (docs/transfer.md); a descriptor is (region, offset,
 // length) on one side.
 //
 // Thread-safety: plain values.

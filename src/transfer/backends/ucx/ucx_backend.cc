@@ -33,12 +33,14 @@
 
 #include "kvferry/common/logging.h"
 #include "transfer/backend.h"
+#include "transfer/backends/ucx/ucx_log.h"
 
 namespace kvferry::transfer::ucx {
 
 // ---- start / stop --------------------------------------------------------------------------
 
 Status UcxBackend::Start() {
+  RouteUcxLogToKvferry();  // before UCX reads its configuration: its warnings go to stderr
   // Shared memory transports drop out under UCP_ERR_HANDLING_MODE_PEER unless told otherwise
   // (UCX 1.13); the user's own settings win (overwrite = 0).
   if (ctx_.ucx.transport != UcxTransport::kTcp) {
@@ -54,8 +56,6 @@ Status UcxBackend::Start() {
     setenv("UCX_POSIX_FIFO_SIZE", "256", 0);
     setenv("UCX_SYSV_SEG_SIZE", "32832", 0);
     setenv("UCX_POSIX_SEG_SIZE", "32832", 0);
-    // Later tcp-only contexts in this process (and children) would warn about these as unused.
-    setenv("UCX_WARN_UNUSED_ENV_VARS", "n", 0);
   }
   ucp_config_t* raw_cfg = nullptr;
   KVF_RETURN_IF_ERROR(FromUcs(ucp_config_read(nullptr, nullptr, &raw_cfg), "ucp_config_read"));
@@ -216,7 +216,7 @@ void UcxBackend::Loop() {
   // Shutdown (wmu_ still held by the loop's scope above is released by break; retake it).
   MutexLock l(&wmu_);
   for (auto& [id, p] : peers_) FailPeer(id, AbortedError("agent shutting down"));
-  for (auto& [conn, b] : back_) CloseEp(b.ep);
+  for (auto& [conn, b] : back_) CloseEp(b.ep, std::move(b.err_arg));
   back_.clear();
   auto until = Clock::now() + std::chrono::milliseconds(500);
   while (!closing_.empty() && Clock::now() < until) {
@@ -227,9 +227,9 @@ void UcxBackend::Loop() {
 
 void UcxBackend::Housekeeping() {
   for (auto it = closing_.begin(); it != closing_.end();) {
-    if (ucp_request_check_status(*it) != UCS_INPROGRESS) {
-      ucp_request_free(*it);
-      it = closing_.erase(it);
+    if (ucp_request_check_status(it->request) != UCS_INPROGRESS) {
+      ucp_request_free(it->request);
+      it = closing_.erase(it);  // the endpoint is gone: so is its error-callback argument
     } else {
       ++it;
     }
@@ -370,7 +370,7 @@ Status UcxBackend::AddPeer(uint32_t peer_id, const std::string& name, std::strin
         p->use_am = !p->same_host || ctx_.ucx.transport == UcxTransport::kTcp;
         break;
     }
-    auto* err_arg = ep_err_args_.emplace_back(new EpErrArg{this, peer_id}).get();
+    p->err_arg = std::make_unique<EpErrArg>(EpErrArg{this, peer_id});
     ucp_ep_params_t ep{};
     ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
@@ -380,10 +380,9 @@ Status UcxBackend::AddPeer(uint32_t peer_id, const std::string& name, std::strin
       ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // keeps the cma (single-copy) lane
     }
     ep.err_handler.cb = OnEpError;
-    ep.err_handler.arg = err_arg;
+    ep.err_handler.arg = p->err_arg.get();
     ucs_status_t st = ucp_ep_create(worker_.get(), &ep, &p->ep);
     if (st != UCS_OK) {
-      ep_err_args_.pop_back();
       return FromUcs(st, "connect to '" + name + "' (ucp_ep_create)");
     }
     for (auto& [id, base, rkey] : parsed.regions) {
@@ -391,7 +390,7 @@ Status UcxBackend::AddPeer(uint32_t peer_id, const std::string& name, std::strin
       st = ucp_ep_rkey_unpack(p->ep, rkey.data(), &rk);
       if (st != UCS_OK) {
         p->regions.clear();
-        CloseEp(p->ep);
+        CloseEp(p->ep, std::move(p->err_arg));
         return InvalidArgumentError("invalid remote key of region " + std::to_string(id) +
                                     " from '" + name + "': " + ucs_status_string(st));
       }
@@ -411,7 +410,7 @@ Status UcxBackend::AddPeer(uint32_t peer_id, const std::string& name, std::strin
                        UCP_AM_SEND_FLAG_EAGER, {});
     if (!hs.ok()) {
       p->regions.clear();
-      CloseEp(p->ep);
+      CloseEp(p->ep, std::move(p->err_arg));
       return hs.WithContext("connect to '" + name + "'");
     }
     KVF_LOG_INFO("transfer: agent '{}' connected to '{}' ({}, data path {}): {}", ctx_.agent_name,

@@ -12,6 +12,7 @@
 #include <functional>
 #include <future>
 #include <map>
+#include <memory>
 #include <set>
 #include <thread>
 
@@ -74,11 +75,35 @@ struct RemoteRegion {
   uint8_t* mapped = nullptr;  // the region in our address space (ucp_rkey_ptr), or null
 };
 
+class UcxBackend;
+
+// Arguments of the endpoint error callbacks. UCX keeps the pointer for the endpoint's whole
+// life, which ends when its close request completes (ucp_ep_close_nbx may finish later, during
+// progress). So each argument is owned by its endpoint's Peer or BackChannel while the endpoint
+// is open, then by the ClosingEp until the close completes, and freed there: nothing else owns
+// one, and none outlives its endpoint (a long-running instance meets thousands of peers).
+struct EpErrArg {
+  UcxBackend* self;
+  uint32_t peer_id;
+};
+struct BackErrArg {
+  UcxBackend* self;
+  uint64_t conn;
+};
+
+// An endpoint being closed: the close request (in progress) and the error-callback argument
+// that must live until the request completes.
+struct ClosingEp {
+  void* request;
+  std::shared_ptr<const void> err_arg;
+};
+
 struct Peer {
   uint32_t id;
   uint64_t conn_id = 0;  // names this connection at the target (back channel)
   std::string name;
   ucp_ep_h ep = nullptr;
+  std::unique_ptr<EpErrArg> err_arg;  // ep's error-callback argument, while ep is open
   bool same_host = false;
   int64_t pid = 0;
   bool use_am = false;
@@ -102,7 +127,7 @@ struct Xfer {
 struct BackChannel {
   std::string address;
   ucp_ep_h ep = nullptr;
-  bool failed = false;
+  std::unique_ptr<BackErrArg> err_arg;  // ep's error-callback argument, while ep is open
 };
 
 // Target-side state of an AM WRITE in progress, keyed by (connection id, token).
@@ -110,19 +135,6 @@ struct InboundWrite {
   uint32_t expected = 0;
   uint32_t received = 0;
   int32_t code = 0;
-};
-
-class UcxBackend;
-
-// Arguments of the endpoint error callbacks. UCX keeps the pointer for the endpoint's whole life
-// (including an asynchronous close), so the backend owns them until it is destroyed.
-struct EpErrArg {
-  UcxBackend* self;
-  uint32_t peer_id;
-};
-struct BackErrArg {
-  UcxBackend* self;
-  uint64_t conn;
 };
 
 struct RecvCtx {
@@ -205,6 +217,17 @@ class UcxBackend final : public Backend {
       }
     });
   }
+  // Endpoint error-callback arguments alive now (tests: none may outlive its endpoint).
+  size_t NumErrorCallbackArgsForTesting() const {
+    size_t n = 0;
+    RunSync([&] {
+      for (const auto& [id, p] : peers_) n += p->err_arg != nullptr;
+      for (const auto& [conn, b] : back_) n += b.err_arg != nullptr;
+      for (const ClosingEp& c : closing_) n += c.err_arg != nullptr;
+      return Status::Ok();
+    }).IgnoreError();
+    return n;
+  }
   Status SendNotification(uint32_t peer_id, std::string message) override {
     return RunSync([&] {
       auto it = peers_.find(peer_id);
@@ -267,10 +290,14 @@ class UcxBackend final : public Backend {
                std::function<void(ucs_status_t)> done, ucs_status_t* ret);
   void SendAck(uint64_t conn, uint64_t token, int32_t code);
   void FinishInbound(uint64_t conn, uint64_t token, ucs_status_t st);
-  // The back-channel endpoint for `conn`, created on first use; null if unknown or failed.
+  // The back-channel endpoint for `conn`, created on first use; null if `conn` is unknown (no
+  // hello, or its back channel failed and was closed).
   ucp_ep_h BackEp(uint64_t conn);
+  // Closes the back channel of `conn` and forgets it, with its writes in progress.
   void CloseBack(uint64_t conn);
-  void CloseEp(ucp_ep_h ep);
+  // Starts closing `ep` (forced); `err_arg`, its error-callback argument, is freed once the
+  // close has completed.
+  void CloseEp(ucp_ep_h ep, std::shared_ptr<const void> err_arg);
   const LocalRegion* FindRegion(uint32_t id, uint64_t offset, uint64_t length) const {
     auto it = regions_.find(id);
     if (it == regions_.end() || offset > it->second.length || length > it->second.length - offset) {
@@ -318,9 +345,7 @@ class UcxBackend final : public Backend {
   std::map<std::pair<uint64_t, uint64_t>, InboundWrite> inbound_;
   std::map<uint64_t, BackChannel> back_;
   std::deque<std::function<void()>> deferred_;  // sends issued after ucp_worker_progress returns
-  std::vector<void*> closing_;                  // ep close requests
-  std::deque<std::unique_ptr<EpErrArg>> ep_err_args_;      // one per endpoint ever created
-  std::deque<std::unique_ptr<BackErrArg>> back_err_args_;  // one per back channel ever created
+  std::vector<ClosingEp> closing_;              // endpoint closes still in progress
   uint64_t next_token_ = 1;
   Clock::time_point last_housekeeping_{};
   Clock::time_point last_liveness_{};

@@ -254,22 +254,23 @@ void UcxBackend::FailPeer(uint32_t peer_id, Status s) {
                  s.ToString());
   }
   p.regions.clear();  // rkeys before the endpoint
-  CloseEp(p.ep);
+  CloseEp(p.ep, std::move(p.err_arg));
   p.ep = nullptr;
 }
 
-void UcxBackend::CloseEp(ucp_ep_h ep) {
+void UcxBackend::CloseEp(ucp_ep_h ep, std::shared_ptr<const void> err_arg) {
   if (ep == nullptr) return;
   ucp_request_param_t cp{};
   cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
   void* r = ucp_ep_close_nbx(ep, &cp);
-  if (UCS_PTR_IS_PTR(r)) closing_.push_back(r);
+  // Otherwise the close is complete (or failed): the endpoint no longer exists.
+  if (UCS_PTR_IS_PTR(r)) closing_.push_back({r, std::move(err_arg)});
 }
 
 ucp_ep_h UcxBackend::BackEp(uint64_t conn) {
   auto it = back_.find(conn);
-  if (it == back_.end() || it->second.failed) return nullptr;
+  if (it == back_.end()) return nullptr;
   BackChannel& b = it->second;
   if (b.ep != nullptr) return b.ep;
   ucp_ep_params_t ep{};
@@ -278,20 +279,20 @@ ucp_ep_h UcxBackend::BackEp(uint64_t conn) {
   ep.address = reinterpret_cast<const ucp_address_t*>(b.address.data());
   ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   ep.err_handler.cb = OnBackEpError;
-  ep.err_handler.arg = back_err_args_.emplace_back(new BackErrArg{this, conn}).get();
+  b.err_arg = std::make_unique<BackErrArg>(BackErrArg{this, conn});
+  ep.err_handler.arg = b.err_arg.get();
   if (ucp_ep_create(worker_.get(), &ep, &b.ep) != UCS_OK) {
-    b.ep = nullptr;
-    b.failed = true;
+    back_.erase(it);  // as if the initiator were gone
+    return nullptr;
   }
   return b.ep;
 }
 
 void UcxBackend::CloseBack(uint64_t conn) {
   auto it = back_.find(conn);
-  if (it == back_.end() || it->second.failed) return;
-  it->second.failed = true;
-  CloseEp(it->second.ep);
-  it->second.ep = nullptr;
+  if (it == back_.end()) return;
+  CloseEp(it->second.ep, std::move(it->second.err_arg));
+  back_.erase(it);  // later requests on this connection find no back channel and are dropped
   for (auto w = inbound_.begin(); w != inbound_.end();) {
     w = w->first.first == conn ? inbound_.erase(w) : std::next(w);
   }
