@@ -19,6 +19,7 @@ PACKAGES=(
   libopenblas-dev                          # benchmark-only peer for the matmul
   iperf3 iproute2 procps psmisc curl       # benchmark ceilings, netns fault tests, e2e scripts
   python3                                  # tests/fault and tests/load drivers (stdlib only)
+  python3-jinja2                           # tests/jinja: Jinja2 is the oracle for kvferry::jinja
   "$@"                                     # extra packages from the command line
 )
 
