@@ -320,7 +320,9 @@ class Evaluator {
       }
     }
     Dict kwargs;
-    for (auto& [k, v] : args.kwargs) {
+    for (auto& kv : args.kwargs) {
+      const std::string& k = kv.first;
+      Value& v = kv.second;
       const bool is_param =
           std::any_of(params.begin(), params.end(), [&](const Param& p) { return p.name == k; });
       if (k == "caller") {

@@ -50,8 +50,8 @@ class Dict {
   const Value* Find(std::string_view key) const;
   // Inserts or replaces, keeping the first insertion's position, as a Python dict does.
   void Set(std::string key, Value value);
-  size_t size() const { return entries_.size(); }
-  bool empty() const { return entries_.empty(); }
+  size_t size() const;
+  bool empty() const;
   void clear();
   const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
 
@@ -158,6 +158,10 @@ class Value {
   explicit Value(Rep rep) : rep_(std::move(rep)) {}
   Rep rep_;
 };
+
+// Defined here, where Value is complete.
+inline size_t Dict::size() const { return entries_.size(); }
+inline bool Dict::empty() const { return entries_.empty(); }
 
 // Python ==: numbers compare by value across int/float/bool, lists and dicts deeply, a list
 // never equals a tuple, two Undefineds are equal, namespaces and callables by identity.
