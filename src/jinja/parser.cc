@@ -770,13 +770,16 @@ class Parser {
     if (args.size() == 1) {
       index = std::move(args[0]);
     } else {
+      for (const auto& a : args) {  // Python lists take no tuple of slices
+        if (a->kind == ExprKind::kSlice) {
+          return UnimplementedError(map_.Location(a->offset) +
+                                    ": a slice inside a tuple subscript is not supported");
+        }
+      }
       auto tuple = std::make_unique<Sequence>(ExprKind::kTuple, t.offset);
       tuple->items = std::move(args);
       tuple->height = 1 + MaxHeight(tuple->items);
       index = std::move(tuple);
-    }
-    for (const auto& e : {index.get()}) {
-      if (e->kind == ExprKind::kSlice) return Error(t, "slices inside tuples are not supported");
     }
     auto node = std::make_unique<GetItem>(t.offset, std::move(operand), std::move(index));
     SetHeight(node.get(), node->operand.get(), node->index.get());

@@ -180,6 +180,8 @@ TEST(Parser, UnsupportedFeaturesAreUnimplemented) {
             "UNIMPLEMENTED: line 1, column 4: the 'include' tag is not supported");
   EXPECT_EQ(ParseError("{% for x in y recursive %}{% endfor %}"),
             "UNIMPLEMENTED: line 1, column 15: recursive loops are not supported");
+  EXPECT_EQ(ParseError("{{ xs[1:2, 0] }}"),
+            "UNIMPLEMENTED: line 1, column 7: a slice inside a tuple subscript is not supported");
   EXPECT_EQ(ParseError("{{ f(*args) }}"),
             "UNIMPLEMENTED: line 1, column 6: *args and **kwargs in calls are not supported");
 }
