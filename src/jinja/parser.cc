@@ -61,6 +61,18 @@ class Parser {
     Parser* p_;
   };
 
+  // Jinja2 compiles loop filters and bodies, macro and call bodies, filter and set blocks in
+  // frames of their own, which are not soft even inside an `if`.
+  class HardFrame {
+   public:
+    explicit HardFrame(Parser* p) : p_(p), saved_(p->soft_) { p_->soft_ = 0; }
+    ~HardFrame() { p_->soft_ = saved_; }
+
+   private:
+    Parser* p_;
+    int saved_;
+  };
+
   // ---- tokens ----
 
   const Token& Cur() const { return toks_[i_]; }
@@ -244,6 +256,7 @@ class Parser {
     KVF_ASSIGN_OR_RETURN(node->targets, ParseTargets({"in"}));
     if (!SkipName("in")) return ExpectFailed("in");
     KVF_ASSIGN_OR_RETURN(node->iter, ParseTuple(false, /*condexpr=*/false, {"recursive"}, false));
+    HardFrame hard(this);
     if (SkipName("if")) {
       KVF_ASSIGN_OR_RETURN(node->filter, ParseExpression(true));
     }
@@ -306,6 +319,7 @@ class Parser {
       return StmtPtr(std::move(node));
     }
     if (targets.size() != 1) return ExpectFailed("=");
+    HardFrame hard(this);
     auto node = std::make_unique<SetBlock>(off);
     node->target = targets[0];
     node->attr = std::move(attr);
@@ -336,6 +350,7 @@ class Parser {
 
   // Macro and call bodies are new functions: break/continue cannot reach an outer loop.
   StatusOr<Body> ParseFunctionBody(std::string_view end_tag, const std::string& innermost) {
+    HardFrame hard(this);
     const int saved = loop_depth_;
     loop_depth_ = 0;
     auto body = ParseBlockBody({end_tag}, true, innermost);
@@ -347,6 +362,7 @@ class Parser {
     auto node = std::make_unique<Macro>(Cur().offset);
     Next();
     KVF_ASSIGN_OR_RETURN(node->name, ExpectName());
+    HardFrame hard(this);
     KVF_ASSIGN_OR_RETURN(node->params, ParseSignature());
     KVF_ASSIGN_OR_RETURN(node->body, ParseFunctionBody("endmacro", "macro"));
     return StmtPtr(std::move(node));
@@ -356,6 +372,7 @@ class Parser {
     auto node = std::make_unique<CallBlock>(Cur().offset);
     Next();
     if (IsOp("(")) {
+      HardFrame hard(this);
       KVF_ASSIGN_OR_RETURN(node->caller_params, ParseSignature());
     }
     const Token& at = Cur();
@@ -369,6 +386,7 @@ class Parser {
   StatusOr<StmtPtr> ParseFilterBlock() {
     auto node = std::make_unique<FilterBlock>(Cur().offset);
     Next();
+    HardFrame hard(this);
     KVF_ASSIGN_OR_RETURN(node->filter, ParseFilterChain(nullptr, /*start_inline=*/true));
     KVF_ASSIGN_OR_RETURN(node->body, ParseBlockBody({"endfilter"}, true, "filter"));
     return StmtPtr(std::move(node));

@@ -10,7 +10,8 @@
 // refused with kUnimplemented; so are recursive loops.
 //
 // As Jinja2's compiler does, an unknown filter or test name is an error at parse time unless
-// it sits inside an `if` statement or a conditional expression (then it fails when used).
+// it sits inside an `if` statement or a conditional expression (then it fails when used) and
+// not in a loop, macro, call, filter or set block nested there (those start afresh).
 //
 // Thread-safety: pure function.
 #pragma once

@@ -173,6 +173,9 @@ TEST(Parser, UnknownFiltersFailUnlessInsideAnIf) {
   EXPECT_EQ(ParseError("{{ x is nope }}"),
             "INVALID_ARGUMENT: line 1, column 9: No test named 'nope'.");
   EXPECT_EQ(ParseError("{% if a %}{{ x|nope }}{% endif %}{{ y|nope if c }}"), "OK");
+  // Loop bodies, macros and blocks start afresh inside an if (Jinja2's new frames).
+  EXPECT_EQ(ParseError("{% if a %}{% for x in y|nope %}{{ x|nope2 }}{% endfor %}{% endif %}"),
+            "INVALID_ARGUMENT: line 1, column 37: No filter named 'nope2'.");
 }
 
 TEST(Parser, UnsupportedFeaturesAreUnimplemented) {
