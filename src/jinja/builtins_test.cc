@@ -42,6 +42,9 @@ TEST_F(Builtins, ArithmeticIsPythons) {
   EXPECT_EQ(
       Op("%", Str("%s=%05.1f"), Value::MakeList({Str("x"), Value::Float(2.25)}, SeqKind::kTuple)),
       "'x=002.2'");
+  EXPECT_EQ(Op("%", Str("abc"), Value::MakeList({Int(1)})), "'abc'");  // a list is a mapping
+  EXPECT_EQ(Op("%", Str("abc"), Int(1)),
+            "ERROR not all arguments converted during string formatting");
 }
 
 TEST_F(Builtins, ComparisonsAndMembership) {
@@ -77,6 +80,26 @@ TEST_F(Builtins, SlicesByCodePoint) {
   s = GetSlice(Str("héllo"), Int(1), Int(3), Value::None(), budget_);
   EXPECT_EQ(s->as_string(), "él");
   EXPECT_FALSE(GetSlice(Str("x"), Value::None(), Value::None(), Int(0), budget_).ok());
+  // Unlike item lookups, slices raise (Jinja2 compiles them to plain Python subscription).
+  EXPECT_EQ(GetSlice(Int(3), Int(1), Value::None(), Value::None(), budget_).status().message(),
+            "'int' object is not subscriptable");
+  EXPECT_EQ(GetSlice(Value::MakeDict({}), Int(1), Value::None(), Value::None(), budget_)
+                .status()
+                .message(),
+            "unhashable type: 'slice'");
+}
+
+TEST_F(Builtins, MarkupEscapesWhatItIsCombinedWith) {
+  const Value safe = Value::Markup("<a>");
+  EXPECT_EQ(Op("+", safe, Str("<b>")), "Markup('<a>&lt;b&gt;')");
+  EXPECT_EQ(Op("+", Str("&"), safe), "Markup('&amp;<a>')");
+  EXPECT_EQ(Op("%", Value::Markup("%s|%s"), Value::MakeList({Str("<"), safe}, SeqKind::kTuple)),
+            "Markup('&lt;|<a>')");
+  EXPECT_EQ(Filter("escape", Str("<'\"&>")), "Markup('&lt;&#39;&#34;&amp;&gt;')");
+  EXPECT_EQ(Filter("escape", safe), "Markup('<a>')");
+  EXPECT_EQ(Filter("forceescape", safe), "Markup('&lt;a&gt;')");
+  EXPECT_EQ(Filter("upper", safe), "Markup('<A>')");
+  EXPECT_EQ(Filter("title", safe), "'<A>'");
 }
 
 TEST_F(Builtins, StringMethods) {

@@ -48,6 +48,12 @@ StatusOr<Value> GetPath(Value item, const std::vector<Value>& parts, const Value
   return item;
 }
 
+// A string result of a str method applied to `in`: Markup stays Markup, as markupsafe's
+// methods return Markup.
+Value LikeInput(const Value& in, std::string s) {
+  return in.is_markup() ? Value::Markup(std::move(s)) : Value::Str(std::move(s));
+}
+
 Value IgnoreCase(const Value& v) { return v.is_string() ? Value::Str(StrLower(v.as_string())) : v; }
 
 // Sorts `items` by `keys` (stable, as Python's sorted); comparison errors are returned.
@@ -82,7 +88,7 @@ StatusOr<Value> Trim(const Value& v, const CallArgs& args, Budget& budget) {
   }
   const std::string s = ToPyStr(v);
   KVF_RETURN_IF_ERROR(budget.ChargeBytes(s.size()));
-  return Value::Str(StripChars(s, chars, true, true));
+  return LikeInput(v, StripChars(s, chars, true, true));
 }
 
 // Jinja2's title: words start after runs of whitespace, '-', '(', '{', '[', '<'.
@@ -132,7 +138,7 @@ StatusOr<Value> Indent(const Value& v, const CallArgs& args, Budget& budget) {
     out += lines[i];
   }
   if (b.GetOr(1, Value::Bool(false)).Truthy()) out = pad + out;
-  return Value::Str(std::move(out));
+  return LikeInput(v, std::move(out));
 }
 
 StatusOr<Value> Replace(const Value& v, const CallArgs& args, Budget& budget) {
@@ -146,41 +152,15 @@ StatusOr<Value> Replace(const Value& v, const CallArgs& args, Budget& budget) {
   return Value::Str(std::move(out));
 }
 
-std::string HtmlEscape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
-}
-
 StatusOr<Value> Format(const Value& v, const CallArgs& args, Budget& budget) {
   if (!args.args.empty() && !args.kwargs.empty()) {
     return InvalidArgumentError("can't handle positional and keyword arguments at the same time");
   }
   if (!args.kwargs.empty()) return UnimplementedError("format with keyword arguments");
-  KVF_ASSIGN_OR_RETURN(
-      std::string out,
-      PercentFormat(ToPyStr(v), Value::MakeList(args.args, SeqKind::kTuple), budget));
-  return Value::Str(std::move(out));
+  KVF_ASSIGN_OR_RETURN(std::string out,
+                       PercentFormat(ToPyStr(v), Value::MakeList(args.args, SeqKind::kTuple),
+                                     v.is_markup(), budget));
+  return LikeInput(v, std::move(out));
 }
 
 StatusOr<Value> ToJsonFilter(const Value& v, const CallArgs& args, Budget& budget) {
@@ -356,7 +336,9 @@ StatusOr<Value> Round(const Value& v, const CallArgs& args, Budget&) {
   }
   const double scale = std::pow(10.0, static_cast<double>(precision));
   const double x = v.as_double() * scale;
-  return Value::Float((method.as_string() == "ceil" ? std::ceil(x) : std::floor(x)) / scale);
+  // Python's math.ceil/floor return an int, so a zero result has no sign.
+  const double whole = (method.as_string() == "ceil" ? std::ceil(x) : std::floor(x)) + 0.0;
+  return Value::Float(whole / scale);
 }
 
 StatusOr<Value> Abs(const Value& v, const CallArgs& args, Budget&) {
@@ -638,26 +620,30 @@ StatusOr<Value> Attr(const Value& v, const CallArgs& args, Budget& budget) {
   return GetAttr(v, name, budget);
 }
 
-#define KVF_STR_FILTER(expr)                                                    \
+// A filter of one string argument-less function; `make` builds the result from v and s.
+#define KVF_STR_FILTER(make, expr)                                              \
   [](const Value& v, const CallArgs& args, Budget& budget) -> StatusOr<Value> { \
     KVF_RETURN_IF_ERROR(BoundArgs::Bind("filter", args, {}).status());          \
     const std::string s = ToPyStr(v);                                           \
     KVF_RETURN_IF_ERROR(budget.ChargeBytes(s.size()));                          \
-    return Value::Str(expr);                                                    \
+    return make(expr);                                                          \
   }
+#define KVF_KEEP(expr) LikeInput(v, expr)
+#define KVF_PLAIN(expr) Value::Str(expr)
+#define KVF_MARKUP(expr) Value::Markup(expr)
 
 const std::unordered_map<std::string_view, FilterFn>& Filters() {
   static const auto* table = new std::unordered_map<std::string_view, FilterFn>{
       {"abs", Abs},
       {"attr", Attr},
       {"batch", Batch},
-      {"capitalize", KVF_STR_FILTER(StrCapitalize(s))},
+      {"capitalize", KVF_STR_FILTER(KVF_KEEP, StrCapitalize(s))},
       {"center",
        [](const Value& v, const CallArgs& args, Budget& budget) -> StatusOr<Value> {
          KVF_ASSIGN_OR_RETURN(auto b, BoundArgs::Bind("center", args, {"width"}));
          KVF_ASSIGN_OR_RETURN(int64_t w, ArgInt("center", "width", b.GetOr(0, Value::Int(80))));
          KVF_ASSIGN_OR_RETURN(std::string out, StrPad(ToPyStr(v), w, " ", Align::kCenter, budget));
-         return Value::Str(std::move(out));
+         return LikeInput(v, std::move(out));
        }},
       {"count",
        [](const Value& v, const CallArgs&, Budget&) -> StatusOr<Value> {
@@ -673,7 +659,8 @@ const std::unordered_map<std::string_view, FilterFn>& Filters() {
          return v;
        }},
       {"dictsort", DictSort},
-      {"escape", KVF_STR_FILTER(HtmlEscape(s))},
+      {"escape", KVF_STR_FILTER(KVF_MARKUP, v.is_markup() ? s : HtmlEscape(s))},
+      {"forceescape", KVF_STR_FILTER(KVF_MARKUP, HtmlEscape(s))},
       {"first", First},
       {"float", FloatFilter},
       {"format", Format},
@@ -687,7 +674,7 @@ const std::unordered_map<std::string_view, FilterFn>& Filters() {
          KVF_ASSIGN_OR_RETURN(auto items, Iterate(v, budget));
          return Value::MakeList(std::move(items));
        }},
-      {"lower", KVF_STR_FILTER(StrLower(s))},
+      {"lower", KVF_STR_FILTER(KVF_KEEP, StrLower(s))},
       {"map", Map},
       {"max", [](auto& v, auto& a, auto& budget) { return MinMax(v, a, budget, true); }},
       {"min", [](auto& v, auto& a, auto& budget) { return MinMax(v, a, budget, false); }},
@@ -698,29 +685,32 @@ const std::unordered_map<std::string_view, FilterFn>& Filters() {
       {"replace", Replace},
       {"reverse", Reverse},
       {"round", Round},
-      {"safe", KVF_STR_FILTER(s)},
+      {"safe", KVF_STR_FILTER(KVF_MARKUP, s)},
       {"select",
        [](auto& v, auto& a, auto& budget) { return SelectOrReject(v, a, budget, false, true); }},
       {"selectattr",
        [](auto& v, auto& a, auto& budget) { return SelectOrReject(v, a, budget, true, true); }},
       {"sort", Sort},
-      {"string", KVF_STR_FILTER(s)},
+      {"string", KVF_STR_FILTER(KVF_KEEP, s)},
       {"sum", Sum},
-      {"title", KVF_STR_FILTER(JinjaTitle(s))},
+      {"title", KVF_STR_FILTER(KVF_PLAIN, JinjaTitle(s))},
       {"tojson", ToJsonFilter},
       {"trim", Trim},
       {"unique", Unique},
-      {"upper", KVF_STR_FILTER(StrUpper(s))},
+      {"upper", KVF_STR_FILTER(KVF_KEEP, StrUpper(s))},
   };
   return *table;
 }
 
 #undef KVF_STR_FILTER
+#undef KVF_KEEP
+#undef KVF_PLAIN
+#undef KVF_MARKUP
 
 // Jinja2's aliases.
 std::string_view Canonical(std::string_view name) {
   if (name == "d") return "default";
-  if (name == "e" || name == "forceescape") return "escape";
+  if (name == "e") return "escape";
   if (name == "length") return "count";
   return name;
 }

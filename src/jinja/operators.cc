@@ -6,6 +6,7 @@
 #include "jinja/methods.h"
 #include "jinja/percent_format.h"
 #include "jinja/py_format.h"
+#include "jinja/str_ops.h"
 #include "jinja/utf8.h"
 
 namespace kvferry::jinja {
@@ -113,14 +114,18 @@ StatusOr<Value> FloatArithmetic(std::string_view op, double a, double b) {
   return Value::Float(r);
 }
 
-StatusOr<Value> RepeatString(const std::string& s, int64_t n, Budget& budget) {
-  if (n <= 0 || s.empty()) return Value::Str("");
+StatusOr<Value> RepeatString(const Value& str, int64_t n, Budget& budget) {
+  const std::string& s = str.as_string();
+  auto make = [&str](std::string out) {
+    return str.is_markup() ? Value::Markup(std::move(out)) : Value::Str(std::move(out));
+  };
+  if (n <= 0 || s.empty()) return make("");
   KVF_RETURN_IF_ERROR(budget.CheckProduct(n, s.size()));
   KVF_RETURN_IF_ERROR(budget.Build(s.size() * n));
   std::string out;
   out.reserve(s.size() * n);
   for (int64_t i = 0; i < n; ++i) out += s;
-  return Value::Str(std::move(out));
+  return make(std::move(out));
 }
 
 StatusOr<Value> RepeatList(const Value& list, int64_t n, Budget& budget) {
@@ -139,6 +144,12 @@ StatusOr<Value> SequenceArithmetic(std::string_view op, const Value& a, const Va
                                    Budget& budget) {
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
+      if (a.is_markup() || b.is_markup()) {  // markupsafe escapes the plain side
+        const std::string x = a.is_markup() ? a.as_string() : HtmlEscape(a.as_string());
+        const std::string y = b.is_markup() ? b.as_string() : HtmlEscape(b.as_string());
+        KVF_RETURN_IF_ERROR(budget.Build(x.size() + y.size()));
+        return Value::Markup(x + y);
+      }
       KVF_RETURN_IF_ERROR(budget.Build(a.as_string().size() + b.as_string().size()));
       return Value::Str(a.as_string() + b.as_string());
     }
@@ -160,15 +171,15 @@ StatusOr<Value> SequenceArithmetic(std::string_view op, const Value& a, const Va
     const Value& seq = a.is_number() ? b : a;
     const Value& count = a.is_number() ? a : b;
     if (count.is_int() || count.is_bool()) {
-      if (seq.is_string()) return RepeatString(seq.as_string(), count.as_integer(), budget);
+      if (seq.is_string()) return RepeatString(seq, count.as_integer(), budget);
       if (seq.is_list() && seq.seq_kind() != SeqKind::kIterator) {
         return RepeatList(seq, count.as_integer(), budget);
       }
     }
   }
   if (op == "%" && a.is_string()) {
-    KVF_ASSIGN_OR_RETURN(std::string s, PercentFormat(a.as_string(), b, budget));
-    return Value::Str(std::move(s));
+    KVF_ASSIGN_OR_RETURN(std::string s, PercentFormat(a.as_string(), b, a.is_markup(), budget));
+    return a.is_markup() ? Value::Markup(std::move(s)) : Value::Str(std::move(s));
   }
   return Unsupported(op, a, b);
 }
@@ -247,7 +258,7 @@ std::string ObjectTypeRepr(const Value& v) {
 
 StatusOr<Value> Arithmetic(std::string_view op, const Value& a, const Value& b, Budget& budget) {
   if (a.is_undefined()) return UndefinedError(a);
-  if (b.is_undefined()) return UndefinedError(b);
+  if (b.is_undefined() && !(op == "%" && a.is_string())) return UndefinedError(b);
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) return FloatArithmetic(op, a.as_double(), b.as_double());
     return IntArithmetic(op, a.as_integer(), b.as_integer());
@@ -362,14 +373,20 @@ StatusOr<Value> GetItem(const Value& obj, const Value& key, Budget& budget) {
 
 StatusOr<Value> GetSlice(const Value& obj, const Value& start, const Value& stop, const Value& step,
                          Budget& budget) {
+  // Jinja2 compiles a slice to Python's own subscription, not to the sandbox's getitem, so a
+  // bad slice raises instead of giving an Undefined.
   if (obj.is_undefined()) return UndefinedError(obj);
-  const bool sliceable = obj.is_string() || (obj.is_list() && obj.seq_kind() != SeqKind::kIterator);
+  if (obj.is_dict()) return InvalidArgumentError("unhashable type: 'slice'");
+  if (!obj.is_string() && !(obj.is_list() && obj.seq_kind() != SeqKind::kIterator)) {
+    return InvalidArgumentError("'" + obj.TypeName() + "' object is not subscriptable");
+  }
   for (const Value* b : {&start, &stop, &step}) {
+    if (b->is_undefined()) return UndefinedError(*b);
     if (!b->is_none() && !IsIndex(*b)) {
-      return Value::Undefined("slice indices must be integers or None");
+      return InvalidArgumentError(
+          "slice indices must be integers or None or have an __index__ method");
     }
   }
-  if (!sliceable) return Value::Undefined(ObjectTypeRepr(obj) + " has no element slice");
   const int64_t st = step.is_none() ? 1 : step.as_integer();
   if (st == 0) return InvalidArgumentError("slice step cannot be zero");
   if (obj.is_string()) {

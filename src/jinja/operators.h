@@ -47,8 +47,8 @@ StatusOr<bool> Contains(const Value& container, const Value& item);
 
 StatusOr<Value> GetAttr(const Value& obj, const std::string& name, Budget& budget);
 StatusOr<Value> GetItem(const Value& obj, const Value& key, Budget& budget);
-// obj[start:stop:step]; each bound may be None (or Undefined: then the result is Undefined,
-// as Jinja2's getitem swallows the TypeError).
+// obj[start:stop:step]; each bound may be None. Unlike an item lookup this raises on what
+// cannot be sliced, as Jinja2 compiles slices to plain Python subscription.
 StatusOr<Value> GetSlice(const Value& obj, const Value& start, const Value& stop, const Value& step,
                          Budget& budget);
 

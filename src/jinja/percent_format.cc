@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "jinja/py_format.h"
+#include "jinja/str_ops.h"
 #include "jinja/utf8.h"
 
 namespace kvferry::jinja {
@@ -19,11 +20,15 @@ struct Spec {
 
 class Formatter {
  public:
-  Formatter(const Value& args, Budget& budget) : budget_(budget) {
+  Formatter(const Value& args, bool escape, Budget& budget) : budget_(budget), escape_(escape) {
     if (args.is_list() && args.seq_kind() == SeqKind::kTuple) {
       args_ = args.items();
     } else {
       args_.push_back(args);
+      // Python takes an object with __getitem__ (a list, a dict, Jinja2's Undefined) for a
+      // mapping: a format that uses no argument then leaves it unconverted without complaint.
+      mapping_ = (args.is_list() && args.seq_kind() == SeqKind::kList) || args.is_dict() ||
+                 args.is_undefined();
     }
   }
 
@@ -45,7 +50,7 @@ class Formatter {
       out += piece;
       KVF_RETURN_IF_ERROR(budget_.CheckSize(out.size()));
     }
-    if (next_ < args_.size()) {
+    if (next_ < args_.size() && !(mapping_ && next_ == 0)) {
       return InvalidArgumentError("not all arguments converted during string formatting");
     }
     return out;
@@ -127,6 +132,7 @@ class Formatter {
     const char t = spec.type;
     if (t == 's' || t == 'r' || t == 'a') {
       std::string s = t == 's' ? ToPyStr(arg) : PyRepr(arg);
+      if (escape_ && !(t == 's' && arg.is_markup())) s = HtmlEscape(s);
       if (spec.precision >= 0) {
         auto cps = utf8::Decode(s);
         if (static_cast<int64_t>(cps.size()) > spec.precision) cps.resize(spec.precision);
@@ -175,15 +181,18 @@ class Formatter {
   }
 
   Budget& budget_;
+  const bool escape_;
   std::vector<Value> args_;
+  bool mapping_ = false;
   size_t next_ = 0;
 };
 
 }  // namespace
 
-StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& args, Budget& budget) {
+StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& args, bool escape,
+                                    Budget& budget) {
   KVF_RETURN_IF_ERROR(budget.ChargeBytes(fmt.size()));
-  return Formatter(args, budget).Run(fmt);
+  return Formatter(args, escape, budget).Run(fmt);
 }
 
 }  // namespace kvferry::jinja

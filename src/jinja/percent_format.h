@@ -13,7 +13,9 @@
 
 namespace kvferry::jinja {
 
-// `fmt % args`: a tuple supplies several arguments, anything else one.
-StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& args, Budget& budget);
+// `fmt % args`: a tuple supplies several arguments, anything else one. With `escape` (fmt is
+// Markup) string arguments that are not Markup themselves are HTML-escaped, as markupsafe does.
+StatusOr<std::string> PercentFormat(const std::string& fmt, const Value& args, bool escape,
+                                    Budget& budget);
 
 }  // namespace kvferry::jinja

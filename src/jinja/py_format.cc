@@ -95,7 +95,9 @@ void AppendRepr(const Value& v, int depth, std::string* out) {
       out->append("Undefined");
       return;
     case K::kString:
+      if (v.is_markup()) out->append("Markup(");
       AppendStringRepr(v.as_string(), out);
+      if (v.is_markup()) out->push_back(')');
       return;
     case K::kList:
       if (v.seq_kind() == SeqKind::kIterator) {

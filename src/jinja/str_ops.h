@@ -51,4 +51,7 @@ StatusOr<std::string> StrPad(const std::string& s, int64_t width, const std::str
 std::string StrSubstr(const std::string& s, std::optional<int64_t> start,
                       std::optional<int64_t> end);
 
+// markupsafe's escape: & < > " ' as &amp; &lt; &gt; &#34; &#39;.
+std::string HtmlEscape(const std::string& s);
+
 }  // namespace kvferry::jinja

@@ -32,6 +32,11 @@ Value Value::Bool(bool b) { return Value(Rep(b)); }
 Value Value::Int(int64_t i) { return Value(Rep(i)); }
 Value Value::Float(double d) { return Value(Rep(d)); }
 Value Value::Str(std::string s) { return Value(Rep(std::move(s))); }
+Value Value::Markup(std::string s) {
+  Value v(Rep(std::move(s)));
+  v.markup_ = true;
+  return v;
+}
 
 Value Value::MakeList(std::vector<Value> items, SeqKind kind) {
   auto list = std::make_shared<List>();

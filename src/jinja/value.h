@@ -100,6 +100,9 @@ class Value {
   static Value Int(int64_t i);
   static Value Float(double d);
   static Value Str(std::string s);
+  // A string marked safe (markupsafe's Markup, what `safe` and `escape` return): a string in
+  // every respect, except that + and % escape the plain strings they combine it with.
+  static Value Markup(std::string s);
   static Value MakeList(std::vector<Value> items, SeqKind kind = SeqKind::kList);
   static Value MakeDict(Dict dict);
   static Value MakeNamespace(std::shared_ptr<Namespace> ns);
@@ -118,6 +121,7 @@ class Value {
   // int, float or bool (Python's numbers.Number; bool is an int subclass).
   bool is_number() const { return is_int() || is_float() || is_bool(); }
   bool is_string() const { return kind() == Kind::kString; }
+  bool is_markup() const { return markup_; }
   bool is_list() const { return kind() == Kind::kList; }
   bool is_dict() const { return kind() == Kind::kDict; }
   bool is_namespace() const { return kind() == Kind::kNamespace; }
@@ -157,6 +161,7 @@ class Value {
                            std::shared_ptr<Namespace>, std::shared_ptr<const Callable>>;
   explicit Value(Rep rep) : rep_(std::move(rep)) {}
   Rep rep_;
+  bool markup_ = false;
 };
 
 // Defined here, where Value is complete.
