@@ -175,6 +175,11 @@ struct If : Stmt {
   explicit If(uint32_t off) : Stmt(StmtKind::kIf, off) {}
 };
 
+// Names that start undefined in a new scope (Jinja2's symbol analysis: first set there, and
+// unknown to every enclosing scope, so they hide the context until set); filled in by
+// AnalyzeScopes (scopes.h).
+using StartUndefined = std::vector<std::string>;
+
 struct For : Stmt {
   std::vector<std::string> targets;  // one name, or several to unpack
   ExprPtr iter;
@@ -182,6 +187,7 @@ struct For : Stmt {
   bool recursive = false;
   Body body;
   Body otherwise;
+  StartUndefined body_undefined, otherwise_undefined;
   explicit For(uint32_t off) : Stmt(StmtKind::kFor, off) {}
 };
 
@@ -197,6 +203,7 @@ struct SetBlock : Stmt {
   std::string attr;  // non-empty for a namespace attribute
   ExprPtr filter;    // a filter chain whose innermost operand is null, or null
   Body body;
+  StartUndefined body_undefined;
   explicit SetBlock(uint32_t off) : Stmt(StmtKind::kSetBlock, off) {}
 };
 
@@ -209,6 +216,7 @@ struct Macro : Stmt {
   std::string name;
   std::vector<Param> params;
   Body body;
+  StartUndefined body_undefined;
   explicit Macro(uint32_t off) : Stmt(StmtKind::kMacro, off) {}
 };
 
@@ -216,18 +224,21 @@ struct CallBlock : Stmt {
   std::unique_ptr<Call> call;
   std::vector<Param> caller_params;
   Body body;
+  StartUndefined body_undefined;
   explicit CallBlock(uint32_t off) : Stmt(StmtKind::kCallBlock, off) {}
 };
 
 struct FilterBlock : Stmt {
   ExprPtr filter;  // a filter chain whose innermost operand is null
   Body body;
+  StartUndefined body_undefined;
   explicit FilterBlock(uint32_t off) : Stmt(StmtKind::kFilterBlock, off) {}
 };
 
 struct Scope : Stmt {
   Body body;
   bool new_scope = false;  // sets inside stay inside, as in a call block
+  StartUndefined body_undefined;
   explicit Scope(uint32_t off) : Stmt(StmtKind::kScope, off) {}
 };
 

@@ -40,6 +40,16 @@ FramePtr ChildOf(const Frame* parent) {
   return f;
 }
 
+// A new scope under `parent`, with the names the scope analysis found local to it from the
+// start defined as Undefined (they hide outer values until set).
+FramePtr NewScope(const Frame* parent, const StartUndefined& start_undefined) {
+  FramePtr f = ChildOf(parent);
+  for (const std::string& name : start_undefined) {
+    f->vars[name] = Value::Undefined("'" + name + "' is undefined");
+  }
+  return f;
+}
+
 enum class Jump { kNone, kBreak, kContinue };
 
 class Evaluator {
@@ -54,12 +64,13 @@ class Evaluator {
     for (auto& ns : namespaces_) ns->attrs.clear();
   }
 
-  StatusOr<std::string> Run(const Body& body, const Dict& context) {
+  StatusOr<std::string> Run(const Body& body, const StartUndefined& root_undefined,
+                            const Dict& context) {
     auto globals = std::make_shared<Frame>();
     InstallGlobals(globals.get());
     auto ctx = ChildOf(globals.get());
     for (const auto& [k, v] : context.entries()) ctx->vars[k] = v;
-    auto root = ChildOf(ctx.get());
+    auto root = NewScope(ctx.get(), root_undefined);
     closure_frames_.push_back(root);
     std::string out;
     out_ = &out;
@@ -162,7 +173,8 @@ class Evaluator {
         return Status::Ok();
       case StmtKind::kScope: {
         const auto& scope = static_cast<const Scope&>(s);
-        return ExecBody(scope.body, scope.new_scope ? ChildOf(frame.get()) : frame);
+        return ExecBody(scope.body,
+                        scope.new_scope ? NewScope(frame.get(), scope.body_undefined) : frame);
       }
     }
     return InternalError("unknown statement kind");
@@ -240,10 +252,10 @@ class Evaluator {
 
   Status ExecFor(const For& s, const FramePtr& frame) {
     KVF_ASSIGN_OR_RETURN(auto items, LoopItems(s, frame));
-    if (items.empty()) return ExecBody(s.otherwise, ChildOf(frame.get()));
+    if (items.empty()) return ExecBody(s.otherwise, NewScope(frame.get(), s.otherwise_undefined));
     for (size_t i = 0; i < items.size(); ++i) {
       KVF_RETURN_IF_ERROR(Locate(budget_.Charge(1), s.offset));
-      auto scope = ChildOf(frame.get());
+      auto scope = NewScope(frame.get(), s.body_undefined);
       KVF_RETURN_IF_ERROR(Bind(s.targets, items[i], scope.get(), s.offset));
       scope->vars["loop"] = LoopObject(items, i);
       KVF_RETURN_IF_ERROR(ExecBody(s.body, scope));
@@ -283,7 +295,8 @@ class Evaluator {
   }
 
   Status ExecSetBlock(const SetBlock& s, const FramePtr& frame) {
-    KVF_ASSIGN_OR_RETURN(std::string text, Capture(s.body, frame));
+    KVF_ASSIGN_OR_RETURN(std::string text,
+                         Capture(s.body, NewScope(frame.get(), s.body_undefined)));
     Value v = Value::Str(std::move(text));
     if (s.filter != nullptr) {
       KVF_ASSIGN_OR_RETURN(v, EvalFilter(*s.filter, &v, *frame));
@@ -294,7 +307,8 @@ class Evaluator {
   }
 
   Status ExecFilterBlock(const FilterBlock& s, const FramePtr& frame) {
-    KVF_ASSIGN_OR_RETURN(std::string text, Capture(s.body, frame));
+    KVF_ASSIGN_OR_RETURN(std::string text,
+                         Capture(s.body, NewScope(frame.get(), s.body_undefined)));
     Value v = Value::Str(std::move(text));
     KVF_ASSIGN_OR_RETURN(v, EvalFilter(*s.filter, &v, *frame));
     return Locate(Emit(ToPyStr(v)), s.offset);
@@ -304,12 +318,12 @@ class Evaluator {
 
   // Calls a macro or a caller: binds arguments in a scope under `closure`, renders `body`.
   StatusOr<Value> Invoke(const std::string& name, const std::vector<Param>& params,
-                         const Body& body, const FramePtr& closure, CallArgs args,
-                         uint32_t offset) {
+                         const Body& body, const StartUndefined& start_undefined,
+                         const FramePtr& closure, CallArgs args, uint32_t offset) {
     Nest nest(this);
     KVF_RETURN_IF_ERROR(nest.Check(offset));
     KVF_RETURN_IF_ERROR(Locate(budget_.Charge(1), offset));
-    auto scope = ChildOf(closure.get());
+    auto scope = NewScope(closure.get(), start_undefined);
     scope->closure = closure;
     std::vector<Value> varargs;
     for (size_t i = 0; i < args.args.size(); ++i) {
@@ -354,29 +368,38 @@ class Evaluator {
     return Value::Str(std::move(text));
   }
 
-  Value MakeMacro(const std::string& name, const std::vector<Param>* params, const Body* body,
-                  const FramePtr& frame, uint32_t offset) {
-    std::weak_ptr<Frame> weak = frame;  // the frame holds this macro: no owning cycle
-    return Value::MakeCallable(
-        "macro '" + name + "'",
-        [this, name, params, body, weak, offset](CallArgs args) -> StatusOr<Value> {
-          FramePtr closure = weak.lock();
-          if (closure == nullptr) {
-            return InvalidArgumentError("macro '" + name + "' outlived the scope that defined it");
-          }
-          return Invoke(name, *params, *body, closure, std::move(args), offset);
-        });
+  // What a macro or a call block's caller runs; points into the tree.
+  struct MacroDef {
+    std::string name;
+    const std::vector<Param>* params;
+    const Body* body;
+    const StartUndefined* start_undefined;
+    uint32_t offset;
+  };
+
+  // The macro as a callable. It sees `frame`, which closure_frames_ keeps alive for the whole
+  // render; it holds it weakly, since the frame holds the macro.
+  Value MakeMacro(MacroDef def, const FramePtr& frame) {
+    closure_frames_.push_back(frame);
+    std::weak_ptr<Frame> weak = frame;
+    const std::string label = "macro '" + def.name + "'";
+    return Value::MakeCallable(label, [this, def, weak](CallArgs args) -> StatusOr<Value> {
+      FramePtr closure = weak.lock();
+      if (closure == nullptr) return InternalError("macro '" + def.name + "' lost its scope");
+      return Invoke(def.name, *def.params, *def.body, *def.start_undefined, closure,
+                    std::move(args), def.offset);
+    });
   }
 
   Status ExecMacro(const Macro& s, const FramePtr& frame) {
-    closure_frames_.push_back(frame);
-    frame->vars[s.name] = MakeMacro(s.name, &s.params, &s.body, frame, s.offset);
+    frame->vars[s.name] =
+        MakeMacro({s.name, &s.params, &s.body, &s.body_undefined, s.offset}, frame);
     return Status::Ok();
   }
 
   Status ExecCallBlock(const CallBlock& s, const FramePtr& frame) {
-    closure_frames_.push_back(frame);
-    const Value caller = MakeMacro("caller", &s.caller_params, &s.body, frame, s.offset);
+    const Value caller =
+        MakeMacro({"caller", &s.caller_params, &s.body, &s.body_undefined, s.offset}, frame);
     KVF_ASSIGN_OR_RETURN(Value callee, Eval(*s.call->callee, *frame));
     KVF_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(s.call->args, *frame));
     args.kwargs.emplace_back("caller", caller);
@@ -579,10 +602,11 @@ class Evaluator {
 
 }  // namespace
 
-StatusOr<std::string> Evaluate(const ast::Body& body, const SourceMap& map, const Dict& context,
+StatusOr<std::string> Evaluate(const ast::Body& body, const ast::StartUndefined& root_undefined,
+                               const SourceMap& map, const Dict& context,
                                const RenderOptions& options) {
   Evaluator evaluator(map, options);
-  return evaluator.Run(body, context);
+  return evaluator.Run(body, root_undefined, context);
 }
 
 }  // namespace kvferry::jinja

@@ -2,9 +2,10 @@
 // runtime semantics:
 //
 //   scopes    template-level `set`s shadow the context, which shadows the globals; each for-loop
-//             iteration, macro call and `for ... else` runs in a fresh child scope, so a `set`
-//             there is gone afterwards (use a namespace to carry values out); `if` does not
-//             open a scope
+//             iteration, `for ... else`, macro call, call/filter/set block body runs in a fresh
+//             child scope, so a `set` there is gone afterwards (use a namespace to carry values
+//             out); `if` does not open a scope; names a scope sets before any use start out
+//             undefined there (scopes.h)
 //   loops     `loop.index/index0/revindex/revindex0/first/last/length/previtem/nextitem/
 //             depth/depth0/cycle()`, loop filters, tuple unpacking, `else`, break/continue
 //   macros    positional and keyword arguments, defaults evaluated at call time, `varargs`,
@@ -28,7 +29,10 @@
 
 namespace kvferry::jinja {
 
-StatusOr<std::string> Evaluate(const ast::Body& body, const SourceMap& map, const Dict& context,
+// Renders `body`, whose scopes AnalyzeScopes (scopes.h) annotated; `root_undefined` is what it
+// returned for the template level.
+StatusOr<std::string> Evaluate(const ast::Body& body, const ast::StartUndefined& root_undefined,
+                               const SourceMap& map, const Dict& context,
                                const RenderOptions& options);
 
 }  // namespace kvferry::jinja

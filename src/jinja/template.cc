@@ -3,6 +3,7 @@
 #include "jinja/evaluator.h"
 #include "jinja/lexer.h"
 #include "jinja/parser.h"
+#include "jinja/scopes.h"
 #include "jinja/utf8.h"
 #include "jinja/value.h"
 
@@ -15,6 +16,7 @@ struct Template::Impl {
   explicit Impl(std::string normalized) : map(std::move(normalized)) {}
   SourceMap map;
   ast::Body body;
+  ast::StartUndefined root_undefined;
 };
 
 StatusOr<Template> Template::Parse(std::string_view source) {
@@ -26,6 +28,7 @@ StatusOr<Template> Template::Parse(std::string_view source) {
   auto impl = std::make_shared<Impl>(NormalizeNewlines(source));
   KVF_ASSIGN_OR_RETURN(std::vector<Token> tokens, Tokenize(impl->map));
   KVF_ASSIGN_OR_RETURN(impl->body, jinja::Parse(tokens, impl->map));
+  impl->root_undefined = AnalyzeScopes(impl->body);
   return Template(std::move(impl));
 }
 
@@ -36,7 +39,7 @@ StatusOr<std::string> Template::Render(const nlohmann::ordered_json& context,
   }
   KVF_ASSIGN_OR_RETURN(
       Value vars, Value::FromJson(context.is_null() ? nlohmann::ordered_json::object() : context));
-  return Evaluate(impl_->body, impl_->map, vars.as_dict(), options);
+  return Evaluate(impl_->body, impl_->root_undefined, impl_->map, vars.as_dict(), options);
 }
 
 }  // namespace kvferry::jinja
