@@ -25,6 +25,8 @@ Value Iterator(std::vector<Value> items) {
   return Value::MakeList(std::move(items), SeqKind::kIterator);
 }
 
+bool IsAsciiDigit(char c) { return c >= '0' && c <= '9'; }
+
 // ---- attribute paths (make_attrgetter) ----
 
 // "a.b.0" -> ["a", "b", 0]; a non-string attribute is one part.
@@ -33,7 +35,8 @@ std::vector<Value> AttributeParts(const Value& attribute) {
   std::vector<Value> parts;
   auto split = StrSplit(attribute.as_string(), std::string("."), -1, false);
   for (auto& p : *split) {
-    const bool digits = !p.empty() && std::all_of(p.begin(), p.end(), ::isdigit) && p.size() < 18;
+    const bool digits =
+        !p.empty() && std::all_of(p.begin(), p.end(), IsAsciiDigit) && p.size() < 18;
     parts.push_back(digits ? Value::Int(std::stoll(p)) : Value::Str(p));
   }
   return parts;
@@ -200,7 +203,9 @@ std::optional<double> ParsePyFloat(const std::string& text) {
   std::string t;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == '_') {
-      if (i == 0 || i + 1 == s.size() || !isdigit(s[i - 1]) || !isdigit(s[i + 1])) return {};
+      if (i == 0 || i + 1 == s.size() || !IsAsciiDigit(s[i - 1]) || !IsAsciiDigit(s[i + 1])) {
+        return {};
+      }
       continue;
     }
     t.push_back(s[i]);

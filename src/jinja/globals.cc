@@ -37,8 +37,9 @@ StatusOr<Value> Range(const CallArgs& args, Budget& budget) {
   if (step == 0) return InvalidArgumentError("range() arg 3 must not be zero");
   // Python's len(range(...)), in 128 bits so that no bound overflows.
   __int128 n = 0;
-  if (step > 0 && start < stop) n = ((__int128)stop - start + step - 1) / step;
-  if (step < 0 && start > stop) n = ((__int128)start - stop - step - 1) / -step;
+  const __int128 lo = start, hi = stop, by = step;
+  if (by > 0 && lo < hi) n = (hi - lo + by - 1) / by;
+  if (by < 0 && lo > hi) n = (lo - hi - by - 1) / -by;
   if (n > kMaxRange) {
     return OutOfRangeError(
         "Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");

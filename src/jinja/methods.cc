@@ -182,7 +182,8 @@ StatusOr<Value> Format(const std::string& s, const CallArgs& args, Budget& budge
       return UnimplementedError("str.format: format specs and field lookups are not supported");
     }
     const Value* arg = nullptr;
-    if (field.empty() || std::all_of(field.begin(), field.end(), ::isdigit)) {
+    if (field.empty() ||
+        std::all_of(field.begin(), field.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       size_t index = auto_index;
       if (field.empty()) {
         used_auto = true;
