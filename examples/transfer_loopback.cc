@@ -17,8 +17,13 @@ static int Fail(const Status& s) {
 }
 
 int main() {
-  auto target = Agent::Create({.name = "example-target", .backend = BackendKind::kLoopback});
-  auto initiator = Agent::Create({.name = "example-initiator", .backend = BackendKind::kLoopback});
+  AgentOptions target_options, initiator_options;
+  target_options.name = "example-target";
+  target_options.backend = BackendKind::kLoopback;
+  initiator_options.name = "example-initiator";
+  initiator_options.backend = BackendKind::kLoopback;
+  auto target = Agent::Create(target_options);
+  auto initiator = Agent::Create(initiator_options);
   if (!target.ok()) return Fail(target.status());
   if (!initiator.ok()) return Fail(initiator.status());
 
