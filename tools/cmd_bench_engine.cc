@@ -241,7 +241,12 @@ void AddBenchEngine(CLI::App& app) {
   auto opts = std::make_shared<BenchOptions>();
   auto* sub = bench->add_subcommand(
       "engine", "Engine prefill/decode tokens/s and matmul GFLOP/s beside OpenBLAS sgemm");
-  sub->add_option("--models", opts->models, "Built-in models to run")->capture_default_str();
+  sub->add_option("--models", opts->models,
+                  "Models to run: built-in names, Hugging Face directories or .gguf files")
+      ->capture_default_str();
+  sub->add_option_function<std::string>(
+      "--model", [opts](const std::string& m) { opts->models = {m}; },
+      "One model to run (a built-in name, a Hugging Face directory or a .gguf file)");
   sub->add_option("--batch-sizes", opts->batch_sizes, "Requests per batch")->capture_default_str();
   sub->add_option("--prompt-len", opts->prompt_len, "Prompt tokens in the prefill runs")
       ->capture_default_str();

@@ -1,16 +1,24 @@
 // `kvferry generate`: runs the engine on one prompt and prints the completion.
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "kvferry/engine/engine.h"
+#include "server/chat_template.h"
 #include "tools/command_registry.h"
 
 namespace {
 
 struct GenerateOptions {
   std::string model = "tiny";
+  std::string tokenizer;
+  std::string chat_template;
   std::string prompt;
+  std::vector<int32_t> prompt_token_ids;
+  bool chat = false;
+  bool json = false;
   int max_tokens = 32;
   int block_size = 16;
   std::string attention_backend = "paged";
@@ -29,10 +37,26 @@ struct GenerateOptions {
   bool verbose = false;
 };
 
+// The prompt's ids: given as ids, or the text (as a user message through the chat template
+// with --chat; with the tokenizer's special tokens unless --no-bos).
+kvferry::StatusOr<std::vector<int32_t>> PromptIds(const GenerateOptions& o,
+                                                  const kvferry::tokenizer::Tokenizer& tok) {
+  using namespace kvferry;
+  if (!o.prompt_token_ids.empty()) return o.prompt_token_ids;
+  if (!o.chat) return tok.Encode(o.prompt, !o.no_bos);
+  KVF_ASSIGN_OR_RETURN(server::ChatTemplate t, server::ChatTemplate::Create(o.chat_template, tok));
+  server::OpenAiRequest request;
+  request.kind = server::ApiKind::kChat;
+  request.chat_messages = {{{"role", "user"}, {"content", o.prompt}}};
+  KVF_ASSIGN_OR_RETURN(std::string text, t.Render(request));
+  return tok.Encode(text, t.AddSpecialTokens(request) && !o.no_bos);
+}
+
 int RunGenerate(const GenerateOptions& o) {
   using namespace kvferry;
   engine::EngineConfig config;
   config.model = o.model;
+  config.tokenizer = o.tokenizer;
   config.block_size = o.block_size;
   config.attention_backend = o.attention_backend;
   auto layout = kv::ParseLayout(o.kv_cache_layout);
@@ -64,7 +88,7 @@ int RunGenerate(const GenerateOptions& o) {
   params.top_p = o.top_p;
   if (o.seed >= 0) params.seed = static_cast<uint64_t>(o.seed);
   params.ignore_eos = o.ignore_eos;
-  StatusOr<std::vector<int32_t>> prompt = e.tokenizer().Encode(o.prompt, !o.no_bos);
+  StatusOr<std::vector<int32_t>> prompt = PromptIds(o, e.tokenizer());
   if (!prompt.ok()) {
     std::fprintf(stderr, "error: %s\n", prompt.status().ToString().c_str());
     return 1;
@@ -75,12 +99,14 @@ int RunGenerate(const GenerateOptions& o) {
     return 1;
   }
   std::vector<int32_t> output;
+  std::vector<float> logprobs;
   engine::FinishReason reason = engine::FinishReason::kNone;
   int32_t generated = 0;
   while (e.HasWork()) {
     for (const engine::RequestOutput& out : e.Step()) {
       for (size_t i = 0; i < out.new_token_ids.size(); ++i) {
         output.push_back(out.new_token_ids[i]);
+        logprobs.push_back(out.new_logprobs[i]);
         if (o.verbose) {
           std::fprintf(stderr, "token %d id %d logprob %.6f\n", generated, out.new_token_ids[i],
                        static_cast<double>(out.new_logprobs[i]));
@@ -95,6 +121,15 @@ int RunGenerate(const GenerateOptions& o) {
         }
       }
     }
+  }
+  if (o.json) {
+    const nlohmann::json j = {{"prompt_token_ids", *prompt},
+                              {"output_token_ids", output},
+                              {"output_logprobs", logprobs},
+                              {"text", e.tokenizer().Decode(output, /*skip_special_tokens=*/true)},
+                              {"finish_reason", engine::FinishReasonName(reason)}};
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
   }
   const std::string text = e.tokenizer().DecodeBytes(output, /*skip_special_tokens=*/true);
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -111,10 +146,26 @@ void AddGenerate(CLI::App& app) {
   auto opts = std::make_shared<GenerateOptions>();
   auto* sub = app.add_subcommand("generate", "Generate a completion for one prompt");
   sub->add_option("--model", opts->model,
-                  "Built-in model (tiny, small, tiny-odd) or a checkpoint path (docs/engine.md)")
+                  "Built-in model (tiny, small, tiny-odd), a Hugging Face model directory or a "
+                  ".gguf file (docs/models.md)")
       ->capture_default_str();
-  sub->add_option("--prompt", opts->prompt, "Prompt text (byte-level tokens, <bos> prepended)")
-      ->required();
+  sub->add_option("--tokenizer", opts->tokenizer,
+                  "Tokenizer: a directory with tokenizer.json, or byte-level (default: the "
+                  "model's own)");
+  auto* text = sub->add_option("--prompt", opts->prompt,
+                               "Prompt text (encoded with the model's tokenizer and its special "
+                               "tokens, e.g. <bos>)");
+  auto* ids = sub->add_option("--prompt-token-ids", opts->prompt_token_ids,
+                              "The prompt as token ids instead of text")
+                  ->delimiter(',');
+  text->excludes(ids);
+  sub->add_flag("--chat", opts->chat,
+                "Send --prompt as a user message through the model's chat template");
+  sub->add_option("--chat-template", opts->chat_template,
+                  "With --chat: a Jinja file or template text (default: the model's own)");
+  sub->add_flag("--json", opts->json,
+                "Print {prompt_token_ids, output_token_ids, output_logprobs, text, "
+                "finish_reason} as JSON");
   sub->add_option("--max-tokens", opts->max_tokens, "Tokens to generate at most")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -149,7 +200,12 @@ void AddGenerate(CLI::App& app) {
   sub->add_flag("--ignore-eos", opts->ignore_eos, "Do not stop at the end-of-sequence token");
   sub->add_flag("--no-bos", opts->no_bos, "Do not prepend <bos> to the prompt");
   sub->add_flag("-v,--verbose", opts->verbose, "Print token ids and logprobs to stderr");
-  sub->callback([opts] { throw CLI::RuntimeError(RunGenerate(*opts)); });
+  sub->callback([opts, text, ids] {
+    if (text->count() == 0 && ids->count() == 0) {
+      throw CLI::RequiredError("--prompt or --prompt-token-ids");
+    }
+    throw CLI::RuntimeError(RunGenerate(*opts));
+  });
 }
 KVF_REGISTER_COMMAND(AddGenerate);
 

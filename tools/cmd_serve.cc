@@ -24,6 +24,8 @@ namespace {
 
 struct ServeOptions {
   std::string model = "tiny";
+  std::string tokenizer;
+  std::string chat_template;
   std::string served_model_name;
   std::string host = "127.0.0.1";
   int port = 8000;
@@ -55,6 +57,7 @@ int RunServe(const ServeOptions& o) {
   server::EngineLoopOptions loop_opts;
   engine::EngineConfig& c = loop_opts.engine;
   c.model = o.model;
+  c.tokenizer = o.tokenizer;
   c.block_size = o.block_size;
   c.attention_backend = o.attention_backend;
   auto layout = kv::ParseLayout(o.kv_cache_layout);
@@ -88,6 +91,7 @@ int RunServe(const ServeOptions& o) {
   sopts.port = o.port;
   sopts.served_model_name = o.served_model_name.empty() ? o.model : o.served_model_name;
   sopts.num_http_threads = o.num_http_threads;
+  sopts.chat_template = o.chat_template;
   sopts.request_timeout_ms = static_cast<int64_t>(o.request_timeout_s) * 1000;
   server::OpenAiServer http(sopts, loop->get(), &metrics);
   Status started = http.Start();
@@ -123,8 +127,14 @@ void AddServe(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "serve", "Serve a model over an OpenAI-compatible HTTP API (docs/serving.md)");
   sub->add_option("--model", o->model,
-                  "Built-in (tiny, small, tiny-odd) or checkpoint path; also the served model name")
+                  "Built-in (tiny, small, tiny-odd), a Hugging Face model directory or a .gguf "
+                  "file (docs/models.md); also the served model name")
       ->capture_default_str();
+  sub->add_option("--tokenizer", o->tokenizer,
+                  "Tokenizer: a directory with tokenizer.json, or byte-level (default: the "
+                  "model's own)");
+  sub->add_option("--chat-template", o->chat_template,
+                  "Chat template: a Jinja file or the template text (default: the model's own)");
   sub->add_option("--served-model-name", o->served_model_name,
                   "Model name clients send and /v1/models reports (default: --model)");
   sub->add_option("--host", o->host, "Address to listen on")->capture_default_str();

@@ -99,35 +99,57 @@ Status ParsePrompt(const json& j, OpenAiRequest* req) {
   return TypeError("prompt", "a string or an array of token ids");
 }
 
-Status ParseMessages(const json& j, OpenAiRequest* req) {
-  const json* m = Field(j, "messages");
-  if (m == nullptr) return InvalidArgumentError("'messages' is required");
-  if (!m->is_array() || m->empty()) return TypeError("messages", "a non-empty array");
-  for (const json& msg : *m) {
-    if (!msg.is_object()) return TypeError("messages", "an array of objects");
-    ChatMessage out;
-    const json* role = Field(msg, "role");
-    if (role == nullptr || !role->is_string()) return TypeError("messages[].role", "a string");
-    out.role = role->get<std::string>();
-    const json* content = Field(msg, "content");
-    if (content == nullptr) {
-      // An assistant message may carry no content; it contributes an empty turn.
-    } else if (content->is_string()) {
-      out.content = content->get<std::string>();
-    } else if (content->is_array()) {
-      for (const json& part : *content) {
-        const json* type = part.is_object() ? Field(part, "type") : nullptr;
-        const json* text = part.is_object() ? Field(part, "text") : nullptr;
-        if (type == nullptr || !type->is_string() || type->get<std::string>() != "text" ||
-            text == nullptr || !text->is_string()) {
-          return InvalidArgumentError("'messages[].content' parts must be {\"type\": \"text\"}");
-        }
-        out.content += text->get<std::string>();
-      }
-    } else {
-      return TypeError("messages[].content", "a string or an array of text parts");
+// A message's content as the template sees it: a string (text parts joined), or null.
+StatusOr<nlohmann::ordered_json> ContentText(const nlohmann::ordered_json& content) {
+  if (content.is_null() || content.is_string()) return content;
+  if (!content.is_array())
+    return TypeError("messages[].content", "a string or an array of text parts");
+  std::string text;
+  for (const auto& part : content) {
+    if (!part.is_object() || part.value("type", std::string()) != "text" ||
+        !part.contains("text") || !part["text"].is_string()) {
+      return InvalidArgumentError("'messages[].content' parts must be {\"type\": \"text\"}");
     }
-    req->messages.push_back(std::move(out));
+    text += part["text"].get<std::string>();
+  }
+  return nlohmann::ordered_json(text);
+}
+
+// "messages", kept in the client's key order (a template printing tool-call arguments with
+// tojson must show them as sent), each with a string role and its content as text.
+Status ParseMessages(std::string_view body, OpenAiRequest* req) {
+  const auto j = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  const auto m = j.find("messages");
+  if (m == j.end() || m->is_null()) return InvalidArgumentError("'messages' is required");
+  if (!m->is_array() || m->empty()) return TypeError("messages", "a non-empty array");
+  for (const auto& msg : *m) {
+    if (!msg.is_object()) return TypeError("messages", "an array of objects");
+    if (!msg.contains("role") || !msg["role"].is_string()) {
+      return TypeError("messages[].role", "a string");
+    }
+    nlohmann::ordered_json out = msg;
+    // An assistant message may carry no content (tool calls only).
+    KVF_ASSIGN_OR_RETURN(out["content"],
+                         ContentText(msg.contains("content") ? msg["content"] : nullptr));
+    req->chat_messages.push_back(std::move(out));
+  }
+  return Status::Ok();
+}
+
+// The chat template's inputs besides the messages (vLLM's request fields).
+Status ParseChatTemplateFields(std::string_view body, OpenAiRequest* req) {
+  const auto j = nlohmann::ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (auto t = j.find("tools"); t != j.end() && !t->is_null()) {
+    if (!t->is_array()) return TypeError("tools", "an array");
+    req->tools = *t;
+  }
+  if (auto k = j.find("chat_template_kwargs"); k != j.end() && !k->is_null()) {
+    if (!k->is_object()) return TypeError("chat_template_kwargs", "an object");
+    req->chat_template_kwargs = *k;
+  }
+  if (auto g = j.find("add_generation_prompt"); g != j.end() && !g->is_null()) {
+    if (!g->is_boolean()) return TypeError("add_generation_prompt", "a boolean");
+    req->add_generation_prompt = g->get<bool>();
   }
   return Status::Ok();
 }
@@ -163,7 +185,12 @@ StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, std::string_view body) 
   if (kind == ApiKind::kCompletion) {
     KVF_RETURN_IF_ERROR(ParsePrompt(j, &req));
   } else {
-    KVF_RETURN_IF_ERROR(ParseMessages(j, &req));
+    KVF_RETURN_IF_ERROR(ParseMessages(body, &req));
+    KVF_RETURN_IF_ERROR(ParseChatTemplateFields(body, &req));
+  }
+  if (const json* a = Field(j, "add_special_tokens")) {
+    if (!a->is_boolean()) return TypeError("add_special_tokens", "a boolean");
+    req.add_special_tokens = a->get<bool>();
   }
 
   std::optional<int64_t> i;
@@ -236,13 +263,6 @@ StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, std::string_view body) 
     req.kv_transfer_params = std::move(parsed).value();
   }
   return req;
-}
-
-std::string ApplyChatTemplate(const std::vector<ChatMessage>& messages) {
-  std::string out;
-  for (const ChatMessage& m : messages) out += "<|" + m.role + "|>\n" + m.content + "\n";
-  out += "<|assistant|>\n";
-  return out;
 }
 
 }  // namespace kvferry::server

@@ -68,7 +68,14 @@ json Choice(const ResponseHeader& h, const ChoiceOutput& c, bool stream, bool fi
     choice[stream ? "delta" : "message"] = std::move(message);
     choice["logprobs"] = h.logprobs ? ChatLogprobs(c) : json(nullptr);
   }
-  if (h.return_token_ids) choice["token_ids"] = c.token_ids;
+  if (h.return_token_ids) {
+    // vLLM's fields: the prompt's ids on a completion choice (first chunk of a stream), the
+    // generated ids (this chunk's) on every choice.
+    if (h.kind == ApiKind::kCompletion && (!stream || first)) {
+      choice["prompt_token_ids"] = h.prompt_token_ids;
+    }
+    choice["token_ids"] = c.token_ids;
+  }
   choice["finish_reason"] = FinishReason(c);
   return choice;
 }
@@ -101,6 +108,9 @@ std::string FormatResponse(const ResponseHeader& header, const ChoiceOutput& cho
                            const Usage& usage, const KvHandoff& kv) {
   json j = Envelope(header, /*stream=*/false);
   j["choices"] = json::array({Choice(header, choice, /*stream=*/false, /*first=*/true)});
+  if (header.return_token_ids && header.kind == ApiKind::kChat) {
+    j["prompt_token_ids"] = header.prompt_token_ids;
+  }
   j["usage"] = UsageJson(usage);
   j["kv_transfer_params"] = kv.params ? connector::ToJson(*kv.params) : json();
   if (kv.load) j["kv_load"] = LoadJson(*kv.load);
@@ -111,6 +121,9 @@ std::string FormatStreamChunk(const ResponseHeader& header, const ChoiceOutput& 
                               const KvHandoff& kv) {
   json j = Envelope(header, /*stream=*/true);
   j["choices"] = json::array({Choice(header, delta, /*stream=*/true, first)});
+  if (header.return_token_ids && header.kind == ApiKind::kChat && first) {
+    j["prompt_token_ids"] = header.prompt_token_ids;
+  }
   if (kv.params) j["kv_transfer_params"] = connector::ToJson(*kv.params);
   if (kv.load) j["kv_load"] = LoadJson(*kv.load);
   return "data: " + Dump(j) + "\n\n";

@@ -11,6 +11,7 @@
 #include "kvferry/http/http_error.h"
 #include "kvferry/http/http_listener.h"
 #include "kvferry/server/openai_protocol.h"
+#include "server/chat_template.h"
 #include "server/output_assembler.h"
 
 namespace kvferry::server {
@@ -57,6 +58,7 @@ struct OpenAiServer::Impl {
   GenerationService* service;
   ServerMetrics* metrics;
   httplib::Server http;
+  std::optional<ChatTemplate> chat;  // set by Start()
   std::thread thread;
   int bound_port = 0;
   std::atomic<bool> draining{false};
@@ -104,6 +106,16 @@ struct OpenAiServer::Impl {
     return Usage{st.prompt_tokens, st.assembler->num_generated_tokens(), st.cached_tokens};
   }
 
+  // The prompt's ids: a completion's text, or a chat rendered with the chat template.
+  StatusOr<std::vector<int32_t>> EncodePrompt(const OpenAiRequest& r) const {
+    const tokenizer::Tokenizer& tok = service->tokenizer();
+    if (r.kind == ApiKind::kCompletion) {
+      return tok.Encode(r.prompt_text, r.add_special_tokens.value_or(true));
+    }
+    KVF_ASSIGN_OR_RETURN(std::string text, chat->Render(r));
+    return tok.Encode(text, chat->AddSpecialTokens(r));
+  }
+
   static Status ErrorOf(const engine::RequestOutput& out) {
     if (!out.error.ok()) return out.error;
     return InternalError("request failed: " + std::string(FinishReasonName(out.finish_reason)));
@@ -135,9 +147,7 @@ void OpenAiServer::Impl::HandleGenerate(ApiKind kind, const httplib::Request& re
   if (oreq.prompt_is_tokens) {
     tokens = oreq.prompt_token_ids;
   } else {
-    StatusOr<std::vector<int32_t>> encoded =
-        tok.Encode(kind == ApiKind::kChat ? ApplyChatTemplate(oreq.messages) : oreq.prompt_text,
-                   /*add_special_tokens=*/true);
+    StatusOr<std::vector<int32_t>> encoded = EncodePrompt(oreq);
     if (!encoded.ok()) return ReplyError(res, endpoint, encoded.status(), prompt_param);
     tokens = std::move(encoded).value();
   }
@@ -190,6 +200,7 @@ void OpenAiServer::Impl::HandleGenerate(ApiKind kind, const httplib::Request& re
   st->header.model = options.served_model_name;
   st->header.logprobs = oreq.logprobs;
   st->header.return_token_ids = oreq.return_token_ids;
+  if (oreq.return_token_ids) st->header.prompt_token_ids = tokens;
   st->endpoint = endpoint;
   st->include_usage = oreq.include_usage;
   st->prompt_tokens = n;
@@ -319,6 +330,8 @@ OpenAiServer::~OpenAiServer() { Stop(); }
 
 Status OpenAiServer::Start() {
   Impl* impl = impl_.get();
+  KVF_ASSIGN_OR_RETURN(
+      impl->chat, ChatTemplate::Create(impl->options.chat_template, impl->service->tokenizer()));
   httplib::Server& http = impl->http;
   const int threads = impl->options.num_http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };

@@ -9,13 +9,16 @@
 // max_completion_tokens, temperature, top_p, top_k, seed, n (1 only), stream,
 // stream_options.include_usage, logprobs (completions: 0..20 alternatives; chat: bool with
 // top_logprobs 0..20), stop (string or array), stop_token_ids, ignore_eos, return_token_ids,
-// kv_transfer_params. Unknown fields and nulls are ignored, as OpenAI servers do. A wrong type or
-// value is InvalidArgument naming the field (HTTP 400 through http_error.h).
+// kv_transfer_params, add_special_tokens; chat only: tools, chat_template_kwargs,
+// add_generation_prompt (the chat template's inputs, server/chat_template.h). Unknown fields and
+// nulls are ignored, as OpenAI servers do. A wrong type or value is InvalidArgument naming the
+// field (HTTP 400 through http_error.h).
 //
 // Thread-safety: pure functions over values.
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,20 +34,21 @@ namespace kvferry::server {
 
 enum class ApiKind { kCompletion, kChat };
 
-struct ChatMessage {
-  std::string role;
-  std::string content;
-};
-
 struct OpenAiRequest {
   ApiKind kind = ApiKind::kCompletion;
   std::string model;                      // may be empty: the served model
   std::string prompt_text;                // completions text prompt
   std::vector<int32_t> prompt_token_ids;  // completions token-id prompt
   bool prompt_is_tokens = false;
-  std::vector<ChatMessage> messages;  // chat
-  engine::SamplingParams params;      // max_tokens, temperature, ... (engine defaults: greedy)
-  bool max_tokens_set = false;        // false: the server picks the default
+  // chat: messages as the template sees them (client key order; content as text), and the
+  // template's other inputs (vLLM's fields).
+  nlohmann::ordered_json chat_messages = nlohmann::ordered_json::array();
+  std::optional<nlohmann::ordered_json> tools;
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
+  bool add_generation_prompt = true;
+  std::optional<bool> add_special_tokens;  // unset: the server's default (chat_template.h)
+  engine::SamplingParams params;           // max_tokens, temperature, ... (engine defaults: greedy)
+  bool max_tokens_set = false;             // false: the server picks the default
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   bool logprobs = false;       // report each token's logprob (params.top_logprobs alternatives)
@@ -55,10 +59,6 @@ struct OpenAiRequest {
 
 // Parses a request body. InvalidArgument naming the field on bad JSON, types or values.
 StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, std::string_view body);
-
-// The chat template of the byte-level built-in models:
-//   "<|role|>\ncontent\n" per message, then "<|assistant|>\n".
-std::string ApplyChatTemplate(const std::vector<ChatMessage>& messages);
 
 // One generated token as reported in logprobs.
 struct TokenLogprobInfo {
@@ -84,6 +84,9 @@ struct ResponseHeader {
   std::string model;
   bool logprobs = false;
   bool return_token_ids = false;
+  // With return_token_ids: the prompt's ids, on the completion choice or (chat) at the top level
+  // of the response, in the first chunk of a stream (vLLM's prompt_token_ids).
+  std::vector<int32_t> prompt_token_ids;
 };
 
 struct Usage {

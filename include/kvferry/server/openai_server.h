@@ -30,6 +30,8 @@ struct ServerOptions {
   int64_t request_timeout_ms = 600000;       // a generation request's whole life
   int64_t first_output_timeout_ms = 300000;  // wait for the first output (queueing, remote KV)
   int32_t default_max_tokens = 16;           // completions without max_tokens (OpenAI's default)
+  // --chat-template: a file or the template text ("": the model's own, server/chat_template.h).
+  std::string chat_template;
 };
 
 class OpenAiServer {
@@ -40,8 +42,9 @@ class OpenAiServer {
   OpenAiServer(const OpenAiServer&) = delete;
   OpenAiServer& operator=(const OpenAiServer&) = delete;
 
-  // Binds and starts serving on a background thread. Unavailable when the address cannot be
-  // bound.
+  // Loads the chat template, binds and starts serving on a background thread. InvalidArgument /
+  // NotFound for a chat template that does not parse or read; Unavailable when the address
+  // cannot be bound.
   Status Start();
   int port() const;
   // Stop accepting generation requests (503); in-flight ones continue.
