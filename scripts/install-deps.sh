@@ -20,6 +20,7 @@ PACKAGES=(
   iperf3 iproute2 procps psmisc curl       # benchmark ceilings, netns fault tests, e2e scripts
   python3                                  # tests/fault and tests/load drivers (stdlib only)
   python3-jinja2                           # tests/jinja: Jinja2 is the oracle for kvferry::jinja
+  gnuplot-nox                              # bench serve/xfer --plot: SVG pictures of the figures
   "$@"                                     # extra packages from the command line
 )
 

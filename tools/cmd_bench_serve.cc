@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/plot/svg_plot.h"
 #include "kvferry/common/deadline.h"
 #include "kvferry/common/thread_annotations.h"
 #include "tools/command_registry.h"
@@ -48,6 +49,7 @@ struct BenchOptions {
   std::string save_outputs;
   bool json_out = false;
   bool compare = false;
+  std::string plot;  // with --compare: an SVG of both deployments' TTFT and ITL distributions
   std::string pd_url;
   std::string colocated_url;
 };
@@ -345,6 +347,26 @@ bool SaveOutputs(const std::string& path, const std::vector<RequestResult>& resu
   return static_cast<bool>(out);
 }
 
+// The TTFT and ITL distributions (CDFs, in ms) of both deployments, one panel each.
+kvferry::Status PlotComparison(const Summary& pd, const Summary& co, const std::string& path) {
+  auto ms = [](std::vector<double> v) {
+    for (double& x : v) x *= 1e3;
+    return kvferry::bench::CdfPoints(std::move(v));
+  };
+  std::vector<kvferry::bench::PlotPanel> panels = {
+      {"time to first token",
+       "ms",
+       "fraction of requests",
+       false,
+       {{"P/D", ms(pd.ttft), false}, {"colocated", ms(co.ttft), true}}},
+      {"inter-token latency",
+       "ms",
+       "fraction of gaps",
+       false,
+       {{"P/D", ms(pd.itl), false}, {"colocated", ms(co.itl), true}}}};
+  return kvferry::bench::WriteSvgPlot(panels, path, "kvferry bench serve --compare");
+}
+
 int RunBench(const BenchOptions& o) {
   const std::vector<Prompt> prompts = MakePrompts(o);
   if (prompts.empty()) {
@@ -405,6 +427,10 @@ int RunBench(const BenchOptions& o) {
     row("E2E p50 ms", Percentile(pd.e2e, 50) * 1e3, Percentile(co.e2e, 50) * 1e3);
     std::printf("outputs identical      %d/%zu\n", identical, prompts.size());
   }
+  if (!o.plot.empty()) {
+    kvferry::Status st = PlotComparison(pd, co, o.plot);
+    if (!st.ok()) std::fprintf(stderr, "kvferry bench serve: --plot: %s\n", st.ToString().c_str());
+  }
   return pd.failed == 0 && co.failed == 0 ? 0 : 1;
 }
 
@@ -456,6 +482,8 @@ void AddBenchServe(CLI::App& app) {
   sub->add_option("--save-outputs", o->save_outputs,
                   "Write each prompt's text, token ids and logprobs as JSON lines");
   sub->add_flag("--json", o->json_out, "Print the results as JSON");
+  sub->add_option("--plot", o->plot,
+                  "With --compare: write an SVG of both deployments' TTFT and ITL distributions");
   sub->add_flag("--compare", o->compare,
                 "Run the workload on --pd-url and on --colocated-url and print the ratio table");
   sub->add_option("--pd-url", o->pd_url, "With --compare: the proxy of a P/D deployment");

@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "bench/plot/svg_plot.h"
 #include "kvferry/common/frame_socket.h"
 #include "kvferry/common/logging.h"
 #include "kvferry/transfer/agent.h"
@@ -210,6 +211,51 @@ double UcxPerftestGbps(const std::string& transport, const std::string& test, ui
   double iter, p50, avg, overall, bw_avg, bw_overall;
   if (!(in >> iter >> p50 >> avg >> overall >> bw_avg >> bw_overall)) return -1;
   return bw_overall * 1048576.0 / 1e9;  // ucx_perftest's MB is 2^20 bytes
+}
+
+// ---- the picture -----------------------------------------------------------------------------
+
+// One panel per op: GB/s against descriptor size for each transport (at its largest batch),
+// beside the ceilings measured in the same run (dashed).
+Status PlotRows(const nlohmann::json& rows, const XferBenchOptions& o) {
+  const uint32_t batch = *std::max_element(o.batches.begin(), o.batches.end());
+  std::vector<PlotPanel> panels;
+  for (const std::string& op : o.ops) {
+    PlotPanel panel{op + ", " + std::to_string(batch) + " descriptors per transfer",
+                    "descriptor bytes",
+                    "GB/s",
+                    true,
+                    {}};
+    std::map<std::string, PlotSeries> series;  // by title
+    auto add = [&series](const std::string& title, bool dashed, double x, double y) {
+      PlotSeries& s = series[title];
+      s.title = title;
+      s.dashed = dashed;
+      s.points.emplace_back(x, y);
+    };
+    for (const nlohmann::json& r : rows) {
+      if (r["op"] != op || r["descs_per_xfer"] != batch) continue;
+      const double size = r["desc_bytes"].get<double>();
+      const std::string t = r["transport"];
+      add(t, false, size, r["gbps"].get<double>());
+      if (r.contains("ceiling_cold_memcpy_gbps")) {
+        add("cold memcpy", true, size, r["ceiling_cold_memcpy_gbps"].get<double>());
+      }
+      if (r.contains("ceiling_iperf3_gbps")) {
+        add("iperf3 (" + t + ")", true, size, r["ceiling_iperf3_gbps"].get<double>());
+      }
+      if (r.contains("ceiling_ucx_perftest_gbps")) {
+        add("ucx_perftest (" + t + ")", true, size, r["ceiling_ucx_perftest_gbps"].get<double>());
+      }
+    }
+    for (auto& [title, s] : series) {
+      std::sort(s.points.begin(), s.points.end());
+      s.points.erase(std::unique(s.points.begin(), s.points.end()), s.points.end());
+      panel.series.push_back(std::move(s));
+    }
+    panels.push_back(std::move(panel));
+  }
+  return WriteSvgPlot(panels, o.plot_path, "kvferry bench xfer: transfer throughput");
 }
 
 // ---- the sweep ------------------------------------------------------------------------------
@@ -527,6 +573,10 @@ int RunXferBench(const XferBenchOptions& o) {
     }
   }
   if (o.json) std::printf("%s\n", out.dump(2).c_str());
+  if (!o.plot_path.empty()) {
+    Status st = PlotRows(out, o);
+    if (!st.ok()) std::fprintf(stderr, "bench xfer: --plot: %s\n", st.ToString().c_str());
+  }
   bool failed = std::any_of(rows.begin(), rows.end(), [](const Row& r) {
     return !r.error.empty() || r.validated == "FAILED";
   });

@@ -28,6 +28,7 @@ struct XferBenchOptions {
   bool validate = false;
   bool json = false;
   bool ceilings = true;
+  std::string plot_path;  // non-empty: an SVG of GB/s against descriptor size, with ceilings
   std::string data_path = "auto";  // auto | rma | am
   // Roles and placement.
   std::string role = "initiator";  // initiator | target
