@@ -59,6 +59,9 @@ void AddBenchXfer(CLI::App& app) {
   sub->add_flag("--quick", f->quick, "sizes 64K,1M; batches 1,64; short points");
   sub->add_flag("--validate", f->o.validate, "check the bytes of every point");
   sub->add_flag("--json", f->o.json, "print the whole table as JSON");
+  sub->add_option("--busy-threads", f->o.busy_threads,
+                  "contention: threads spinning beside the two processes while points run "
+                  "(ceilings stay idle)");
   sub->add_option("--plot", f->o.plot_path,
                   "write an SVG of GB/s against descriptor size per transport, with the ceilings");
   sub->add_flag("!--no-ceilings", f->o.ceilings, "skip memcpy / iperf3 / ucx_perftest");

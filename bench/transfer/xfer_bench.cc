@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -212,6 +213,36 @@ double UcxPerftestGbps(const std::string& transport, const std::string& test, ui
   if (!(in >> iter >> p50 >> avg >> overall >> bw_avg >> bw_overall)) return -1;
   return bw_overall * 1048576.0 / 1e9;  // ucx_perftest's MB is 2^20 bytes
 }
+
+// ---- contention ------------------------------------------------------------------------------
+
+// `n` threads that keep cores busy (integer work, no memory traffic to speak of) until
+// destroyed: the load other work puts on a serving host beside a transfer.
+class BusyLoops {
+ public:
+  explicit BusyLoops(int n) {
+    for (int i = 0; i < n; ++i) {
+      threads_.emplace_back([this] {
+        uint64_t x = 1;
+        while (!stop_.load(std::memory_order_relaxed)) {
+          for (int k = 0; k < 4096; ++k) x = x * 6364136223846793005ull + 1442695040888963407ull;
+        }
+        sink_.fetch_add(x, std::memory_order_relaxed);
+      });
+    }
+  }
+  ~BusyLoops() {
+    stop_ = true;
+    for (std::thread& t : threads_) t.join();
+  }
+  BusyLoops(const BusyLoops&) = delete;
+  BusyLoops& operator=(const BusyLoops&) = delete;
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> sink_{0};
+  std::vector<std::thread> threads_;
+};
 
 // ---- the picture -----------------------------------------------------------------------------
 
@@ -477,6 +508,8 @@ int RunXferBench(const XferBenchOptions& o) {
       return 1;
     }
     s.peer = *peer;
+    std::optional<BusyLoops> busy;
+    if (o.busy_threads > 0) busy.emplace(o.busy_threads);
     for (const std::string& op : o.ops) {
       for (uint64_t size : o.sizes) {
         for (uint32_t batch : o.batches) {
@@ -495,6 +528,7 @@ int RunXferBench(const XferBenchOptions& o) {
         }
       }
     }
+    busy.reset();
     SendFrame(fd, "QUIT");
     s.agent.reset();
     if (child > 0) waitpid(child, nullptr, 0);
@@ -545,7 +579,8 @@ int RunXferBench(const XferBenchOptions& o) {
          r.compl_p50_us > 0 ? static_cast<double>(r.desc_bytes) * r.descs / r.compl_p50_us / 1e3
                             : 0.0},
         {"validated", r.validated},
-        {"working_set_bytes", o.working_set_bytes}};
+        {"working_set_bytes", o.working_set_bytes},
+        {"busy_threads", o.busy_threads}};
     if (!r.error.empty()) j["error"] = r.error;
     if (mc > 0) {
       j["ceiling_cold_memcpy_gbps"] = mc;

@@ -29,6 +29,9 @@ struct XferBenchOptions {
   bool json = false;
   bool ceilings = true;
   std::string plot_path;  // non-empty: an SVG of GB/s against descriptor size, with ceilings
+  // Contention: this many threads spin on the initiator's host while the points are measured
+  // (not while the ceilings are: those stay the idle machine's), as a serving host is busy.
+  int busy_threads = 0;
   std::string data_path = "auto";  // auto | rma | am
   // Roles and placement.
   std::string role = "initiator";  // initiator | target
