@@ -30,6 +30,8 @@ std::string_view StatusCodeName(StatusCode code) {
       return "UNIMPLEMENTED";
     case StatusCode::kInternal:
       return "INTERNAL";
+    case StatusCode::kUnauthenticated:
+      return "UNAUTHENTICATED";
   }
   return "UNKNOWN";
 }
@@ -74,5 +76,6 @@ Status AbortedError(std::string m) { return {StatusCode::kAborted, std::move(m)}
 Status DataLossError(std::string m) { return {StatusCode::kDataLoss, std::move(m)}; }
 Status UnimplementedError(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 Status InternalError(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+Status UnauthenticatedError(std::string m) { return {StatusCode::kUnauthenticated, std::move(m)}; }
 
 }  // namespace kvferry

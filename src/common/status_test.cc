@@ -28,6 +28,7 @@ TEST(StatusTest, OkAndErrors) {
   EXPECT_EQ(s.ToString(), "NOT_FOUND: x");
   EXPECT_EQ(s.WithContext("load").ToString(), "NOT_FOUND: load: x");
   EXPECT_EQ(Status::Ok().WithContext("c"), Status::Ok());
+  EXPECT_EQ(UnauthenticatedError("no key").ToString(), "UNAUTHENTICATED: no key");
 }
 
 TEST(StatusTest, Propagation) {

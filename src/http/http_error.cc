@@ -12,6 +12,8 @@ int HttpStatusFor(StatusCode code) {
     case StatusCode::kOutOfRange:
     case StatusCode::kFailedPrecondition:
       return 400;
+    case StatusCode::kUnauthenticated:
+      return 401;
     case StatusCode::kNotFound:
       return 404;
     case StatusCode::kAlreadyExists:

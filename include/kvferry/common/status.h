@@ -13,6 +13,8 @@
 //   kDataLoss           bytes are not what they should be (corrupt, stale generation)
 //   kUnimplemented      not supported by this build/backend
 //   kInternal           a broken invariant: a bug
+//   kUnauthenticated    the caller did not prove who it is (no or a wrong key); fix the
+//                       credentials, do not retry as is
 //
 // Thread-safety: values; a const Status may be read from any thread.
 #pragma once
@@ -42,6 +44,7 @@ enum class StatusCode : int {
   kDataLoss,
   kUnimplemented,
   kInternal,
+  kUnauthenticated,
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -92,6 +95,7 @@ Status AbortedError(std::string message);
 Status DataLossError(std::string message);
 Status UnimplementedError(std::string message);
 Status InternalError(std::string message);
+Status UnauthenticatedError(std::string message);
 
 // A T or the error that prevented it. Constructing from an OK status is a bug (kInternal).
 template <typename T>

@@ -12,9 +12,9 @@
 
 namespace kvferry::http {
 
-// InvalidArgument/OutOfRange/FailedPrecondition 400, NotFound 404, AlreadyExists/Aborted 409,
-// ResourceExhausted 429, Unimplemented 501, Unavailable 503, DeadlineExceeded 504,
-// DataLoss/Internal 500. OK maps to 200.
+// InvalidArgument/OutOfRange/FailedPrecondition 400, Unauthenticated 401, NotFound 404,
+// AlreadyExists/Aborted 409, ResourceExhausted 429, Unimplemented 501, Unavailable 503,
+// DeadlineExceeded 504, DataLoss/Internal 500. OK maps to 200.
 int HttpStatusFor(StatusCode code);
 
 // OpenAI error "type" for an HTTP status: invalid_request_error, not_found_error, ...
