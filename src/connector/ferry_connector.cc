@@ -19,8 +19,9 @@ namespace internal {
 
 FerryConnectorImpl::FerryConnectorImpl(const KvTransferConfig& config,
                                        const FerryConnectorOptions& options, std::string engine_id,
-                                       std::unique_ptr<transfer::Agent> agent)
+                                       std::unique_ptr<transfer::Agent> agent, SideChannelKeys keys)
     : config_(config),
+      keys_(std::move(keys)),
       options_(options),
       engine_id_(std::move(engine_id)),
       agent_(std::move(agent)) {
@@ -118,17 +119,24 @@ Status FerryConnectorImpl::Register(kv::KvCache* cache, int32_t block_size_logic
   meta.agent_metadata = std::move(blob);
   handshake_reply_ = EncodeHandshakeReply(compat_hash_, meta);
 
-  KVF_ASSIGN_OR_RETURN(
-      server_,
-      SideChannelServer::Start(config_.side_channel_host, config_.side_channel_port,
-                               [this](std::string_view req) { return HandleSideChannel(req); }));
+  KVF_ASSIGN_OR_RETURN(server_, SideChannelServer::Start(
+                                    config_.side_channel_host, config_.side_channel_port,
+                                    [this](std::string_view req) { return HandleSideChannel(req); },
+                                    keys_.server()));
   server_port_.store(server_->port());
   KVF_LOG_INFO(
       "connector {}: serving KV metadata on {}:{} ({} regions, kernel block {} tokens, "
-      "logical {}, {}{})",
+      "logical {}, {}{}, {})",
       engine_id_, config_.side_channel_host, server_->port(), spec_.num_regions(),
       spec_.block_size_kernel, block_size_logical, kv::LayoutName(spec_.layout),
-      config_.use_host_buffer() ? ", host buffer" : "");
+      config_.use_host_buffer() ? ", host buffer" : "", keys_.curve() ? "CURVE" : "plaintext");
+  if (!keys_.curve() && !IsLoopbackHost(config_.side_channel_host)) {
+    KVF_LOG_WARN(
+        "connector {}: the side channel on {} is neither encrypted nor authenticated; anyone "
+        "who reaches it can read this instance's KV metadata (configure CURVE, "
+        "docs/deploy.md)",
+        engine_id_, config_.side_channel_host);
+  }
   return Status::Ok();
 }
 
@@ -172,9 +180,12 @@ void FerryConnectorImpl::ReleaseRemoteAsync(const KvTransferParams& remote) {
   ReleaseJob* raw = job.get();
   job->thread = std::thread(
       [this, raw, host = remote.remote_host, port = remote.remote_port,
+       curve = keys_.ForPeer(remote.remote_engine_id, remote.remote_host),
        request = EncodeReleaseRequest(remote.remote_request_id, config_.auth_token),
        id = remote.remote_request_id, deadline = Deadline::AfterMs(config_.handshake_timeout_ms)] {
-        StatusOr<std::string> reply = FetchOverSideChannel(host, port, request, deadline);
+        StatusOr<std::string> reply =
+            curve.ok() ? FetchOverSideChannel(host, port, request, deadline, *curve)
+                       : StatusOr<std::string>(curve.status());
         Status st = reply.ok() ? DecodeOkReply(*reply) : reply.status();
         if (st.ok()) {
           UpdateStats([](ConnectorStats& s) { ++s.notifications_sent; });
@@ -549,10 +560,11 @@ StatusOr<std::unique_ptr<FerryConnector>> CreateFerryConnector(
   agent_options.backend = config.backend;
   // The socket backend listens where the side channel does: the address peers already reach.
   agent_options.socket.listen_host = config.side_channel_host;
+  KVF_ASSIGN_OR_RETURN(internal::SideChannelKeys keys, internal::SideChannelKeys::Load(config));
   KVF_ASSIGN_OR_RETURN(std::unique_ptr<transfer::Agent> agent,
                        transfer::Agent::Create(agent_options));
-  return std::unique_ptr<FerryConnector>(
-      new internal::FerryConnectorImpl(config, options, std::move(engine_id), std::move(agent)));
+  return std::unique_ptr<FerryConnector>(new internal::FerryConnectorImpl(
+      config, options, std::move(engine_id), std::move(agent), std::move(keys)));
 }
 
 }  // namespace kvferry::connector

@@ -28,6 +28,7 @@
 #include "connector/handshake_wire.h"
 #include "connector/lease_table.h"
 #include "connector/side_channel.h"
+#include "connector/side_channel_keys.h"
 #include "connector/transfer_plan.h"
 #include "kvferry/common/thread_annotations.h"
 #include "kvferry/connector/ferry_connector.h"
@@ -112,7 +113,8 @@ struct RecvState {
 class FerryConnectorImpl : public FerryConnector {
  public:
   FerryConnectorImpl(const KvTransferConfig& config, const FerryConnectorOptions& options,
-                     std::string engine_id, std::unique_ptr<transfer::Agent> agent);
+                     std::string engine_id, std::unique_ptr<transfer::Agent> agent,
+                     SideChannelKeys keys);
   ~FerryConnectorImpl() override;
 
   ConnectorScheduler* scheduler() override { return &scheduler_; }
@@ -173,6 +175,7 @@ class FerryConnectorImpl : public FerryConnector {
   }
 
   const KvTransferConfig config_;
+  const SideChannelKeys keys_;  // CURVE material, or the plaintext rules
   const FerryConnectorOptions options_;
   const std::string engine_id_;
   std::unique_ptr<transfer::Agent> agent_;

@@ -11,6 +11,28 @@ namespace {
 
 constexpr int64_t kMaxTimeoutMs = int64_t{1} << 40;
 
+// Which CURVE files go together: key lists without this instance's own key would be ignored,
+// and a side-channel server with CURVE but no client key would admit nobody.
+Status CheckCurveFields(const KvTransferConfig& c, const JsonFields& top) {
+  constexpr std::string_view kNeedsOwnKey = "needs curve_secret_key_file (this instance's key)";
+  if (!c.use_curve()) {
+    if (!c.curve_client_keys_file.empty()) {
+      return top.Error("kv_connector_extra_config.curve_client_keys_file", kNeedsOwnKey);
+    }
+    if (!c.curve_server_keys_file.empty()) {
+      return top.Error("kv_connector_extra_config.curve_server_keys_file", kNeedsOwnKey);
+    }
+    return Status::Ok();
+  }
+  if (c.kv_role != KvRole::kConsumer && c.curve_client_keys_file.empty()) {
+    return top.Error("kv_connector_extra_config.curve_client_keys_file",
+                     fmt::format("{} serves the side channel, and with CURVE it admits only the "
+                                 "Ds listed there (or use kv_role kv_consumer)",
+                                 KvRoleName(c.kv_role)));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string_view KvRoleName(KvRole role) {
@@ -87,8 +109,12 @@ StatusOr<KvTransferConfig> ParseKvTransferConfig(const nlohmann::json& j) {
       c.backend = *kind;
     }
     KVF_RETURN_IF_ERROR(fields.String("auth_token", &c.auth_token));
+    KVF_RETURN_IF_ERROR(fields.String("curve_secret_key_file", &c.curve_secret_key_file));
+    KVF_RETURN_IF_ERROR(fields.String("curve_client_keys_file", &c.curve_client_keys_file));
+    KVF_RETURN_IF_ERROR(fields.String("curve_server_keys_file", &c.curve_server_keys_file));
   }
   if (c.side_channel_host.empty()) return top.Error("side_channel_host", "must not be empty");
+  KVF_RETURN_IF_ERROR(CheckCurveFields(c, top));
   return c;
 }
 
@@ -108,6 +134,13 @@ nlohmann::json ToJson(const KvTransferConfig& c) {
       {"backend", std::string(transfer::BackendKindName(c.backend))},
   };
   if (!c.auth_token.empty()) extra["auth_token"] = c.auth_token;
+  if (!c.curve_secret_key_file.empty()) extra["curve_secret_key_file"] = c.curve_secret_key_file;
+  if (!c.curve_client_keys_file.empty()) {
+    extra["curve_client_keys_file"] = c.curve_client_keys_file;
+  }
+  if (!c.curve_server_keys_file.empty()) {
+    extra["curve_server_keys_file"] = c.curve_server_keys_file;
+  }
   return nlohmann::json{
       {"kv_connector", c.kv_connector},
       {"kv_role", std::string(KvRoleName(c.kv_role))},

@@ -41,6 +41,27 @@ TEST(KvTransferConfigTest, ParsesEveryField) {
   EXPECT_EQ(*again, *c);
 }
 
+TEST(KvTransferConfigTest, CurveFilesRoundTrip) {
+  auto p = ParseKvTransferConfig(R"({"kv_role": "kv_producer", "kv_connector_extra_config": {
+      "curve_secret_key_file": "/etc/kvferry/p0.key",
+      "curve_client_keys_file": "/etc/kvferry/clients"}})");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->use_curve());
+  EXPECT_EQ(p->curve_secret_key_file, "/etc/kvferry/p0.key");
+  EXPECT_EQ(p->curve_client_keys_file, "/etc/kvferry/clients");
+  auto again = ParseKvTransferConfig(ToJson(*p));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *p);
+
+  // A consumer does not serve: its own key and the Ps' keys are enough.
+  auto d = ParseKvTransferConfig(R"({"kv_role": "kv_consumer", "kv_connector_extra_config": {
+      "curve_secret_key_file": "/etc/kvferry/d0.key",
+      "curve_server_keys_file": "/etc/kvferry/servers"}})");
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->curve_server_keys_file, "/etc/kvferry/servers");
+  EXPECT_FALSE(ParseKvTransferConfig(R"({"kv_role": "kv_consumer"})")->use_curve());
+}
+
 TEST(KvTransferConfigTest, SocketBackendRoundTrips) {
   auto c = ParseKvTransferConfig(nlohmann::json::parse(
       R"({"kv_connector": "FerryConnector", "kv_connector_extra_config": {"backend": "socket"}})"));
@@ -66,6 +87,18 @@ TEST(KvTransferConfigTest, RejectsBadValuesNamingTheField) {
       {R"({"kv_connector_extra_config": {"backend": "rdma"}})", "backend"},
       {R"({"kv_connector_extra_config": {"transfer_timeout_ms": "5s"}})", "transfer_timeout_ms"},
       {R"({"kv_connector_extra_config": 3})", "kv_connector_extra_config"},
+      {R"({"kv_connector_extra_config": {"curve_secret_key_file": 7}})", "curve_secret_key_file"},
+      // Key lists without this instance's own key.
+      {R"({"kv_connector_extra_config": {"curve_client_keys_file": "/c"}})",
+       "curve_client_keys_file"},
+      {R"({"kv_connector_extra_config": {"curve_server_keys_file": "/s"}})",
+       "curve_server_keys_file"},
+      // A serving role with CURVE and nobody to admit.
+      {R"({"kv_role": "kv_both", "kv_connector_extra_config": {"curve_secret_key_file": "/k"}})",
+       "curve_client_keys_file"},
+      {R"({"kv_role": "kv_producer",
+           "kv_connector_extra_config": {"curve_secret_key_file": "/k"}})",
+       "curve_client_keys_file"},
   };
   for (const Case& c : cases) {
     auto parsed = ParseKvTransferConfig(std::string_view(c.json));

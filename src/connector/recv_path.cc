@@ -54,10 +54,13 @@ void FerryConnectorImpl::EnsureHandshake(const KvTransferParams& remote) {
   // The thread gets copies: it touches nothing but its job.
   job->thread = std::thread([job, host = remote.remote_host, port = remote.remote_port,
                              expected_engine = remote.remote_engine_id, hash = compat_hash_,
+                             curve = keys_.ForPeer(remote.remote_engine_id, remote.remote_host),
                              request = EncodeHandshakeRequest(0, config_.auth_token),
                              deadline = Deadline::AfterMs(config_.handshake_timeout_ms)] {
     StatusOr<HandshakeMetadata> result = [&]() -> StatusOr<HandshakeMetadata> {
-      KVF_ASSIGN_OR_RETURN(std::string reply, FetchOverSideChannel(host, port, request, deadline));
+      KVF_RETURN_IF_ERROR(curve.status());  // no key for this P: nothing is sent
+      KVF_ASSIGN_OR_RETURN(std::string reply,
+                           FetchOverSideChannel(host, port, request, deadline, *curve));
       KVF_ASSIGN_OR_RETURN(HandshakeMetadata meta, DecodeHandshakeReply(reply, hash));
       if (meta.engine_id != expected_engine) {
         return FailedPreconditionError(

@@ -2,7 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <zmq.hpp>
+
+#include "kvferry/connector/curve_keys.h"
 
 namespace kvferry::connector::internal {
 namespace {
@@ -56,6 +59,100 @@ TEST(SideChannelTest, GarbageFromARawSocketDoesNotStopTheServer) {
   auto reply = FetchOverSideChannel("127.0.0.1", (*server)->port(), "ok?", Deadline::AfterMs(5000));
   ASSERT_TRUE(reply.ok()) << reply.status();
   EXPECT_EQ(*reply, "yes");
+}
+
+// CURVE: P (server) admits only listed client keys; every refusal happens in the ZMTP handshake,
+// so the handler never sees a byte, and the client learns of it from its socket's handshake
+// events instead of waiting for its deadline (a refusal that only timed out would be
+// DeadlineExceeded, which these tests reject).
+class CurveSideChannelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(CurveAvailable());
+    for (CurveKeyPair* k : {&p_, &d_, &stranger_}) {
+      auto pair = GenerateCurveKeyPair();
+      ASSERT_TRUE(pair.ok());
+      *k = *pair;
+    }
+    auto server = SideChannelServer::Start(
+        "127.0.0.1", 0,
+        [this](std::string_view req) {
+          handled_.fetch_add(1);
+          return "meta:" + std::string(req);
+        },
+        CurveServerKeys{p_.secret_key, {d_.public_key}});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(server).value();
+  }
+
+  StatusOr<std::string> Fetch(const std::optional<CurveClientKeys>& keys) {
+    return FetchOverSideChannel("127.0.0.1", server_->port(), "get", Deadline::AfterMs(20000),
+                                keys);
+  }
+
+  CurveKeyPair p_, d_, stranger_;
+  std::atomic<int> handled_{0};
+  std::unique_ptr<SideChannelServer> server_;
+};
+
+TEST_F(CurveSideChannelTest, ListedClientGetsAnswers) {
+  auto reply = Fetch(CurveClientKeys{d_.public_key, d_.secret_key, p_.public_key});
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(*reply, "meta:get");
+  EXPECT_EQ(handled_.load(), 1);
+  EXPECT_EQ(server_->clients_refused(), 0u);
+}
+
+TEST_F(CurveSideChannelTest, UnknownClientKeyIsRefusedBeforeTheHandler) {
+  auto reply = Fetch(CurveClientKeys{stranger_.public_key, stranger_.secret_key, p_.public_key});
+  EXPECT_EQ(reply.status().code(), StatusCode::kUnauthenticated) << reply.status();
+  EXPECT_NE(reply.status().message().find("refused"), std::string_view::npos);
+  EXPECT_EQ(handled_.load(), 0);
+  EXPECT_GE(server_->clients_refused(), 1u);
+}
+
+TEST_F(CurveSideChannelTest, WrongServerKeyIsRefusedBeforeTheHandler) {
+  // D encrypts to a key that is not P's: P cannot read D's hello and drops the connection.
+  auto reply = Fetch(CurveClientKeys{d_.public_key, d_.secret_key, stranger_.public_key});
+  ASSERT_FALSE(reply.ok());
+  EXPECT_NE(reply.status().code(), StatusCode::kDeadlineExceeded) << reply.status();
+  EXPECT_EQ(handled_.load(), 0);
+}
+
+TEST_F(CurveSideChannelTest, PlaintextClientIsRefusedBeforeTheHandler) {
+  auto reply = Fetch(std::nullopt);
+  ASSERT_FALSE(reply.ok());
+  EXPECT_NE(reply.status().code(), StatusCode::kDeadlineExceeded) << reply.status();
+  EXPECT_EQ(handled_.load(), 0);
+}
+
+TEST_F(CurveSideChannelTest, CurveClientRefusesAPlaintextServer) {
+  std::atomic<int> plain_handled{0};
+  auto plain = SideChannelServer::Start("127.0.0.1", 0, [&](std::string_view) {
+    plain_handled.fetch_add(1);
+    return std::string("meta");
+  });
+  ASSERT_TRUE(plain.ok());
+  auto reply = FetchOverSideChannel("127.0.0.1", (*plain)->port(), "get", Deadline::AfterMs(20000),
+                                    CurveClientKeys{d_.public_key, d_.secret_key, p_.public_key});
+  ASSERT_FALSE(reply.ok());
+  EXPECT_NE(reply.status().code(), StatusCode::kDeadlineExceeded) << reply.status();
+  EXPECT_EQ(plain_handled.load(), 0);
+}
+
+TEST(SideChannelCurveConfigTest, ServerRefusesBadKeys) {
+  auto p = GenerateCurveKeyPair();
+  ASSERT_TRUE(p.ok());
+  auto handler = [](std::string_view) { return std::string(); };
+  EXPECT_EQ(SideChannelServer::Start("127.0.0.1", 0, handler, CurveServerKeys{p->secret_key, {}})
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(SideChannelServer::Start("127.0.0.1", 0, handler,
+                                     CurveServerKeys{"not-a-key", {p->public_key}})
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace

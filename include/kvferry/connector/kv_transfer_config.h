@@ -5,7 +5,8 @@
 //    "engine_id": "prefill-0", "kv_load_failure_policy": "recompute",
 //    "kv_connector_extra_config": {"side_channel_host": "127.0.0.1", "side_channel_port": 5600,
 //        "lease_ms": 30000, "handshake_timeout_ms": 5000, "transfer_timeout_ms": 30000,
-//        "backend": "ucx", "auth_token": "..."}}
+//        "backend": "ucx", "auth_token": "...", "curve_secret_key_file": "/etc/kvferry/p0.key",
+//        "curve_client_keys_file": "/etc/kvferry/clients", "curve_server_keys_file": "..."}}
 //
 // Thread-safety: values.
 #pragma once
@@ -46,17 +47,29 @@ struct KvTransferConfig {
   int64_t handshake_timeout_ms = 5000;
   int64_t transfer_timeout_ms = 30000;                          // one pull, from post to completion
   transfer::BackendKind backend = transfer::BackendKind::kUcx;  // the agent's data plane
-  std::string auth_token;  // when set, the side channel answers only requests carrying it
+  // When set, the side channel answers only requests carrying it. Sent in plaintext unless
+  // CURVE is on, so without CURVE it may only be used on loopback (docs/deploy.md).
+  std::string auth_token;
+  // CURVE on the side channel (docs/deploy.md, "Side-channel keys"), on when
+  // curve_secret_key_file is set: this instance's secret key. An instance that serves the side
+  // channel (kv_producer, kv_both) also needs curve_client_keys_file, the public keys of the Ds
+  // it answers; one that pulls reads the Ps' public keys from curve_server_keys_file (lines
+  // `ENGINE_ID KEY`, or `KEY` for any engine) and refuses to talk to a P it has no key for.
+  std::string curve_secret_key_file;
+  std::string curve_client_keys_file;
+  std::string curve_server_keys_file;
 
   bool use_host_buffer() const { return kv_buffer_device == "cpu"; }
+  bool use_curve() const { return !curve_secret_key_file.empty(); }
 
   friend bool operator==(const KvTransferConfig&, const KvTransferConfig&) = default;
 };
 
 // Parses the JSON object. Unknown keys are ignored (vLLM configs carry more); a kv_connector
 // other than "FerryConnector" (or "NixlConnector", accepted as an alias), wrong types, unknown
-// enum names, ports outside [0, 65535] and non-positive timeouts are InvalidArgument naming the
-// field.
+// enum names, ports outside [0, 65535], non-positive timeouts, CURVE key files without
+// curve_secret_key_file and a serving role with CURVE but no curve_client_keys_file are
+// InvalidArgument naming the field. Key files are read when the connector is created.
 StatusOr<KvTransferConfig> ParseKvTransferConfig(const nlohmann::json& j);
 // Same, from the command-line string.
 StatusOr<KvTransferConfig> ParseKvTransferConfig(std::string_view json_text);
