@@ -62,7 +62,11 @@ TEST(UpstreamTest, ParsesUrlsAndRoundRobins) {
   EXPECT_EQ(a->port, 8100);
   EXPECT_EQ(a->ToString(), "http://127.0.0.1:8100");
   EXPECT_TRUE(ParseUpstreamUrl("localhost:9").ok());
-  EXPECT_EQ(ParseUpstreamUrl("https://x:1").status().code(), StatusCode::kUnimplemented);
+  auto tls = ParseUpstreamUrl("https://x:1/");
+  ASSERT_TRUE(tls.ok()) << tls.status();
+  EXPECT_TRUE(tls->https);
+  EXPECT_EQ(tls->ToString(), "https://x:1");
+  EXPECT_FALSE(a->https);
   for (const char* bad : {"http://x", "x:0", "x:70000", "x:1/v1", ":80", "x:1a"}) {
     EXPECT_EQ(ParseUpstreamUrl(bad).status().code(), StatusCode::kInvalidArgument) << bad;
   }

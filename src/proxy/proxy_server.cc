@@ -13,6 +13,7 @@
 #include "kvferry/proxy/handoff.h"
 #include "kvferry/proxy/upstream.h"
 #include "proxy/stream_relay.h"
+#include "proxy/upstream_client.h"
 
 namespace kvferry::proxy {
 
@@ -41,7 +42,7 @@ struct ProxyServer::Impl {
   ProxyOptions options;
   std::unique_ptr<RoundRobin> prefill;
   std::unique_ptr<RoundRobin> decode;
-  httplib::Server http;
+  std::unique_ptr<httplib::Server> http;  // plain or TLS (MakeHttpServer)
   std::thread thread;
   int bound_port = 0;
 
@@ -70,7 +71,8 @@ void ProxyServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Res
   {
     const Deadline deadline =
         Deadline::AfterMs(options.connect_timeout_ms + options.prefill_timeout_ms);
-    StreamRelay relay(p, req.path, request_id, std::move(prefill_body).value(), PrefillTimeouts());
+    StreamRelay relay(p, options.upstream, req.path, request_id, std::move(prefill_body).value(),
+                      PrefillTimeouts());
     auto status = relay.WaitStatus(deadline);
     if (!status.ok()) {
       return ReplyError(res, status.status().WithContext("prefill instance " + p.ToString()));
@@ -95,7 +97,7 @@ void ProxyServer::Impl::HandleGenerate(const httplib::Request& req, httplib::Res
   // Leg 2: decode on D, passed through.
   auto decode_body = BuildDecodeBody(req.body, kv_params);
   if (!decode_body.ok()) return ReplyError(res, decode_body.status());
-  auto relay = std::make_shared<StreamRelay>(d, req.path, request_id,
+  auto relay = std::make_shared<StreamRelay>(d, options.upstream, req.path, request_id,
                                              std::move(decode_body).value(), DecodeTimeouts());
   const Deadline first = Deadline::AfterMs(options.connect_timeout_ms + options.decode_timeout_ms);
   auto status = relay->WaitStatus(first);
@@ -165,7 +167,9 @@ StatusOr<std::unique_ptr<ProxyServer>> ProxyServer::Create(ProxyOptions options)
 
 Status ProxyServer::Start() {
   Impl* impl = impl_.get();
-  httplib::Server& http = impl->http;
+  KVF_ASSIGN_OR_RETURN(impl->http, http::MakeHttpServer(impl->options.tls));
+  httplib::Server& http = *impl->http;
+  KVF_RETURN_IF_ERROR(http::RequireApiKeys(http, impl->options.api_keys));
   const int threads = impl->options.num_http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(64u << 20);
@@ -183,10 +187,10 @@ Status ProxyServer::Start() {
   }
   http.Get("/v1/models", [impl](const httplib::Request&, httplib::Response& res) {
     const UpstreamUrl d = impl->decode->Next();
-    httplib::Client c(d.host, d.port);
-    c.set_connection_timeout(std::chrono::milliseconds(impl->options.connect_timeout_ms));
-    c.set_read_timeout(std::chrono::milliseconds(impl->options.connect_timeout_ms + 5000));
-    auto r = c.Get("/v1/models");
+    std::unique_ptr<httplib::Client> c = MakeUpstreamClient(d, impl->options.upstream);
+    c->set_connection_timeout(std::chrono::milliseconds(impl->options.connect_timeout_ms));
+    c->set_read_timeout(std::chrono::milliseconds(impl->options.connect_timeout_ms + 5000));
+    auto r = c->Get("/v1/models");
     if (!r) {
       return ReplyError(
           res, UpstreamError("decode instance " + d.ToString(), static_cast<int>(r.error())));
@@ -208,7 +212,7 @@ int ProxyServer::port() const { return impl_->bound_port; }
 
 void ProxyServer::Stop() {
   if (!impl_->thread.joinable()) return;
-  impl_->http.stop();
+  impl_->http->stop();
   impl_->thread.join();
 }
 

@@ -2,12 +2,13 @@
 
 #include <httplib.h>
 
+#include "proxy/upstream_client.h"
+
 namespace kvferry::proxy {
 
-StreamRelay::StreamRelay(UpstreamUrl upstream, std::string path, std::string request_id,
-                         std::string body, RelayTimeouts timeouts)
-    : upstream_(std::move(upstream)),
-      client_(std::make_unique<httplib::Client>(upstream_.host, upstream_.port)) {
+StreamRelay::StreamRelay(UpstreamUrl upstream, const UpstreamAccess& access, std::string path,
+                         std::string request_id, std::string body, RelayTimeouts timeouts)
+    : upstream_(std::move(upstream)), client_(MakeUpstreamClient(upstream_, access)) {
   client_->set_connection_timeout(std::chrono::milliseconds(timeouts.connect_timeout_ms));
   client_->set_read_timeout(std::chrono::milliseconds(timeouts.read_timeout_ms));
   client_->set_write_timeout(std::chrono::milliseconds(timeouts.connect_timeout_ms + 5000));

@@ -30,8 +30,8 @@ struct RelayTimeouts {
 
 class StreamRelay {
  public:
-  StreamRelay(UpstreamUrl upstream, std::string path, std::string request_id, std::string body,
-              RelayTimeouts timeouts);
+  StreamRelay(UpstreamUrl upstream, const UpstreamAccess& access, std::string path,
+              std::string request_id, std::string body, RelayTimeouts timeouts);
   ~StreamRelay();  // cancels and joins
   StreamRelay(const StreamRelay&) = delete;
   StreamRelay& operator=(const StreamRelay&) = delete;

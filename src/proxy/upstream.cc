@@ -8,17 +8,19 @@ namespace kvferry::proxy {
 
 StatusOr<UpstreamUrl> ParseUpstreamUrl(std::string_view url) {
   std::string_view rest = url;
+  UpstreamUrl out;
   if (rest.starts_with("https://")) {
-    return UnimplementedError("https upstreams are not supported: " + std::string(url));
+    out.https = true;
+    rest.remove_prefix(8);
+  } else if (rest.starts_with("http://")) {
+    rest.remove_prefix(7);
   }
-  if (rest.starts_with("http://")) rest.remove_prefix(7);
   while (!rest.empty() && rest.back() == '/') rest.remove_suffix(1);
   const size_t colon = rest.rfind(':');
   if (colon == std::string_view::npos || colon == 0 || rest.find('/') != std::string_view::npos) {
-    return InvalidArgumentError("upstream URL must be http://host:port, got '" + std::string(url) +
-                                "'");
+    return InvalidArgumentError("upstream URL must be http(s)://host:port, got '" +
+                                std::string(url) + "'");
   }
-  UpstreamUrl out;
   out.host = std::string(rest.substr(0, colon));
   const std::string_view port = rest.substr(colon + 1);
   auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), out.port);
@@ -36,6 +38,12 @@ Status UpstreamError(const std::string& who, int httplib_error) {
       return DeadlineExceededError(what + " (connect timeout)");
     case httplib::Error::Read:
       return DeadlineExceededError(what + " (no answer before the read timeout, or reset)");
+    case httplib::Error::SSLServerVerification:
+      return UnavailableError(what +
+                              " (its certificate does not verify against --ssl-ca-certs, or does "
+                              "not name the host)");
+    case httplib::Error::SSLConnection:
+      return UnavailableError(what + " (TLS handshake failed: is it serving TLS?)");
     default:
       return UnavailableError(what);
   }

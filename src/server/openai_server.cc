@@ -33,6 +33,16 @@ int64_t UnixSeconds() {
       .count();
 }
 
+// The endpoint label of a refused request: its route, or "other" for paths that are none (a
+// client must not be able to grow the label set).
+std::string RouteLabel(const std::string& path) {
+  for (const char* route :
+       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
+    if (path == route) return path;
+  }
+  return "other";
+}
+
 // The state of one generation request, shared by its handler and its stream provider.
 struct Inflight {
   ResponseHeader header;
@@ -57,8 +67,8 @@ struct OpenAiServer::Impl {
   ServerOptions options;
   GenerationService* service;
   ServerMetrics* metrics;
-  httplib::Server http;
-  std::optional<ChatTemplate> chat;  // set by Start()
+  std::unique_ptr<httplib::Server> http;  // plain or TLS (MakeHttpServer)
+  std::optional<ChatTemplate> chat;       // set by Start()
   std::thread thread;
   int bound_port = 0;
   std::atomic<bool> draining{false};
@@ -332,7 +342,11 @@ Status OpenAiServer::Start() {
   Impl* impl = impl_.get();
   KVF_ASSIGN_OR_RETURN(
       impl->chat, ChatTemplate::Create(impl->options.chat_template, impl->service->tokenizer()));
-  httplib::Server& http = impl->http;
+  KVF_ASSIGN_OR_RETURN(impl->http, http::MakeHttpServer(impl->options.tls));
+  httplib::Server& http = *impl->http;
+  KVF_RETURN_IF_ERROR(http::RequireApiKeys(
+      http, impl->options.api_keys,
+      [impl](const std::string& path) { impl->metrics->OnHttpResponse(RouteLabel(path), 401); }));
   const int threads = impl->options.num_http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   http.set_payload_max_length(64u << 20);
@@ -379,7 +393,7 @@ void OpenAiServer::BeginDrain() { impl_->draining = true; }
 
 void OpenAiServer::Stop() {
   if (!impl_->thread.joinable()) return;
-  impl_->http.stop();
+  impl_->http->stop();
   impl_->thread.join();
 }
 

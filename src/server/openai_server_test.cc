@@ -202,5 +202,82 @@ TEST_F(OpenAiServerTest, DrainingRefusesNewRequests) {
   EXPECT_EQ(h->status, 503);
 }
 
+// --api-key: a request without one of the keys is 401 with an OpenAI body and never reaches the
+// generation service; /health stays open (scope v1); refusals are counted by endpoint.
+class OpenAiServerApiKeyTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fake_ = std::make_unique<testing::FakeGenerationService>(1);
+    ServerOptions opts;
+    opts.port = 0;
+    opts.request_timeout_ms = 20000;
+    opts.api_keys.keys = {"key-one", "key-two"};
+    server_ = std::make_unique<OpenAiServer>(opts, fake_.get(), &metrics_);
+    ASSERT_TRUE(server_->Start().ok());
+    client_ = std::make_unique<httplib::Client>("127.0.0.1", server_->port());
+    client_->set_read_timeout(std::chrono::seconds(20));
+  }
+  void TearDown() override {
+    server_->Stop();
+    server_.reset();
+  }
+  httplib::Result Post(const std::string& authorization, bool stream = false) {
+    httplib::Headers h;
+    if (!authorization.empty()) h.emplace("Authorization", authorization);
+    return client_->Post(
+        "/v1/completions", h,
+        std::string(R"({"prompt":"abc","max_tokens":3,"stream":)") + (stream ? "true}" : "false}"),
+        "application/json");
+  }
+
+  ServerMetrics metrics_;
+  std::unique_ptr<testing::FakeGenerationService> fake_;
+  std::unique_ptr<OpenAiServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+TEST_F(OpenAiServerApiKeyTest, WrongKeysAre401AndGenerateNothing) {
+  for (const char* auth : {"", "Bearer key-on", "Bearer key-one!", "Bearer nope", "key-one"}) {
+    auto r = Post(auth);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401) << auth;
+    json j = json::parse(r->body);
+    EXPECT_EQ(j["error"]["code"], 401);
+    EXPECT_TRUE(j["error"]["message"].is_string());
+  }
+  auto models = client_->Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(models->status, 401);
+  EXPECT_TRUE(fake_->submitted().empty());
+  const std::string text = metrics_.Render();
+  EXPECT_NE(text.find(R"(kvferry:http_requests_total{endpoint="/v1/completions",code="401"} 5)"),
+            std::string::npos)
+      << text;
+
+  auto health = client_->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  auto ok = Post("Bearer key-two");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  auto streamed = Post("Bearer key-one", /*stream=*/true);
+  ASSERT_TRUE(streamed);
+  EXPECT_EQ(streamed->status, 200);
+  EXPECT_NE(streamed->body.find("data: [DONE]"), std::string::npos);
+  EXPECT_EQ(fake_->submitted().size(), 2u);
+}
+
+TEST(OpenAiServerOptionsTest, UnusableKeyOrTlsFilesFailStart) {
+  testing::FakeGenerationService fake(1);
+  ServerMetrics metrics;
+  ServerOptions opts;
+  opts.port = 0;
+  opts.api_keys.keys = {"with space"};
+  EXPECT_EQ(OpenAiServer(opts, &fake, &metrics).Start().code(), StatusCode::kInvalidArgument);
+  opts.api_keys.keys.clear();
+  opts.tls.cert_file = "/nonexistent/cert.pem";
+  EXPECT_EQ(OpenAiServer(opts, &fake, &metrics).Start().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace kvferry::server

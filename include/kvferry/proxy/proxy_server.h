@@ -8,7 +8,10 @@
 // An unreachable, silent or failing instance is answered with an OpenAI-style error naming it
 // (503 unreachable, 504 timed out, P's or D's own error status otherwise) within the configured
 // timeouts, never a hang. GET /health (and /healthcheck, as vLLM's proxy) answers 200;
-// GET /v1/models is forwarded to a D.
+// GET /v1/models is forwarded to a D. With API keys, clients must present one (http/api_key.h);
+// toward P and D the proxy presents its own upstream key, never the client's. It listens with
+// TLS when given a certificate, and reaches https:// upstreams with TLS verified against
+// upstream.ca_file (docs/deploy.md).
 //
 // Thread-safety: Start/Stop from one controlling thread; handlers run on the server's own pool.
 #pragma once
@@ -19,6 +22,9 @@
 #include <vector>
 
 #include "kvferry/common/status.h"
+#include "kvferry/http/api_key.h"
+#include "kvferry/http/tls_server.h"
+#include "kvferry/proxy/upstream.h"
 
 namespace kvferry::proxy {
 
@@ -31,6 +37,9 @@ struct ProxyOptions {
   int64_t prefill_timeout_ms = 120000;  // P's whole answer
   int64_t decode_timeout_ms = 300000;   // D's first byte, and the longest gap between chunks
   int num_http_threads = 64;
+  http::ApiKeyOptions api_keys;  // what clients must present (none: open)
+  http::TlsServerFiles tls;      // the proxy's own listener (none: plain HTTP)
+  UpstreamAccess upstream;       // toward P and D: key and CA bundle
 };
 
 class ProxyServer {
@@ -41,7 +50,8 @@ class ProxyServer {
   ProxyServer(const ProxyServer&) = delete;
   ProxyServer& operator=(const ProxyServer&) = delete;
 
-  // Binds and serves on a background thread; Unavailable when the address cannot be bound.
+  // Binds and serves on a background thread; Unavailable when the address cannot be bound,
+  // InvalidArgument for unusable TLS files or API keys.
   Status Start();
   int port() const;
   void Stop();

@@ -17,12 +17,24 @@ namespace kvferry::proxy {
 struct UpstreamUrl {
   std::string host;
   int port = 0;
-  std::string ToString() const { return "http://" + host + ":" + std::to_string(port); }
+  bool https = false;
+  std::string ToString() const {
+    return (https ? "https://" : "http://") + host + ":" + std::to_string(port);
+  }
 };
 
-// "http://host:port", "http://host:port/", "host:port". InvalidArgument otherwise; https is
-// Unimplemented (plain HTTP on the serving network, as vLLM's proxy).
+// "http://host:port", "https://host:port" (TLS, the certificate checked against
+// UpstreamAccess::ca_file), either with a trailing '/', or "host:port" (http). InvalidArgument
+// otherwise.
 StatusOr<UpstreamUrl> ParseUpstreamUrl(std::string_view url);
+
+// How the proxy reaches its upstreams (docs/deploy.md): its own API key toward P and D (never
+// the client's), and the CA bundle that https upstreams' certificates must chain to (empty: the
+// system's CAs).
+struct UpstreamAccess {
+  std::string api_key;
+  std::string ca_file;
+};
 
 class RoundRobin {
  public:

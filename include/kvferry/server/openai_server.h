@@ -7,7 +7,9 @@
 // submitted to the GenerationService and answered from its OutputChannel. Errors are OpenAI JSON
 // bodies with the code from http_error.h. A streaming client that disconnects has its request
 // aborted (its blocks are freed by the engine). While draining (BeginDrain) new generation
-// requests get 503 and /health answers 503.
+// requests get 503 and /health answers 503. With API keys, a request without a valid one is
+// answered 401 before routing (http/api_key.h); with a certificate, it listens with TLS
+// (http/tls_server.h).
 //
 // Thread-safety: Start/Stop from one controlling thread; handlers run on the server's own pool.
 #pragma once
@@ -17,6 +19,8 @@
 #include <string>
 
 #include "kvferry/common/status.h"
+#include "kvferry/http/api_key.h"
+#include "kvferry/http/tls_server.h"
 #include "kvferry/server/generation_service.h"
 #include "kvferry/server/server_metrics.h"
 
@@ -32,6 +36,8 @@ struct ServerOptions {
   int32_t default_max_tokens = 16;           // completions without max_tokens (OpenAI's default)
   // --chat-template: a file or the template text ("": the model's own, server/chat_template.h).
   std::string chat_template;
+  http::ApiKeyOptions api_keys;  // none: open
+  http::TlsServerFiles tls;      // none: plain HTTP
 };
 
 class OpenAiServer {
@@ -43,8 +49,8 @@ class OpenAiServer {
   OpenAiServer& operator=(const OpenAiServer&) = delete;
 
   // Loads the chat template, binds and starts serving on a background thread. InvalidArgument /
-  // NotFound for a chat template that does not parse or read; Unavailable when the address
-  // cannot be bound.
+  // NotFound for a chat template that does not parse or read, InvalidArgument for unusable TLS
+  // files or API keys; Unavailable when the address cannot be bound.
   Status Start();
   int port() const;
   // Stop accepting generation requests (503); in-flight ones continue.
