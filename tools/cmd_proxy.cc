@@ -13,6 +13,7 @@
 #include "kvferry/common/logging.h"
 #include "kvferry/proxy/proxy_server.h"
 #include "tools/command_registry.h"
+#include "tools/security_flags.h"
 #include "tools/stop_signal.h"
 
 namespace {
@@ -22,6 +23,8 @@ namespace {
 struct VllmStyleFlags {
   std::vector<std::string> prefiller_hosts, decoder_hosts;
   std::vector<int> prefiller_ports, decoder_ports;
+  kvferry::tools::SecurityFlags security;
+  kvferry::tools::UpstreamFlags upstream;
 };
 
 bool AppendHostPorts(const std::vector<std::string>& hosts, const std::vector<int>& ports,
@@ -44,6 +47,14 @@ int RunProxy(kvferry::proxy::ProxyOptions o, const VllmStyleFlags& v) {
       !AppendHostPorts(v.decoder_hosts, v.decoder_ports, "decoder", &o.decode_urls)) {
     return 2;
   }
+  auto api_keys = kvferry::tools::ApiKeyOptionsOf(v.security);
+  if (!api_keys.ok()) {
+    std::fprintf(stderr, "kvferry proxy: --api-key: %s\n", api_keys.status().ToString().c_str());
+    return 2;
+  }
+  o.api_keys = *api_keys;
+  o.tls = kvferry::tools::TlsFilesOf(v.security);
+  o.upstream = kvferry::tools::UpstreamAccessOf(v.upstream);
   kvferry::tools::InstallStopHandlers();
   auto proxy = proxy::ProxyServer::Create(o);
   if (!proxy.ok()) {
@@ -55,8 +66,9 @@ int RunProxy(kvferry::proxy::ProxyOptions o, const VllmStyleFlags& v) {
     std::fprintf(stderr, "kvferry proxy: %s\n", s.ToString().c_str());
     return 2;
   }
-  KVF_LOG_INFO("kvferry proxy: http://{}:{} with {} prefill and {} decode instances", o.host,
-               (*proxy)->port(), o.prefill_urls.size(), o.decode_urls.size());
+  KVF_LOG_INFO("kvferry proxy: {}://{}:{} with {} prefill and {} decode instances; {}",
+               o.tls.enabled() ? "https" : "http", o.host, (*proxy)->port(), o.prefill_urls.size(),
+               o.decode_urls.size(), kvferry::tools::DescribeSecurity(o.api_keys, o.tls));
   int sig = 0;
   while ((sig = kvferry::tools::StopSignal()) == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -73,9 +85,9 @@ void AddProxy(CLI::App& app) {
       "proxy", "Route OpenAI requests through prefill then decode instances (docs/serving.md)");
   sub->add_option("--host", o->host, "Address to listen on")->capture_default_str();
   sub->add_option("--port", o->port, "HTTP port (0: any free port)")->capture_default_str();
-  sub->add_option("--prefill", o->prefill_urls, "Prefill instance URLs (http://host:port)")
+  sub->add_option("--prefill", o->prefill_urls, "Prefill instance URLs (http(s)://host:port)")
       ->expected(1, -1);
-  sub->add_option("--decode", o->decode_urls, "Decode instance URLs (http://host:port)")
+  sub->add_option("--decode", o->decode_urls, "Decode instance URLs (http(s)://host:port)")
       ->expected(1, -1);
   sub->add_option("--prefiller-hosts", v->prefiller_hosts,
                   "vLLM toy-proxy spelling: prefill hosts (one for all ports, or one per port)");
@@ -93,6 +105,8 @@ void AddProxy(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--num-http-threads", o->num_http_threads, "Concurrent client connections")
       ->capture_default_str();
+  kvferry::tools::AddSecurityFlags(sub, &v->security);
+  kvferry::tools::AddUpstreamFlags(sub, &v->upstream);
   sub->callback([o, v] { throw CLI::RuntimeError(RunProxy(*o, *v)); });
 }
 KVF_REGISTER_COMMAND(AddProxy);

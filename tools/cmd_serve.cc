@@ -18,6 +18,7 @@
 #include "kvferry/server/engine_loop.h"
 #include "kvferry/server/openai_server.h"
 #include "tools/command_registry.h"
+#include "tools/security_flags.h"
 #include "tools/stop_signal.h"
 
 namespace {
@@ -45,6 +46,7 @@ struct ServeOptions {
   int num_http_threads = 64;
   int request_timeout_s = 600;
   int shutdown_timeout_s = 10;
+  kvferry::tools::SecurityFlags security;
 };
 
 int Fail(const std::string& what, const kvferry::Status& s) {
@@ -93,6 +95,10 @@ int RunServe(const ServeOptions& o) {
   sopts.num_http_threads = o.num_http_threads;
   sopts.chat_template = o.chat_template;
   sopts.request_timeout_ms = static_cast<int64_t>(o.request_timeout_s) * 1000;
+  auto api_keys = kvferry::tools::ApiKeyOptionsOf(o.security);
+  if (!api_keys.ok()) return Fail("--api-key", api_keys.status());
+  sopts.api_keys = *api_keys;
+  sopts.tls = kvferry::tools::TlsFilesOf(o.security);
   server::OpenAiServer http(sopts, loop->get(), &metrics);
   Status started = http.Start();
   if (!started.ok()) return Fail("http", started);
@@ -102,8 +108,10 @@ int RunServe(const ServeOptions& o) {
            (*loop)->engine_id() + ", side channel " + loop_opts.kv_transfer->side_channel_host +
            ":" + std::to_string((*loop)->side_channel_port());
   }
-  KVF_LOG_INFO("kvferry serve: http://{}:{} model {} ({}), max_model_len {}", o.host, http.port(),
-               sopts.served_model_name, role, (*loop)->max_model_len());
+  KVF_LOG_INFO("kvferry serve: {}://{}:{} model {} ({}), max_model_len {}; {}",
+               sopts.tls.enabled() ? "https" : "http", o.host, http.port(), sopts.served_model_name,
+               role, (*loop)->max_model_len(),
+               kvferry::tools::DescribeSecurity(sopts.api_keys, sopts.tls));
 
   int sig = 0;
   while ((sig = kvferry::tools::StopSignal()) == 0) {
@@ -177,11 +185,13 @@ void AddServe(CLI::App& app) {
                   "buffer), engine_id, kv_load_failure_policy (recompute|fail), "
                   "kv_connector_extra_config {side_channel_host, side_channel_port, lease_ms, "
                   "handshake_timeout_ms, transfer_timeout_ms, backend (ucx|socket|loopback), "
-                  "auth_token}");
+                  "auth_token, curve_secret_key_file, curve_client_keys_file, "
+                  "curve_server_keys_file}");
   sub->add_option("--num-http-threads", o->num_http_threads, "Concurrent HTTP connections")
       ->capture_default_str();
   sub->add_option("--request-timeout", o->request_timeout_s, "A request's whole life, seconds")
       ->capture_default_str();
+  kvferry::tools::AddSecurityFlags(sub, &o->security);
   sub->add_option("--shutdown-timeout", o->shutdown_timeout_s,
                   "On SIGTERM/SIGINT, seconds to let running requests finish before aborting")
       ->capture_default_str();
