@@ -172,8 +172,8 @@ Status HandshakeEventStatus(uint16_t event, uint32_t value, const std::string& w
   switch (event) {
     case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
       return UnauthenticatedError(fmt::format(
-          "side channel {}: P refused this instance's CURVE key (ZAP status {}; is the key in "
-          "P's curve_client_keys_file?)",
+          "side channel {}: CURVE handshake refused: P does not list this instance's key (ZAP "
+          "status {}; add it to P's curve_client_keys_file)",
           where, value));
     case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
       return UnauthenticatedError(fmt::format(

@@ -1,7 +1,7 @@
 // kvf_side_probe: sends one crafted message to a running instance's side channel and prints
 // what came back, for the side-channel bad-input and security tests (fault_side_channel_test.py).
 //
-//   kvf_side_probe HOST PORT MODE [TOKEN]
+//   kvf_side_probe HOST PORT MODE [TOKEN [SECRET_KEY_FILE SERVER_KEY_FILE]]
 //     raw-garbage     plain TCP bytes that are not ZeroMQ at all, then close
 //     garbage         one ZeroMQ message of random bytes
 //     truncated       the first half of a valid handshake request
@@ -10,6 +10,9 @@
 //     multi-frame     a valid request split over three frames
 //     get-meta        a valid request with TOKEN; the reply decoded with P's own compat hash
 //     wrong-hash      a valid request with TOKEN; the reply decoded expecting another hash
+//
+// With the two key files, the fetch (garbage ... wrong-hash) speaks CURVE: this probe's secret
+// key (kvferry keygen's NAME.key) and P's public key (a key list's first key).
 //
 // Prints one line: "RESULT OK engine=<id> blocks=<n>" or "RESULT <status>" (the decoded reply's
 // error, or the transport's). Exit code 0 whenever a line was printed.
@@ -27,6 +30,7 @@
 
 #include "connector/handshake_wire.h"
 #include "connector/side_channel.h"
+#include "kvferry/connector/curve_keys.h"
 
 namespace {
 
@@ -114,8 +118,19 @@ int main(int argc, char** argv) {
   }
   std::string host = argv[1], mode = argv[3], token = argc > 4 ? argv[4] : "";
   int port = std::atoi(argv[2]);
+  std::optional<CurveClientKeys> curve;
+  if (argc > 6) {
+    auto own = connector::ReadCurveSecretKeyFile(argv[5]);
+    auto server = connector::ReadCurveKeyListFile(argv[6]);
+    if (!own.ok() || !server.ok()) {
+      std::fprintf(stderr, "bad key files: %s %s\n", own.status().ToString().c_str(),
+                   server.status().ToString().c_str());
+      return 2;
+    }
+    curve = CurveClientKeys{own->public_key, own->secret_key, (*server)[0].key};
+  }
   auto fetch = [&](const std::string& bytes) {
-    return FetchOverSideChannel(host, port, bytes, Deadline::AfterMs(3000));
+    return FetchOverSideChannel(host, port, bytes, Deadline::AfterMs(3000), curve);
   };
   if (mode == "raw-garbage") return RawGarbage(host, port);
   if (mode == "garbage") {
