@@ -7,7 +7,7 @@ CMAKE_GEN  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CTEST_ARGS ?=
 
 .PHONY: all build deps configure test test-long format format-check tsa asan tsan fuzz bench demo \
-  msgpack-c-check clean
+  msgpack-c-check package clean
 
 all: build
 
@@ -83,6 +83,12 @@ format:
 format-check:
 	@echo "format-check: $(words $(FORMAT_FILES)) files"
 	@clang-format --dry-run --Werror $(FORMAT_FILES)
+
+# The Debian packages kvferry and kvferry-dev in $(BUILD)/ (docs/deploy.md). Builds only what
+# they hold (the CLI and the layer libraries), then runs CPack.
+package: configure
+	cmake --build $(BUILD) -j $(JOBS) --target installable
+	cd $(BUILD) && cpack
 
 bench: build
 	$(BUILD)/bin/kvferry bench engine

@@ -8,13 +8,19 @@
 #   kvferry_benchmark(NAME kv_bench SOURCES kv_bench.cc DEPS kvferry::kv)
 #       -> Google Benchmark executable in bin/ (not run by ctest)
 include_guard(GLOBAL)
+include(GNUInstallDirs)
 
 function(kvferry_library)
   cmake_parse_arguments(A "" "NAME" "SOURCES;DEPS;PUBLIC_DEPS" ${ARGN})
   add_library(kvferry_${A_NAME} STATIC ${A_SOURCES})
   add_library(kvferry::${A_NAME} ALIAS kvferry_${A_NAME})
-  target_include_directories(kvferry_${A_NAME} PUBLIC ${PROJECT_SOURCE_DIR}/include
-                                                      ${PROJECT_SOURCE_DIR}/src)
+  # Installed (cmake/kvferry_install.cmake) as kvferry::<NAME> with only the public headers;
+  # src/ is for the build tree (tests and tools include internal headers).
+  set_target_properties(kvferry_${A_NAME} PROPERTIES EXPORT_NAME ${A_NAME})
+  target_include_directories(kvferry_${A_NAME} PUBLIC
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>
+    $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_link_libraries(kvferry_${A_NAME} PUBLIC ${A_PUBLIC_DEPS} ${A_DEPS})
 endfunction()
 

@@ -15,6 +15,9 @@ PACKAGES=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libcpp-httplib-dev
   libpcre2-dev                             # tokenizer: pre-tokenizer regexes (\p{L}, lookahead)
   libutf8proc-dev                          # tokenizer: NFC/NFKC normalizers, Unicode categories
+  libssl-dev                               # http: TLS listener and API key digests (OpenSSL 3)
+  openssl                                  # openssl CLI: test certificates made per run
+  dpkg-dev                                 # make package: dpkg-shlibdeps finds the .deb's dependencies
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libopenblas-dev                          # benchmark-only peer for the matmul
   iperf3 iproute2 procps psmisc curl       # benchmark ceilings, netns fault tests, e2e scripts

@@ -1,4 +1,4 @@
-// `kvferry version`: prints the version.
+// `kvferry version`: prints the version (the CMake project's, which the packages carry too).
 #include <cstdio>
 
 #include "tools/command_registry.h"
@@ -7,7 +7,7 @@ namespace {
 
 void AddVersion(CLI::App& app) {
   auto* sub = app.add_subcommand("version", "Print the kvferry version");
-  sub->callback([] { std::printf("kvferry 0.1.0\n"); });
+  sub->callback([] { std::printf("kvferry %s\n", KVFERRY_VERSION); });
 }
 KVF_REGISTER_COMMAND(AddVersion);
 
