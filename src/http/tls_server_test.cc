@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "http/testing/listen_socket.h"
 #include "kvferry/http/http_listener.h"
 
 namespace kvferry::http {
@@ -103,6 +104,19 @@ TEST_F(TlsServerTest, ClientWithoutTheCaRefusesTheServer) {
   auto r = c.Get("/v1/models");
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error(), httplib::Error::SSLServerVerification);
+}
+
+TEST_F(TlsServerTest, ListensAsThePlainServerDoes) {
+  // Same StartHttpListener: the raised backlog, and a port in use refused (SO_REUSEADDR, not
+  // httplib's SO_REUSEPORT).
+  Serve({File("server.pem"), File("server.key")});
+  EXPECT_EQ(testing::ListenBacklogOfPort(port_), std::min(1024, testing::SomaxConn()));
+  auto again = MakeHttpServer({File("server.pem"), File("server.key")});
+  ASSERT_TRUE(again.ok());
+  std::thread second;
+  EXPECT_EQ(StartHttpListener(**again, "127.0.0.1", port_, &second).status().code(),
+            StatusCode::kUnavailable);
+  EXPECT_FALSE(second.joinable());
 }
 
 TEST_F(TlsServerTest, BadFilesAreRefusedNamingTheFlag) {

@@ -1,5 +1,5 @@
-// Starting an httplib::Server on its own thread, shared by `kvferry serve` (OpenAiServer) and
-// `kvferry proxy` (ProxyServer).
+// Starting an httplib::Server (plain, or the SSLServer of tls_server.h) on its own thread, shared
+// by `kvferry serve` (OpenAiServer) and `kvferry proxy` (ProxyServer).
 //
 // Thread-safety: call from the thread that owns `http` and `thread`; `http` must outlive the
 // listener thread (the caller stops `http` and joins `thread`).
