@@ -312,6 +312,22 @@ TEST(EngineTest, AbortFinishesOnceAndFreesBlocks) {
   ExpectPoolClean(*e);
 }
 
+TEST(EngineTest, PendingPrefillTokensCountWhatIsLeftToCompute) {
+  EngineConfig c;
+  c.max_num_batched_tokens = 32;
+  auto e = Make(c);
+  const auto long_prompt = testing_util::Encode(e->tokenizer(), std::string(100, 'x'));
+  const auto short_prompt = testing_util::Encode(e->tokenizer(), "twenty bytes or so..");
+  const int64_t total = static_cast<int64_t>(long_prompt.size() + short_prompt.size());
+  ASSERT_TRUE(e->AddRequest("long", long_prompt, Greedy(2)).ok());
+  ASSERT_TRUE(e->AddRequest("short", short_prompt, Greedy(2)).ok());
+  EXPECT_EQ(e->stats().num_pending_prefill_tokens, total);
+  e->Step();  // one chunk of the 32-token budget
+  EXPECT_EQ(e->stats().num_pending_prefill_tokens, total - 32);
+  RunToEnd(*e);
+  EXPECT_EQ(e->stats().num_pending_prefill_tokens, 0);
+}
+
 TEST(EngineTest, StopsOnStopToken) {
   const auto free_run = RunPrompts({}, Greedy(10), {0});
   const int32_t third = free_run.at("r0").tokens[2];

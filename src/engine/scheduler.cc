@@ -383,11 +383,16 @@ EngineStats Scheduler::Stats() const {
   s.num_blocks_held = ps.held;
   s.num_blocks_used = ps.in_use - ps.held;
   s.num_running = static_cast<int32_t>(running_.size());
+  const auto pending = [](const Request* r) {
+    return static_cast<int64_t>(std::max(0, r->num_prompt_tokens - r->num_computed_tokens));
+  };
+  for (const Request* r : running_) s.num_pending_prefill_tokens += pending(r);
   for (const Request* r : waiting_) {
     if (r->state == RequestState::kWaitingForRemoteKv) {
       ++s.num_waiting_for_remote_kv;
     } else {
       ++s.num_waiting;
+      s.num_pending_prefill_tokens += pending(r);
     }
   }
   s.num_preemptions = num_preemptions_;

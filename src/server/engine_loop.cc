@@ -74,6 +74,8 @@ Status EngineLoop::Init(EngineLoopOptions options) {
   }
   engine_ = std::move(engine).value();
   max_model_len_ = engine_->max_model_len();
+  num_kv_blocks_total_ = engine_->stats().num_blocks_total;
+  block_size_logical_ = engine_->block_size_logical();
   tokenizer_.emplace(engine_->tokenizer());
   if (connector_) engine_id_ = connector_->engine_id();
   return Status::Ok();

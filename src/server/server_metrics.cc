@@ -51,6 +51,9 @@ void ServerMetrics::UpdateEngine(const engine::EngineStats& s) {
   gauge("kvferry:num_requests", kReq, {{"state", "waiting"}}, s.num_waiting);
   gauge("kvferry:num_requests", kReq, {{"state", "waiting_for_remote_kv"}},
         s.num_waiting_for_remote_kv);
+  gauge("kvferry:pending_prefill_tokens",
+        "Prompt tokens of waiting and running requests not computed yet.", {},
+        static_cast<double>(s.num_pending_prefill_tokens));
   const char* kBlocks = "Logical KV blocks of the pool, by state.";
   gauge("kvferry:kv_blocks", kBlocks, {{"state", "free"}}, s.num_blocks_free);
   gauge("kvferry:kv_blocks", kBlocks, {{"state", "cached"}}, s.num_blocks_cached);

@@ -111,6 +111,9 @@ struct EngineStats {
   int32_t num_waiting = 0;
   int32_t num_running = 0;
   int32_t num_waiting_for_remote_kv = 0;
+  // Prompt tokens of waiting and running requests not computed yet (a proxy routes prefills by
+  // it); requests loading remote KV are not counted, their tokens arrive by transfer.
+  int64_t num_pending_prefill_tokens = 0;
   int64_t num_preemptions = 0;
   int64_t num_prompt_tokens_computed = 0;
   int64_t num_prefix_cache_hit_tokens = 0;

@@ -57,6 +57,10 @@ class EngineLoop : public GenerationService {
   // The bound side-channel port and engine id of the connector (0 / "" when colocated).
   int32_t side_channel_port() const;
   std::string engine_id() const { return engine_id_; }
+  // The KV pool's size in logical blocks, and the logical block size (what an instance
+  // registers in a cluster).
+  int64_t num_kv_blocks_total() const { return num_kv_blocks_total_; }
+  int32_t block_size_logical() const { return block_size_logical_; }
 
   void Stop(int64_t drain_ms = 10000);
 
@@ -72,6 +76,8 @@ class EngineLoop : public GenerationService {
   ServerMetrics* const metrics_;
   std::optional<tokenizer::Tokenizer> tokenizer_;  // the engine's; set before Start() returns
   int32_t max_model_len_ = 0;
+  int64_t num_kv_blocks_total_ = 0;
+  int32_t block_size_logical_ = 0;
   std::string engine_id_;
   std::atomic<bool> running_{false};
   std::atomic<bool> stop_requested_{false};

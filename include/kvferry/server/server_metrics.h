@@ -8,6 +8,7 @@
 //   kvferry:inter_token_latency_seconds                  histogram (between streamed outputs)
 //   kvferry:e2e_request_latency_seconds                  histogram
 //   kvferry:num_requests{state=running|waiting|waiting_for_remote_kv}
+//   kvferry:pending_prefill_tokens                        prompt tokens not computed yet
 //   kvferry:kv_blocks{state=free|cached|used|held_for_transfer}, kvferry:kv_blocks_total
 //   kvferry:prefix_cache_hit_tokens_total, kvferry:num_preemptions_total
 //   kvferry:kv_transfers_total, kvferry:kv_transfer_bytes_total,
