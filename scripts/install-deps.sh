@@ -12,6 +12,7 @@ PACKAGES=(
   libucx-dev ucx-utils                     # data plane (transfer/backends/ucx)
   libzmq3-dev cppzmq-dev                   # control plane (connector side channel)
   libmsgpack-cxx-dev                       # handshake encoding
+  etcd-server etcd-client                  # cluster registry (src/cluster; etcdctl for operators)
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libcpp-httplib-dev
   libpcre2-dev                             # tokenizer: pre-tokenizer regexes (\p{L}, lookahead)
   libutf8proc-dev                          # tokenizer: NFC/NFKC normalizers, Unicode categories

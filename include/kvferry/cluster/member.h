@@ -1,0 +1,52 @@
+// MemberInfo: what one serving instance publishes about itself in the cluster registry (etcd),
+// and the one JSON encoding of it (docs/deploy.md, "Running a cluster").
+//
+// The value under <prefix>members/<id> is a JSON object, version 1:
+//   {"version":1, "role":"prefill"|"decode"|"both", "url":"http://10.0.0.2:8100",
+//    "engine_id":"p0", "side_channel":"10.0.0.2:5600", "model":"tiny", "tp_size":1,
+//    "kv_blocks_total":4096, "block_size":16}
+// Unknown keys are ignored (a newer instance may add some); a missing or ill-typed key, an
+// unknown role or a URL that is not http://host:port makes the whole value invalid, and the
+// proxy ignores it with a log line rather than routing to half a member.
+//
+// Thread-safety: values and pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "kvferry/common/status.h"
+
+namespace kvferry::cluster {
+
+enum class MemberRole : uint8_t { kPrefill, kDecode, kBoth };
+
+std::string_view MemberRoleName(MemberRole role);  // "prefill", "decode", "both"
+// vLLM's kv_role: kv_producer -> kPrefill, kv_consumer -> kDecode, kv_both -> kBoth.
+StatusOr<MemberRole> MemberRoleFromKvRole(std::string_view kv_role);
+inline bool CanPrefill(MemberRole r) { return r != MemberRole::kDecode; }
+inline bool CanDecode(MemberRole r) { return r != MemberRole::kPrefill; }
+
+struct MemberInfo {
+  std::string id;  // the registry key's last segment (the engine id); a static member: its URL
+  MemberRole role = MemberRole::kBoth;
+  std::string url;           // http://host:port, where proxies send requests
+  std::string engine_id;     // the connector's engine id (remote_engine_id in kv_transfer_params)
+  std::string side_channel;  // host:port of P's handshake socket; "" when it serves none
+  std::string model;
+  int32_t tp_size = 1;
+  int64_t kv_blocks_total = 0;  // logical blocks of the KV pool
+  int32_t block_size = 0;       // logical block size in tokens
+
+  bool operator==(const MemberInfo&) const = default;
+};
+
+// "http://host:port" (no path, port 1..65535): InvalidArgument otherwise.
+Status ValidateHttpUrl(std::string_view url);
+
+std::string EncodeMember(const MemberInfo& member);
+// `id` is the key's last segment; InvalidArgument naming the first bad field.
+StatusOr<MemberInfo> DecodeMember(std::string_view id, std::string_view json);
+
+}  // namespace kvferry::cluster

@@ -1,0 +1,70 @@
+// The proxy's routing policy: which prefill (P) and which decode (D) instance serve a request,
+// as pure functions of the request's features and the members' loads (docs/deploy.md,
+// "Routing"). No clock, no I/O, no state: every proxy given the same inputs picks the same
+// member, so several proxies can run side by side without sharing anything.
+//
+// P: least pending prefill tokens, with prefix affinity. A request whose prompt starts with at
+//    least `affinity_prefix` units (bytes of text, or token ids) has an affinity key, a hash of
+//    those units; the key picks one P by rendezvous hashing (the highest hash of key and member
+//    id), so prompts with the same leading blocks reach the same P and hit its prefix cache, and
+//    a member leaving moves only its own keys. The affinity P is skipped for the least-loaded one
+//    when it has more than `affinity_max_imbalance_tokens` pending tokens beyond it.
+// D: fewest sequences (running + waiting), among members with at least
+//    `min_free_kv_fraction` of their KV blocks free (all members if none has); ties go to the
+//    most free blocks.
+// Ties after that go to the member this proxy sent fewest requests (`routed`), then by id.
+// Members `excluded` (already tried for this request) are never chosen; members not `routable`
+// (joining, ejected) only when no routable one is left, so a cluster whose health checks all
+// fail still answers with the members' real errors rather than none; `avoid` (the instance
+// already serving the request's other leg) only when nothing else is left.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace kvferry::cluster {
+
+struct RoutingConfig {
+  int32_t affinity_prefix = 128;
+  int64_t affinity_max_imbalance_tokens = 2048;
+  double min_free_kv_fraction = 0.05;
+};
+
+struct Candidate {
+  std::string_view id;
+  bool routable = true;
+  bool excluded = false;
+  bool avoid = false;
+  int64_t pending_prefill_tokens = 0;
+  int32_t num_seqs = 0;
+  int64_t free_kv_blocks = 0;
+  int64_t total_kv_blocks = 0;  // 0: unknown (no KV filter)
+  uint64_t routed = 0;
+};
+
+enum class RouteReason : uint8_t {
+  kLeastLoaded,         // no affinity key (or D)
+  kAffinity,            // the key's member
+  kAffinityOverloaded,  // the key's member had too many pending tokens: least loaded instead
+};
+std::string_view RouteReasonName(RouteReason r);  // "least_loaded", "affinity", ...
+
+struct Choice {
+  size_t index = 0;
+  RouteReason reason = RouteReason::kLeastLoaded;
+  bool routable = true;  // false: no routable member was left, an unhealthy one was chosen
+};
+
+std::optional<Choice> ChoosePrefill(std::optional<uint64_t> affinity_key,
+                                    std::span<const Candidate> members,
+                                    const RoutingConfig& config);
+std::optional<Choice> ChooseDecode(std::span<const Candidate> members, const RoutingConfig& config);
+
+// The rendezvous weight of `member_id` for `key` (64-bit mix of the key and FNV-1a of the id).
+uint64_t RendezvousWeight(uint64_t key, std::string_view member_id);
+
+}  // namespace kvferry::cluster

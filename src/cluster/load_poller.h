@@ -1,0 +1,49 @@
+// LoadPoller: reads each member's /metrics on a background thread, every `interval_ms`, into
+// ClusterState: a healthy member's load every round, and a joining or ejected member's when its
+// probe is due (member_health.h) — the poll is also the health probe. Members are read in
+// parallel, each within `timeout_ms` (connect and read), so one member cut off does not delay
+// the others' figures.
+//
+// Thread-safety: Start/Stop from one controlling thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <thread>
+
+#include "cluster/cluster_state.h"
+#include "kvferry/common/thread_annotations.h"
+
+namespace kvferry::cluster {
+
+struct LoadPollerOptions {
+  int64_t interval_ms = 200;
+  int64_t timeout_ms = 1000;
+};
+
+// One GET <url>/metrics; Unavailable / DeadlineExceeded naming the member when it fails.
+StatusOr<MemberLoad> PollMember(const std::string& url, int64_t timeout_ms);
+
+class LoadPoller {
+ public:
+  // `state` must outlive the poller.
+  static std::unique_ptr<LoadPoller> Start(LoadPollerOptions options, ClusterState* state);
+  ~LoadPoller();
+  LoadPoller(const LoadPoller&) = delete;
+  LoadPoller& operator=(const LoadPoller&) = delete;
+  void Stop();
+
+ private:
+  LoadPoller(LoadPollerOptions options, ClusterState* state) : options_(options), state_(state) {}
+  void Run();
+  void PollRound();
+
+  const LoadPollerOptions options_;
+  ClusterState* const state_;
+  Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace kvferry::cluster

@@ -1,0 +1,118 @@
+#include "kvferry/cluster/routing.h"
+
+#include <algorithm>
+#include <tuple>
+#include <vector>
+
+namespace kvferry::cluster {
+
+namespace {
+
+uint64_t Fnv1a(std::string_view s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+// splitmix64's finalizer: spreads a combination of two hashes over all 64 bits.
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+// The members the policy may choose from, best class first: routable and not avoided, then
+// routable, then any not excluded that is not avoided, then any not excluded.
+std::vector<size_t> Eligible(std::span<const Candidate> members) {
+  const auto pick = [&](bool need_routable, bool need_not_avoided) {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < members.size(); ++i) {
+      const Candidate& m = members[i];
+      if (m.excluded || (need_routable && !m.routable) || (need_not_avoided && m.avoid)) continue;
+      out.push_back(i);
+    }
+    return out;
+  };
+  for (const auto& [routable, not_avoided] :
+       {std::pair{true, true}, {true, false}, {false, true}, {false, false}}) {
+    std::vector<size_t> out = pick(routable, not_avoided);
+    if (!out.empty()) return out;
+  }
+  return {};
+}
+
+template <typename Key>
+size_t MinBy(std::span<const Candidate> members, const std::vector<size_t>& among, Key key) {
+  return *std::min_element(among.begin(), among.end(),
+                           [&](size_t a, size_t b) { return key(members[a]) < key(members[b]); });
+}
+
+Choice Chosen(std::span<const Candidate> members, size_t index, RouteReason reason) {
+  return Choice{index, reason, members[index].routable};
+}
+
+}  // namespace
+
+std::string_view RouteReasonName(RouteReason r) {
+  switch (r) {
+    case RouteReason::kLeastLoaded:
+      return "least_loaded";
+    case RouteReason::kAffinity:
+      return "affinity";
+    case RouteReason::kAffinityOverloaded:
+      return "affinity_overloaded";
+  }
+  return "least_loaded";
+}
+
+uint64_t RendezvousWeight(uint64_t key, std::string_view member_id) {
+  return Mix(key ^ Mix(Fnv1a(member_id)));
+}
+
+std::optional<Choice> ChoosePrefill(std::optional<uint64_t> affinity_key,
+                                    std::span<const Candidate> members,
+                                    const RoutingConfig& config) {
+  const std::vector<size_t> eligible = Eligible(members);
+  if (eligible.empty()) return std::nullopt;
+  const size_t least = MinBy(members, eligible, [](const Candidate& m) {
+    return std::tuple(m.pending_prefill_tokens, m.routed, m.id);
+  });
+  if (!affinity_key) return Chosen(members, least, RouteReason::kLeastLoaded);
+  const size_t home = *std::max_element(eligible.begin(), eligible.end(), [&](size_t a, size_t b) {
+    return RendezvousWeight(*affinity_key, members[a].id) <
+           RendezvousWeight(*affinity_key, members[b].id);
+  });
+  const int64_t excess =
+      members[home].pending_prefill_tokens - members[least].pending_prefill_tokens;
+  if (excess > config.affinity_max_imbalance_tokens) {
+    return Chosen(members, least, RouteReason::kAffinityOverloaded);
+  }
+  return Chosen(members, home, RouteReason::kAffinity);
+}
+
+std::optional<Choice> ChooseDecode(std::span<const Candidate> members,
+                                   const RoutingConfig& config) {
+  const std::vector<size_t> eligible = Eligible(members);
+  if (eligible.empty()) return std::nullopt;
+  std::vector<size_t> roomy;
+  for (size_t i : eligible) {
+    const Candidate& m = members[i];
+    if (m.total_kv_blocks <= 0 ||
+        static_cast<double>(m.free_kv_blocks) >=
+            config.min_free_kv_fraction * static_cast<double>(m.total_kv_blocks)) {
+      roomy.push_back(i);
+    }
+  }
+  const size_t best = MinBy(members, roomy.empty() ? eligible : roomy, [](const Candidate& m) {
+    return std::tuple(m.num_seqs, -m.free_kv_blocks, m.routed, m.id);
+  });
+  return Chosen(members, best, RouteReason::kLeastLoaded);
+}
+
+}  // namespace kvferry::cluster

@@ -1,0 +1,154 @@
+// The routing policy as a pure function: no processes, no clocks.
+#include "kvferry/cluster/routing.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace kvferry::cluster {
+namespace {
+
+Candidate P(std::string_view id, int64_t pending) {
+  Candidate c;
+  c.id = id;
+  c.pending_prefill_tokens = pending;
+  return c;
+}
+
+Candidate D(std::string_view id, int32_t seqs, int64_t free, int64_t total) {
+  Candidate c;
+  c.id = id;
+  c.num_seqs = seqs;
+  c.free_kv_blocks = free;
+  c.total_kv_blocks = total;
+  return c;
+}
+
+TEST(RoutingTest, PrefillWithoutAffinityGoesToTheLeastPendingTokens) {
+  const std::vector<Candidate> ps = {P("p0", 900), P("p1", 100), P("p2", 400)};
+  auto c = ChoosePrefill(std::nullopt, ps, {});
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->index, 1u);
+  EXPECT_EQ(c->reason, RouteReason::kLeastLoaded);
+}
+
+TEST(RoutingTest, TiesGoToTheMemberRoutedLeastThenById) {
+  std::vector<Candidate> ps = {P("p0", 0), P("p1", 0)};
+  ps[0].routed = 5;
+  ps[1].routed = 4;
+  EXPECT_EQ(ChoosePrefill(std::nullopt, ps, {})->index, 1u);
+  ps[1].routed = 5;
+  EXPECT_EQ(ChoosePrefill(std::nullopt, ps, {})->index, 0u);
+}
+
+TEST(RoutingTest, TheSameKeyReachesTheSameMemberWhateverTheOrder) {
+  const std::vector<Candidate> a = {P("p0", 0), P("p1", 0), P("p2", 0)};
+  const std::vector<Candidate> b = {P("p2", 0), P("p0", 0), P("p1", 0)};
+  for (uint64_t key = 1; key < 200; ++key) {
+    auto ca = ChoosePrefill(key, a, {});
+    auto cb = ChoosePrefill(key, b, {});
+    ASSERT_TRUE(ca && cb);
+    EXPECT_EQ(a[ca->index].id, b[cb->index].id) << key;
+    EXPECT_EQ(ca->reason, RouteReason::kAffinity);
+  }
+}
+
+TEST(RoutingTest, AffinityKeysSpreadOverTheMembers) {
+  const std::vector<Candidate> ps = {P("p0", 0), P("p1", 0), P("p2", 0), P("p3", 0)};
+  std::map<size_t, int> hits;
+  for (uint64_t key = 0; key < 4000; ++key) ++hits[ChoosePrefill(key * 7919, ps, {})->index];
+  ASSERT_EQ(hits.size(), 4u);
+  for (const auto& [i, n] : hits) EXPECT_GT(n, 800) << ps[i].id;  // 1,000 expected each
+}
+
+TEST(RoutingTest, AMemberLeavingMovesOnlyItsOwnKeys) {
+  const std::vector<Candidate> all = {P("p0", 0), P("p1", 0), P("p2", 0)};
+  const std::vector<Candidate> without_p1 = {P("p0", 0), P("p2", 0)};
+  int moved = 0;
+  for (uint64_t key = 0; key < 1000; ++key) {
+    const std::string_view before = all[ChoosePrefill(key, all, {})->index].id;
+    const std::string_view after = without_p1[ChoosePrefill(key, without_p1, {})->index].id;
+    if (before != "p1") {
+      EXPECT_EQ(before, after) << key;
+    } else {
+      ++moved;
+    }
+  }
+  EXPECT_GT(moved, 0);
+}
+
+TEST(RoutingTest, AnOverloadedAffinityMemberIsSkippedForTheLeastLoaded) {
+  RoutingConfig config;
+  config.affinity_max_imbalance_tokens = 1000;
+  std::vector<Candidate> ps = {P("p0", 0), P("p1", 0)};
+  const uint64_t key = 42;
+  const size_t home = ChoosePrefill(key, ps, config)->index;
+  const size_t other = 1 - home;
+  ps[home].pending_prefill_tokens = 1000;  // exactly the allowed imbalance: still home
+  EXPECT_EQ(ChoosePrefill(key, ps, config)->index, home);
+  ps[home].pending_prefill_tokens = 1001;
+  auto c = ChoosePrefill(key, ps, config);
+  EXPECT_EQ(c->index, other);
+  EXPECT_EQ(c->reason, RouteReason::kAffinityOverloaded);
+  ps[other].pending_prefill_tokens = 500;  // imbalance back within bounds
+  EXPECT_EQ(ChoosePrefill(key, ps, config)->index, home);
+}
+
+TEST(RoutingTest, ExcludedMembersAreNeverChosen) {
+  std::vector<Candidate> ps = {P("p0", 0), P("p1", 50)};
+  ps[0].excluded = true;
+  for (uint64_t key = 0; key < 50; ++key) EXPECT_EQ(ChoosePrefill(key, ps, {})->index, 1u);
+  ps[1].excluded = true;
+  EXPECT_FALSE(ChoosePrefill(std::nullopt, ps, {}));
+  EXPECT_FALSE(ChooseDecode(ps, {}));
+}
+
+TEST(RoutingTest, UnroutableMembersOnlyWhenNoRoutableIsLeft) {
+  std::vector<Candidate> ps = {P("p0", 0), P("p1", 5000)};
+  ps[0].routable = false;
+  auto c = ChoosePrefill(std::nullopt, ps, {});
+  EXPECT_EQ(c->index, 1u);
+  EXPECT_TRUE(c->routable);
+  ps[1].routable = false;
+  c = ChoosePrefill(std::nullopt, ps, {});
+  EXPECT_EQ(c->index, 0u);
+  EXPECT_FALSE(c->routable);
+}
+
+TEST(RoutingTest, AvoidedMemberOnlyAsALastResort) {
+  std::vector<Candidate> ds = {D("d0", 0, 100, 100), D("d1", 9, 10, 100)};
+  ds[0].avoid = true;
+  EXPECT_EQ(ChooseDecode(ds, {})->index, 1u);
+  ds[1].excluded = true;
+  EXPECT_EQ(ChooseDecode(ds, {})->index, 0u);
+}
+
+TEST(RoutingTest, DecodeGoesToTheFewestSequencesThenTheMostFreeBlocks) {
+  std::vector<Candidate> ds = {D("d0", 3, 900, 1000), D("d1", 1, 100, 1000), D("d2", 1, 400, 1000)};
+  EXPECT_EQ(ChooseDecode(ds, {})->index, 2u);
+  ds[2].num_seqs = 2;
+  EXPECT_EQ(ChooseDecode(ds, {})->index, 1u);
+}
+
+TEST(RoutingTest, DecodeSkipsMembersWithoutKvHeadroom) {
+  RoutingConfig config;
+  config.min_free_kv_fraction = 0.1;
+  std::vector<Candidate> ds = {D("d0", 0, 50, 1000), D("d1", 7, 300, 1000)};
+  EXPECT_EQ(ChooseDecode(ds, config)->index, 1u);
+  ds[1].free_kv_blocks = 20;  // nobody has headroom: fewest sequences again
+  EXPECT_EQ(ChooseDecode(ds, config)->index, 0u);
+  ds[0].total_kv_blocks = 0;  // unknown capacity is not filtered
+  ds[0].num_seqs = 8;
+  ds[1].free_kv_blocks = 300;
+  EXPECT_EQ(ChooseDecode(ds, config)->index, 1u);
+}
+
+TEST(RoutingTest, NoMembersNoChoice) {
+  EXPECT_FALSE(ChoosePrefill(1, {}, {}));
+  EXPECT_FALSE(ChooseDecode({}, {}));
+}
+
+}  // namespace
+}  // namespace kvferry::cluster
