@@ -13,7 +13,7 @@ include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
 set(KVFERRY_INSTALLED_LAYERS common formats jinja tokenizer kv transfer connector engine http
-    server proxy)
+    cluster server proxy)
 
 # Everything the install rules copy, so that `make package` need not build tests and benchmarks.
 set(_kvf_installed_targets kvferry)

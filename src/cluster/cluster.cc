@@ -13,7 +13,7 @@ namespace {
 
 // "http://host:port" from "host:port" or "http://host:port/" (the proxy's accepted spellings).
 std::string NormalizeUrl(std::string url) {
-  if (!url.starts_with("http://") && url.find("://") == std::string::npos) url = "http://" + url;
+  if (url.find("://") == std::string::npos) url = "http://" + url;
   while (url.ends_with('/')) url.pop_back();
   return url;
 }

@@ -56,8 +56,14 @@ StatusOr<MemberRole> MemberRoleFromKvRole(std::string_view kv_role) {
 
 Status ValidateHttpUrl(std::string_view url) {
   const std::string bad = "url must be http://host:port, got '" + std::string(url) + "'";
-  if (!url.starts_with("http://")) return InvalidArgumentError(bad);
-  std::string_view rest = url.substr(7);
+  std::string_view rest = url;
+  if (rest.starts_with("http://")) {
+    rest.remove_prefix(7);
+  } else if (rest.starts_with("https://")) {
+    rest.remove_prefix(8);
+  } else {
+    return InvalidArgumentError(bad);
+  }
   const size_t colon = rest.rfind(':');
   if (colon == std::string_view::npos || colon == 0) return InvalidArgumentError(bad);
   const std::string_view host = rest.substr(0, colon);

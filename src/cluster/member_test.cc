@@ -72,7 +72,8 @@ TEST(MemberTest, GarbageIsRefusedNamingTheField) {
 TEST(MemberTest, HttpUrls) {
   EXPECT_TRUE(ValidateHttpUrl("http://h:1").ok());
   EXPECT_TRUE(ValidateHttpUrl("http://[::1]:8000").ok());
-  for (const char* bad : {"h:1", "https://h:1", "http://h", "http://:1", "http://h:0",
+  EXPECT_TRUE(ValidateHttpUrl("https://h:443").ok());
+  for (const char* bad : {"h:1", "ftp://h:1", "http://h", "http://:1", "http://h:0",
                           "http://h:1/path", "http://h:x"}) {
     EXPECT_FALSE(ValidateHttpUrl(bad).ok()) << bad;
   }

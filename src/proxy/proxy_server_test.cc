@@ -76,7 +76,9 @@ TEST(ProxyServerTest, HandsOffFromPrefillToDecodeRoundRobin) {
   }
   ASSERT_EQ(p1.fake.submitted().size(), 2u);
   ASSERT_EQ(p2.fake.submitted().size(), 2u);
-  const server::GenerateRequest p_leg = p1.fake.submitted()[0];
+  // Idle members take turns; which P took req-0 is the routing's choice.
+  Instance& first = p1.fake.submitted()[0].request_id.starts_with("req-0#") ? p1 : p2;
+  const server::GenerateRequest p_leg = first.fake.submitted()[0];
   EXPECT_EQ(p_leg.params.max_tokens, 1);
   ASSERT_TRUE(p_leg.kv_transfer_params.has_value());
   EXPECT_TRUE(p_leg.kv_transfer_params->do_remote_decode);

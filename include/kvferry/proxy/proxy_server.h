@@ -1,17 +1,20 @@
 // ProxyServer: `kvferry proxy`, the router in front of prefill (P) and decode (D) instances
 // (docs/serving.md, "kvferry proxy"; the hand-off: docs/connector.md §2).
 //
-// For each POST /v1/completions or /v1/chat/completions it picks a P and a D round-robin, sends
-// P the prefill-only request (handoff.h), then D the client's request with P's
-// kv_transfer_params, and passes D's answer through — streamed as it arrives when the client
-// asked for a stream. One X-Request-Id (the client's, or a new one) goes to both legs.
-// An unreachable, silent or failing instance is answered with an OpenAI-style error naming it
-// (503 unreachable, 504 timed out, P's or D's own error status otherwise) within the configured
-// timeouts, never a hang. GET /health (and /healthcheck, as vLLM's proxy) answers 200;
-// GET /v1/models is forwarded to a D. With API keys, clients must present one (http/api_key.h);
-// toward P and D the proxy presents its own upstream key, never the client's. It listens with
-// TLS when given a certificate, and reaches https:// upstreams with TLS verified against
-// upstream.ca_file (docs/deploy.md).
+// For each POST /v1/completions or /v1/chat/completions it picks a P and a D from the cluster
+// (kvferry/cluster/cluster.h: the static lists, or the members registered in etcd; by load, with
+// prefix affinity for P), sends P the prefill-only request (handoff.h), then D the client's
+// request with P's kv_transfer_params, and passes D's answer through — streamed as it arrives
+// when the client asked for a stream. A member that fails before the client saw a token is
+// left for another (proxy/request_flow.h). One X-Request-Id (the client's, or a new one) goes
+// to both legs. When no member can serve, the answer is an OpenAI-style error naming the last
+// one tried (503 unreachable, 504 timed out, P's or D's own error status otherwise) within the
+// configured timeouts, never a hang. GET /health (and /healthcheck, as vLLM's proxy) answers
+// 200; GET /v1/models is forwarded to a D; GET /metrics is the proxy's Prometheus text and
+// GET /cluster its routing table (docs/deploy.md, "Proxy metrics"). With API keys, clients must
+// present one (http/api_key.h); toward P and D the proxy presents its own upstream key, never
+// the client's. It listens with TLS when given a certificate, and reaches https:// upstreams
+// with TLS verified against upstream.ca_file (docs/deploy.md).
 //
 // Thread-safety: Start/Stop from one controlling thread; handlers run on the server's own pool.
 #pragma once
@@ -21,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "kvferry/cluster/routing.h"
 #include "kvferry/common/status.h"
 #include "kvferry/http/api_key.h"
 #include "kvferry/http/tls_server.h"
@@ -40,11 +44,17 @@ struct ProxyOptions {
   http::ApiKeyOptions api_keys;  // what clients must present (none: open)
   http::TlsServerFiles tls;      // the proxy's own listener (none: plain HTTP)
   UpstreamAccess upstream;       // toward P and D: key and CA bundle
+  // A cluster instead of the static lists: etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE].
+  std::string registry;
+  cluster::RoutingConfig routing;
+  int32_t max_tries = 3;           // members tried per leg
+  int64_t poll_interval_ms = 200;  // members' /metrics (load and health)
 };
 
 class ProxyServer {
  public:
-  // InvalidArgument for a bad URL or an empty prefill or decode list.
+  // InvalidArgument for a bad URL or registry address, or (without a registry) an empty
+  // prefill or decode list.
   static StatusOr<std::unique_ptr<ProxyServer>> Create(ProxyOptions options);
   ~ProxyServer();
   ProxyServer(const ProxyServer&) = delete;

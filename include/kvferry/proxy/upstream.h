@@ -1,10 +1,9 @@
-// Upstream instances of the proxy: their URLs, round-robin choice among them, and the one
-// translation of an HTTP client failure into a Status.
+// Upstream instances of the proxy: their URLs, and the one translation of an HTTP client failure
+// into a Status. Which instance serves a request is the cluster's routing (kvferry/cluster).
 //
-// Thread-safety: UpstreamUrl is a value; RoundRobin::Next may be called from any thread.
+// Thread-safety: values and pure functions.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -34,20 +33,6 @@ StatusOr<UpstreamUrl> ParseUpstreamUrl(std::string_view url);
 struct UpstreamAccess {
   std::string api_key;
   std::string ca_file;
-};
-
-class RoundRobin {
- public:
-  explicit RoundRobin(std::vector<UpstreamUrl> upstreams) : upstreams_(std::move(upstreams)) {}
-  // Precondition: at least one upstream.
-  const UpstreamUrl& Next() {
-    return upstreams_[next_.fetch_add(1, std::memory_order_relaxed) % upstreams_.size()];
-  }
-  size_t size() const { return upstreams_.size(); }
-
- private:
-  const std::vector<UpstreamUrl> upstreams_;
-  std::atomic<uint64_t> next_{0};
 };
 
 // The Status for a failed call to `who` (e.g. "prefill instance http://h:p"): connection refused

@@ -1,0 +1,50 @@
+// RequestFlow (proxy-internal): one generation request through the cluster (docs/serving.md,
+// "kvferry proxy"; docs/deploy.md, "Failures").
+//
+//   1. prefill leg: a P from the cluster (least pending tokens, prefix affinity), the
+//      prefill-only body (handoff.h). A P that cannot be reached, times out or answers 5xx
+//      before returning is left for another P, up to `max_tries` members per leg, each try
+//      within its own deadline. A P's 4xx is the client's answer (another P would say the same).
+//   2. decode leg: a D (fewest sequences, KV headroom; not the request's P if another D exists)
+//      with the client's body and P's kv_transfer_params. A D that fails before its first token
+//      reaches the proxy — unreachable, 5xx, closed or silent before the first streamed chunk,
+//      or before the whole answer of a non-streamed request — is left for another D with the
+//      same kv_transfer_params: P still holds the blocks under its lease, and if it no longer
+//      can (P died, the lease ran out) the new D recomputes.
+//   3. once the first chunk of a stream went to the client nothing is retried: a D failing
+//      mid-stream ends the stream with an OpenAI error event and [DONE], never repeated tokens.
+//
+// The client's answer carries X-Request-Id (one id for both legs) and X-Kvferry-Prefill /
+// X-Kvferry-Decode, the ids of the members that served it.
+//
+// Thread-safety: one RequestFlow per request, on its handler thread (the stream provider it
+// installs runs on that thread too).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kvferry/cluster/cluster.h"
+#include "kvferry/proxy/upstream.h"
+
+namespace httplib {
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace kvferry::proxy {
+
+struct FlowOptions {
+  int64_t connect_timeout_ms = 2000;
+  int64_t prefill_timeout_ms = 120000;
+  int64_t decode_timeout_ms = 300000;
+  int32_t max_tries = 3;
+  int32_t affinity_prefix = 128;
+  UpstreamAccess upstream;  // toward P and D: the proxy's key and CA bundle
+};
+
+// Serves `req` (POST /v1/completions or /v1/chat/completions) into `res`.
+void ServeGenerate(cluster::Cluster* cluster, const FlowOptions& options,
+                   const httplib::Request& req, httplib::Response& res);
+
+}  // namespace kvferry::proxy
