@@ -7,7 +7,7 @@ CMAKE_GEN  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CTEST_ARGS ?=
 
 .PHONY: all build deps configure test test-long format format-check tsa asan tsan fuzz bench demo \
-  msgpack-c-check package clean
+  demo-cluster msgpack-c-check package clean
 
 all: build
 
@@ -96,6 +96,10 @@ bench: build
 
 demo: deps build
 	scripts/demo.sh $(BUILD)/bin/kvferry
+
+# etcd + 2 prefill + 2 decode instances + a proxy on loopback (docs/deploy.md, "Running a cluster").
+demo-cluster: deps build
+	scripts/cluster.sh $(BUILD)/bin/kvferry
 
 clean:
 	rm -rf $(BUILD) build-tsa build-asan build-tsan build-fuzz build-msgpack-c

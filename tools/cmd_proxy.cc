@@ -12,6 +12,7 @@
 
 #include "kvferry/common/logging.h"
 #include "kvferry/proxy/proxy_server.h"
+#include "tools/cluster_flags.h"
 #include "tools/command_registry.h"
 #include "tools/security_flags.h"
 #include "tools/stop_signal.h"
@@ -66,9 +67,9 @@ int RunProxy(kvferry::proxy::ProxyOptions o, const VllmStyleFlags& v) {
     std::fprintf(stderr, "kvferry proxy: %s\n", s.ToString().c_str());
     return 2;
   }
-  KVF_LOG_INFO("kvferry proxy: {}://{}:{} with {} prefill and {} decode instances; {}",
-               o.tls.enabled() ? "https" : "http", o.host, (*proxy)->port(), o.prefill_urls.size(),
-               o.decode_urls.size(), kvferry::tools::DescribeSecurity(o.api_keys, o.tls));
+  KVF_LOG_INFO("kvferry proxy: {}://{}:{} with {}; {}", o.tls.enabled() ? "https" : "http", o.host,
+               (*proxy)->port(), kvferry::tools::DescribeMembers(o),
+               kvferry::tools::DescribeSecurity(o.api_keys, o.tls));
   int sig = 0;
   while ((sig = kvferry::tools::StopSignal()) == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -107,6 +108,7 @@ void AddProxy(CLI::App& app) {
       ->capture_default_str();
   kvferry::tools::AddSecurityFlags(sub, &v->security);
   kvferry::tools::AddUpstreamFlags(sub, &v->upstream);
+  kvferry::tools::AddProxyClusterFlags(sub, o.get());
   sub->callback([o, v] { throw CLI::RuntimeError(RunProxy(*o, *v)); });
 }
 KVF_REGISTER_COMMAND(AddProxy);

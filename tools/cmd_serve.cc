@@ -17,6 +17,7 @@
 #include "kvferry/kv/dtype.h"
 #include "kvferry/server/engine_loop.h"
 #include "kvferry/server/openai_server.h"
+#include "tools/cluster_flags.h"
 #include "tools/command_registry.h"
 #include "tools/security_flags.h"
 #include "tools/stop_signal.h"
@@ -47,6 +48,7 @@ struct ServeOptions {
   int request_timeout_s = 600;
   int shutdown_timeout_s = 10;
   kvferry::tools::SecurityFlags security;
+  kvferry::tools::ServeRegistryFlags registry;
 };
 
 int Fail(const std::string& what, const kvferry::Status& s) {
@@ -112,6 +114,10 @@ int RunServe(const ServeOptions& o) {
                sopts.tls.enabled() ? "https" : "http", o.host, http.port(), sopts.served_model_name,
                role, (*loop)->max_model_len(),
                kvferry::tools::DescribeSecurity(sopts.api_keys, sopts.tls));
+  auto registrar = kvferry::tools::StartServeRegistration(
+      o.registry,
+      {&loop_opts, loop->get(), o.host, http.port(), sopts.tls.enabled(), sopts.served_model_name});
+  if (!registrar.ok()) return Fail("--registry", registrar.status());
 
   int sig = 0;
   while ((sig = kvferry::tools::StopSignal()) == 0) {
@@ -123,6 +129,7 @@ int RunServe(const ServeOptions& o) {
   }
   KVF_LOG_INFO("kvferry serve: {}, draining (up to {} s)", sig > 0 ? strsignal(sig) : "engine down",
                o.shutdown_timeout_s);
+  if (*registrar) (*registrar)->Stop();  // leave the cluster first: no new requests come
   http.BeginDrain();
   (*loop)->Stop(static_cast<int64_t>(o.shutdown_timeout_s) * 1000);
   http.Stop();
@@ -195,6 +202,7 @@ void AddServe(CLI::App& app) {
   sub->add_option("--shutdown-timeout", o->shutdown_timeout_s,
                   "On SIGTERM/SIGINT, seconds to let running requests finish before aborting")
       ->capture_default_str();
+  kvferry::tools::AddServeRegistryFlags(sub, &o->registry);
   sub->callback([o] { throw CLI::RuntimeError(RunServe(*o)); });
 }
 KVF_REGISTER_COMMAND(AddServe);

@@ -1,0 +1,82 @@
+#include "tools/cluster_flags.h"
+
+#include "kvferry/cluster/member.h"
+#include "kvferry/cluster/registry_address.h"
+
+namespace kvferry::tools {
+
+void AddServeRegistryFlags(CLI::App* serve, ServeRegistryFlags* f) {
+  serve->add_option("--registry", f->registry,
+                    "Register this instance in a cluster: etcd://HOST:PORT[,HOST:PORT...]"
+                    "[/NAMESPACE] (docs/deploy.md); needs --kv-transfer-config");
+  serve
+      ->add_option("--registry-ttl", f->ttl_s,
+                   "Seconds of the registry lease: a crashed or cut-off instance leaves the "
+                   "cluster this long after its last keep-alive")
+      ->capture_default_str();
+  serve->add_option("--advertise-host", f->advertise_host,
+                    "Address proxies reach this instance at (default: --host)");
+}
+
+StatusOr<std::unique_ptr<cluster::Registrar>> StartServeRegistration(const ServeRegistryFlags& f,
+                                                                     const ServedInstance& in) {
+  if (f.registry.empty()) return std::unique_ptr<cluster::Registrar>();
+  KVF_ASSIGN_OR_RETURN(cluster::RegistryAddress address, cluster::ParseRegistryUrl(f.registry));
+  const auto& kv = in.loop_options->kv_transfer;
+  if (!kv) {
+    return InvalidArgumentError(
+        "a cluster member needs --kv-transfer-config (its kv_role says whether it prefills, "
+        "decodes or both)");
+  }
+  const std::string host = f.advertise_host.empty() ? in.host : f.advertise_host;
+  if (host == "0.0.0.0" || host == "::" || host.empty()) {
+    return InvalidArgumentError("--host " + in.host +
+                                " is not an address proxies can reach: give --advertise-host");
+  }
+  cluster::MemberInfo m;
+  m.id = m.engine_id = in.loop->engine_id();
+  KVF_ASSIGN_OR_RETURN(m.role, cluster::MemberRoleFromKvRole(connector::KvRoleName(kv->kv_role)));
+  m.url = (in.https ? "https://" : "http://") + host + ":" + std::to_string(in.port);
+  if (in.loop->side_channel_port() != 0) {
+    m.side_channel = kv->side_channel_host + ":" + std::to_string(in.loop->side_channel_port());
+  }
+  m.model = in.model;
+  m.tp_size = 1;
+  m.kv_blocks_total = in.loop->num_kv_blocks_total();
+  m.block_size = in.loop->block_size_logical();
+  cluster::RegistrarOptions o;
+  o.address = std::move(address);
+  o.ttl_s = f.ttl_s;
+  return cluster::Registrar::Start(std::move(o), std::move(m));
+}
+
+void AddProxyClusterFlags(CLI::App* p, proxy::ProxyOptions* o) {
+  p->add_option("--registry", o->registry,
+                "Find prefill and decode instances in a cluster registry instead of "
+                "--prefill/--decode: etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]");
+  p->add_option("--max-tries", o->max_tries,
+                "Instances tried per leg before the error is the client's answer")
+      ->capture_default_str();
+  p->add_option("--affinity-prefix", o->routing.affinity_prefix,
+                "Leading prompt bytes (or token ids) that send requests to the same prefill "
+                "instance (0: no prefix affinity)")
+      ->capture_default_str();
+  p->add_option("--affinity-max-imbalance", o->routing.affinity_max_imbalance_tokens,
+                "Pending prefill tokens the affinity instance may have beyond the least loaded "
+                "one before it is skipped")
+      ->capture_default_str();
+  p->add_option("--min-free-kv-fraction", o->routing.min_free_kv_fraction,
+                "Decode instances with less free KV than this are chosen only if all are")
+      ->capture_default_str();
+  p->add_option("--poll-interval-ms", o->poll_interval_ms,
+                "How often each instance's /metrics (load and health) is read")
+      ->capture_default_str();
+}
+
+std::string DescribeMembers(const proxy::ProxyOptions& o) {
+  if (!o.registry.empty()) return "registry " + o.registry;
+  return std::to_string(o.prefill_urls.size()) + " prefill and " +
+         std::to_string(o.decode_urls.size()) + " decode instances";
+}
+
+}  // namespace kvferry::tools
