@@ -1,0 +1,194 @@
+"""A cluster on loopback, found through etcd (docs/reliability.md, "Cluster"): members joining
+and leaving, prefix affinity, etcd going away and coming back, bad registry data, two proxies.
+Real processes: etcd, `kvferry serve --registry`, `kvferry proxy --registry`.
+"""
+import time
+
+from cluster_harness import (Etcd, check, colocated_reference, measure, parse_args, proxy, run,
+                             serve, wait_until)
+
+args = None
+TTL_S = 3
+SLACK_S = 5.0
+
+
+def body(prompt, n=6, **kw):
+    return dict({"prompt": prompt, "max_tokens": n, "temperature": 0}, **kw)
+
+
+def assert_pulled(resp, what):
+    """The answer's KV came from a P (a recompute gives the same text, so the text proves
+    nothing about P/D)."""
+    load = resp.get("kv_load") if isinstance(resp, dict) else None
+    check(load is not None and load.get("outcome") in ("pulled", "notify_only"),
+          f"{what}: KV not pulled: kv_load={load}")
+
+
+def case_members_join_and_leave():
+    etcd = Etcd()
+    reg = etcd.registry()
+    p0 = serve(args.kvferry, "p0", "kv_producer", reg, ttl=TTL_S)
+    d0 = serve(args.kvferry, "d0", "kv_consumer", reg, ttl=30)  # leaves by deregistering
+    px = proxy(args.kvferry, "proxy", reg)
+    check(wait_until(lambda: px.members("healthy") == ["d0", "p0"], 20) is not None,
+          f"proxy sees {px.members()}")
+    prompts = [body(f"join and leave {i}: " + "x" * (20 + 30 * i)) for i in range(6)]
+    want = colocated_reference(args.kvferry, prompts)
+    for b in prompts:
+        status, resp, hdr = px.complete(b)
+        check(status == 200, f"{status} {resp}")
+        check(resp["choices"][0]["text"] == want[(b["prompt"], b["max_tokens"])], "text differs")
+        check(hdr.get("X-Kvferry-Prefill") == "p0" and hdr.get("X-Kvferry-Decode") == "d0",
+              f"routed to {hdr}")
+        assert_pulled(resp, "through the proxy")
+
+    d1 = serve(args.kvferry, "d1", "kv_consumer", reg, ttl=TTL_S)  # joins without a restart
+    check(wait_until(lambda: "d1" in px.members("healthy"), 20) is not None, "d1 never joined")
+    decoders = set()
+    for b in prompts:
+        status, resp, hdr = px.complete(b)
+        check(status == 200, f"{status} {resp}")
+        decoders.add(hdr.get("X-Kvferry-Decode"))
+    check(decoders == {"d0", "d1"}, f"decode legs went to {decoders}")
+
+    # A clean shutdown deletes the key at once: d0 (30 s lease) leaves long before its lease
+    # could run out.
+    t0 = time.monotonic()
+    check(d0.stop() == 0, "d0 did not exit 0")
+    check(wait_until(lambda: "d0" not in px.members(), 10) is not None, "d0 still listed")
+    measure("cluster.clean_shutdown_leaves", time.monotonic() - t0, 10)
+    check("d0" not in etcd.ctl("get", "--prefix", "/kvferry/test/members/", "--keys-only"),
+          "d0's key is still in etcd")
+    # A killed member leaves when its lease runs out.
+    t0 = time.monotonic()
+    d1.kill()
+    check(wait_until(lambda: "d1" not in px.members(), TTL_S + SLACK_S) is not None,
+          "killed d1 still listed")
+    measure("cluster.killed_member_leaves", time.monotonic() - t0, TTL_S + SLACK_S)
+    status, resp, _ = px.complete(prompts[0])
+    check(status == 503 and "no decode instance" in str(resp), f"no D left: {status} {resp}")
+    check(px.stop() == 0 and p0.stop() == 0, "exit codes")
+
+
+def case_prefix_affinity():
+    etcd = Etcd()
+    reg = etcd.registry()
+    ps = [serve(args.kvferry, f"p{i}", "kv_producer", reg) for i in range(2)]
+    d = serve(args.kvferry, "d0", "kv_consumer", reg)
+    px = proxy(args.kvferry, "proxy", reg)
+    check(wait_until(lambda: len(px.members("healthy")) == 3, 20) is not None, "members")
+    # Block size 16, one byte per token: 160 shared bytes are 10 shared blocks.
+    shared = "".join(chr(ord("a") + (i * 7) % 26) for i in range(160))
+    hits_before = {p.name: p.metric("kvferry:prefix_cache_hit_tokens_total") for p in ps}
+    homes = []
+    for i in range(4):
+        status, resp, hdr = px.complete(body(shared + f" question {i}?"))
+        check(status == 200, f"{status} {resp}")
+        homes.append(hdr.get("X-Kvferry-Prefill"))
+    check(len(set(homes)) == 1, f"prompts sharing 10 blocks went to {homes}")
+    home = next(p for p in ps if p.name == homes[0])
+    other = next(p for p in ps if p.name != homes[0])
+    gained = home.metric("kvferry:prefix_cache_hit_tokens_total") - hits_before[home.name]
+    check(gained >= 3 * 160, f"{home.name}'s prefix cache hit {gained} tokens, want >= 480")
+    check(other.metric("kvferry:prefix_cache_hit_tokens_total") == hits_before[other.name],
+          f"{other.name} served part of the family")
+    # Other prefixes spread over both P.
+    spread = set()
+    for i in range(12):
+        status, _, hdr = px.complete(body(chr(ord("A") + i) * 130 + " tail"))
+        spread.add(hdr.get("X-Kvferry-Prefill"))
+    check(spread == {"p0", "p1"}, f"other prefixes went to {spread}")
+    check(px.metric('kvferry:proxy_routes_total{leg="prefill",reason="affinity"}') >= 16,
+          "affinity routes not counted")
+    del d
+
+
+def case_registry_goes_away_and_comes_back():
+    etcd = Etcd()
+    reg = etcd.registry()
+    p = serve(args.kvferry, "p0", "kv_producer", reg, ttl=TTL_S)
+    d = serve(args.kvferry, "d0", "kv_consumer", reg, ttl=TTL_S)
+    px = proxy(args.kvferry, "proxy", reg)
+    check(wait_until(lambda: len(px.members("healthy")) == 2, 20) is not None, "members")
+    check(px.metric("kvferry:proxy_registry_connected") == 1, "not connected")
+    b = body("while etcd is away " * 4)
+
+    t0 = time.monotonic()
+    etcd.stop()
+    check(wait_until(lambda: px.metric("kvferry:proxy_registry_connected") == 0, 10) is not None,
+          "the proxy did not notice etcd going away")
+    measure("cluster.registry_loss_noticed", time.monotonic() - t0, 10)
+    check(px.wait_log(r"registry .* unreachable: .*routing to the 2 last known members", 5),
+          "no log line about the registry")
+    for _ in range(3):  # the last known members keep serving, past the lease TTL too
+        status, resp, _ = px.complete(b)
+        check(status == 200, f"with etcd down: {status} {resp}")
+        assert_pulled(resp, "with etcd down")
+        time.sleep(TTL_S / 2)
+    check(px.members("healthy") == ["d0", "p0"], f"members with etcd down: {px.members()}")
+
+    etcd.start()  # same data directory: the keys and leases are back
+    check(wait_until(lambda: px.metric("kvferry:proxy_registry_connected") == 1, 15) is not None,
+          "the proxy did not reconnect")
+    d1 = serve(args.kvferry, "d1", "kv_consumer", reg, ttl=TTL_S)
+    check(wait_until(lambda: "d1" in px.members("healthy"), 15) is not None,
+          "a member registered after etcd came back was not seen: the watch did not resume")
+    check(px.members() == ["d0", "d1", "p0"], f"members after etcd came back: {px.members()}")
+    check(p.alive() and d.alive() and d1.alive(), "an instance died")
+
+
+def case_bad_registry_data_is_ignored():
+    etcd = Etcd()
+    reg = etcd.registry()
+    prefix = "/kvferry/test/members/"
+    p = serve(args.kvferry, "p0", "kv_producer", reg)
+    d = serve(args.kvferry, "d0", "kv_consumer", reg)
+    px = proxy(args.kvferry, "proxy", reg)
+    etcd.ctl("put", prefix + "garbage", "{not json at all")
+    etcd.ctl("put", prefix + "wrong-types", '{"version":1,"role":"decode","url":42}')
+    etcd.ctl("put", prefix + "ghost", '{"version":1,"role":"decode","url":"http://127.0.0.1:1",'
+             '"engine_id":"ghost","side_channel":"","model":"tiny","tp_size":1,'
+             '"kv_blocks_total":64,"block_size":16}')
+    check(wait_until(lambda: px.members("healthy") == ["d0", "p0"] and "ghost" in px.members(),
+                     20) is not None, f"members: {px.table()}")
+    check(px.wait_log(r"registry: ignoring /kvferry/test/members/garbage", 5), "no log for garbage")
+    check(px.wait_log(r"registry: ignoring /kvferry/test/members/wrong-types .*url", 5),
+          "no log for wrong types")
+    check(px.wait_log(r"member ghost .* does not answer", 5), "no log for the unreachable member")
+    check(px.metric('kvferry:proxy_registry_events_total{kind="invalid"}') >= 2, "not counted")
+    for i in range(8):
+        status, resp, hdr = px.complete(body(f"bad data {i} " * 5))
+        check(status == 200 and hdr.get("X-Kvferry-Decode") == "d0", f"{status} {resp} {hdr}")
+    check(p.alive() and d.alive(), "an instance died")
+
+
+def case_two_proxies_side_by_side():
+    etcd = Etcd()
+    reg = etcd.registry()
+    members = [serve(args.kvferry, n, r, reg) for n, r in
+               (("p0", "kv_producer"), ("p1", "kv_producer"), ("d0", "kv_consumer"),
+                ("d1", "kv_consumer"))]
+    proxies = [proxy(args.kvferry, f"proxy{i}", reg) for i in range(2)]
+    for px in proxies:
+        check(wait_until(lambda: len(px.members("healthy")) == 4, 20) is not None, "members")
+    prompts = [body(f"side by side {i} " + "y" * (10 * i), n=5) for i in range(12)]
+    want = colocated_reference(args.kvferry, prompts)
+    for i, b in enumerate(prompts):
+        px = proxies[i % 2]
+        status, resp, hdr = px.complete(b)
+        check(status == 200, f"{px.name}: {status} {resp}")
+        check(resp["choices"][0]["text"] == want[(b["prompt"], b["max_tokens"])], "text differs")
+        assert_pulled(resp, px.name)
+    for m in members:
+        check(m.metric('kvferry:request_success_total{finished_reason="length"}') > 0,
+              f"{m.name} got no request")
+        check(wait_until(lambda: m.blocks_in_use() == 0, 10) is not None, f"{m.name} holds blocks")
+
+
+if __name__ == "__main__":
+    args = parse_args()
+    run([("members_join_and_leave", case_members_join_and_leave),
+         ("prefix_affinity", case_prefix_affinity),
+         ("registry_goes_away_and_comes_back", case_registry_goes_away_and_comes_back),
+         ("bad_registry_data_is_ignored", case_bad_registry_data_is_ignored),
+         ("two_proxies_side_by_side", case_two_proxies_side_by_side)])
