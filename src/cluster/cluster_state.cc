@@ -51,8 +51,7 @@ void ClusterState::SetMembers(std::vector<MemberInfo> members) {
     KVF_LOG_INFO("cluster: member {} joined ({} at {}, engine {}); probing it before routing to it",
                  m.id, MemberRoleName(m.role), m.url, m.engine_id);
     const std::string id = m.id;
-    next.emplace(
-        id, Record{std::move(m), MemberHealth(health_policy_), std::nullopt, {0, 0}, 0, false});
+    next.emplace(id, Record{std::move(m), MemberHealth(health_policy_)});
   }
   for (const auto& [id, r] : members_) {
     if (!next.contains(id)) {
@@ -93,7 +92,7 @@ Candidate ClusterState::CandidateOf(Leg leg, const std::string& id, const Record
     c.free_kv_blocks = r.load->free_kv_blocks;
     c.total_kv_blocks = r.load->total_kv_blocks;
   }
-  c.routed = counters_.at(id).routed[LegIndex(leg)];
+  c.last_routed = r.last_routed[LegIndex(leg)];
   return c;
 }
 
@@ -127,6 +126,7 @@ StatusOr<std::unique_ptr<Route>> ClusterState::Pick(Leg leg, const RouteRequest&
   Record& r = members_.at(id);
   const int64_t tokens = leg == Leg::kPrefill ? EstimateTokens(request) : 0;
   ++r.inflight[LegIndex(leg)];
+  r.last_routed[LegIndex(leg)] = ++route_seq_;
   r.inflight_prefill_tokens += tokens;
   ++counters_[id].routed[LegIndex(leg)];
   ++route_reasons_[std::string(LegName(leg)) + "/" +

@@ -81,12 +81,14 @@ class ClusterState : public RegistryListener {
  private:
   friend class Route;
   struct Record {
+    Record(MemberInfo i, MemberHealth h) : info(std::move(i)), health(h) {}
     MemberInfo info;
     MemberHealth health;
     std::optional<MemberLoad> load;
     int32_t inflight[2] = {0, 0};
     int64_t inflight_prefill_tokens = 0;
-    bool logged_unanswered = false;  // the "does not answer" line of a joining member
+    uint64_t last_routed[2] = {0, 0};  // route_seq_ of its last leg of each kind
+    bool logged_unanswered = false;    // the "does not answer" line of a joining member
   };
   struct Counters {
     std::string url;
@@ -113,6 +115,7 @@ class ClusterState : public RegistryListener {
   uint64_t registry_disconnects_ GUARDED_BY(mu_) = 0;
   std::map<std::string, uint64_t> registry_events_ GUARDED_BY(mu_);
   std::map<std::string, uint64_t> route_reasons_ GUARDED_BY(mu_);  // "<leg>/<reason>"
+  uint64_t route_seq_ GUARDED_BY(mu_) = 0;
   uint64_t retries_[2] GUARDED_BY(mu_) = {0, 0};
   uint64_t streams_aborted_ GUARDED_BY(mu_) = 0;
   double tokens_per_byte_ GUARDED_BY(mu_) = 1.0;

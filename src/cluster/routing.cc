@@ -81,7 +81,7 @@ std::optional<Choice> ChoosePrefill(std::optional<uint64_t> affinity_key,
   const std::vector<size_t> eligible = Eligible(members);
   if (eligible.empty()) return std::nullopt;
   const size_t least = MinBy(members, eligible, [](const Candidate& m) {
-    return std::tuple(m.pending_prefill_tokens, m.routed, m.id);
+    return std::tuple(m.pending_prefill_tokens, m.last_routed, m.id);
   });
   if (!affinity_key) return Chosen(members, least, RouteReason::kLeastLoaded);
   const size_t home = *std::max_element(eligible.begin(), eligible.end(), [&](size_t a, size_t b) {
@@ -110,7 +110,7 @@ std::optional<Choice> ChooseDecode(std::span<const Candidate> members,
     }
   }
   const size_t best = MinBy(members, roomy.empty() ? eligible : roomy, [](const Candidate& m) {
-    return std::tuple(m.num_seqs, -m.free_kv_blocks, m.routed, m.id);
+    return std::tuple(m.num_seqs, -m.free_kv_blocks, m.last_routed, m.id);
   });
   return Chosen(members, best, RouteReason::kLeastLoaded);
 }

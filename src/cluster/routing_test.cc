@@ -34,12 +34,15 @@ TEST(RoutingTest, PrefillWithoutAffinityGoesToTheLeastPendingTokens) {
   EXPECT_EQ(c->reason, RouteReason::kLeastLoaded);
 }
 
-TEST(RoutingTest, TiesGoToTheMemberRoutedLeastThenById) {
-  std::vector<Candidate> ps = {P("p0", 0), P("p1", 0)};
-  ps[0].routed = 5;
-  ps[1].routed = 4;
-  EXPECT_EQ(ChoosePrefill(std::nullopt, ps, {})->index, 1u);
-  ps[1].routed = 5;
+TEST(RoutingTest, TiesGoToTheLeastRecentlyRoutedThenById) {
+  std::vector<Candidate> ps = {P("p0", 0), P("p1", 0), P("p2", 0)};
+  ps[0].last_routed = 7;
+  ps[1].last_routed = 9;
+  ps[2].last_routed = 8;
+  EXPECT_EQ(ChoosePrefill(std::nullopt, ps, {})->index, 0u);
+  ps[0].last_routed = 10;
+  EXPECT_EQ(ChoosePrefill(std::nullopt, ps, {})->index, 2u);
+  ps[2].last_routed = ps[1].last_routed = ps[0].last_routed = 0;  // never: by id
   EXPECT_EQ(ChoosePrefill(std::nullopt, ps, {})->index, 0u);
 }
 

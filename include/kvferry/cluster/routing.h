@@ -12,7 +12,9 @@
 // D: fewest sequences (running + waiting), among members with at least
 //    `min_free_kv_fraction` of their KV blocks free (all members if none has); ties go to the
 //    most free blocks.
-// Ties after that go to the member this proxy sent fewest requests (`routed`), then by id.
+// Ties after that go to the member this proxy routed to least recently (`last_routed`: a
+// sequence number, 0 for never), then by id — idle members take turns, and one that just joined
+// takes one turn, not every request until its count caught up.
 // Members `excluded` (already tried for this request) are never chosen; members not `routable`
 // (joining, ejected) only when no routable one is left, so a cluster whose health checks all
 // fail still answers with the members' real errors rather than none; `avoid` (the instance
@@ -43,7 +45,7 @@ struct Candidate {
   int32_t num_seqs = 0;
   int64_t free_kv_blocks = 0;
   int64_t total_kv_blocks = 0;  // 0: unknown (no KV filter)
-  uint64_t routed = 0;
+  uint64_t last_routed = 0;
 };
 
 enum class RouteReason : uint8_t {
