@@ -61,7 +61,9 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Start(ClusterOptions o) {
     KVF_ASSIGN_OR_RETURN(std::vector<MemberInfo> members, StaticMembers(o));
     c->state_->SetMembers(std::move(members));
   }
-  c->poller_ = LoadPoller::Start({o.poll_interval_ms, o.poll_timeout_ms}, c->state_.get());
+  LoadPollerOptions poll{o.poll_interval_ms, o.poll_timeout_ms};
+  if (o.fetch_metrics) poll.fetch = o.fetch_metrics;
+  c->poller_ = LoadPoller::Start(std::move(poll), c->state_.get());
   return c;
 }
 

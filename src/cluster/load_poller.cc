@@ -6,7 +6,7 @@
 
 namespace kvferry::cluster {
 
-StatusOr<MemberLoad> PollMember(const std::string& url, int64_t timeout_ms) {
+StatusOr<std::string> FetchMetricsPlainHttp(const std::string& url, int64_t timeout_ms) {
   httplib::Client c(url);
   const auto timeout = std::chrono::milliseconds(timeout_ms);
   c.set_connection_timeout(timeout);
@@ -19,10 +19,9 @@ StatusOr<MemberLoad> PollMember(const std::string& url, int64_t timeout_ms) {
                ? DeadlineExceededError(what)
                : UnavailableError(what);
   }
-  if (res->status != 200) {
-    return UnavailableError(url + "/metrics answered HTTP " + std::to_string(res->status));
-  }
-  return ParseMemberLoad(res->body);
+  // Any answer proves the member alive; only a 200 carries figures (an instance without
+  // /metrics, or one that wants a key for it, is routed by this proxy's own in-flight counts).
+  return res->status == 200 ? std::move(res->body) : std::string();
 }
 
 std::unique_ptr<LoadPoller> LoadPoller::Start(LoadPollerOptions options, ClusterState* state) {
@@ -61,7 +60,9 @@ void LoadPoller::PollRound() {
   readers.reserve(targets.size());
   for (const ClusterState::PollTarget& t : targets) {
     readers.emplace_back([this, t] {
-      const StatusOr<MemberLoad> load = PollMember(t.url, options_.timeout_ms);
+      StatusOr<std::string> text = options_.fetch(t.url, options_.timeout_ms);
+      const StatusOr<MemberLoad> load =
+          text.ok() ? StatusOr<MemberLoad>(ParseMemberLoad(*text)) : text.status();
       state_->OnPoll(t.id, t.url, load, ClusterState::Clock::now());
     });
   }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <thread>
 
@@ -16,13 +17,18 @@
 
 namespace kvferry::cluster {
 
+// GET <url>/metrics within timeout_ms: the body of a 200 answer ("" for any other answer: the
+// member is alive, its figures unknown); Unavailable / DeadlineExceeded naming the member when
+// nothing answered. The proxy may pass its own (its transport: TLS, keys).
+using MetricsFetcher =
+    std::function<StatusOr<std::string>(const std::string& url, int64_t timeout_ms)>;
+StatusOr<std::string> FetchMetricsPlainHttp(const std::string& url, int64_t timeout_ms);
+
 struct LoadPollerOptions {
   int64_t interval_ms = 200;
   int64_t timeout_ms = 1000;
+  MetricsFetcher fetch = FetchMetricsPlainHttp;
 };
-
-// One GET <url>/metrics; Unavailable / DeadlineExceeded naming the member when it fails.
-StatusOr<MemberLoad> PollMember(const std::string& url, int64_t timeout_ms);
 
 class LoadPoller {
  public:

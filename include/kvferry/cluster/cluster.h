@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ struct ClusterOptions {
   int64_t probe_backoff_min_ms = 500;
   int64_t probe_backoff_max_ms = 5000;
   int64_t registry_timeout_ms = 1000;  // each etcd call, and the health check's period
+  // How a member's /metrics is read (url, timeout_ms -> body); null: plain HTTP. The proxy
+  // passes its own when it reaches members through its own transport.
+  std::function<StatusOr<std::string>(const std::string&, int64_t)> fetch_metrics;
 };
 
 class Cluster {

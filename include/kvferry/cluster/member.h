@@ -6,7 +6,7 @@
 //    "engine_id":"p0", "side_channel":"10.0.0.2:5600", "model":"tiny", "tp_size":1,
 //    "kv_blocks_total":4096, "block_size":16}
 // Unknown keys are ignored (a newer instance may add some); a missing or ill-typed key, an
-// unknown role or a URL that is not http://host:port makes the whole value invalid, and the
+// unknown role or a URL that is not http(s)://host:port makes the whole value invalid, and the
 // proxy ignores it with a log line rather than routing to half a member.
 //
 // Thread-safety: values and pure functions.
@@ -31,7 +31,7 @@ inline bool CanDecode(MemberRole r) { return r != MemberRole::kPrefill; }
 struct MemberInfo {
   std::string id;  // the registry key's last segment (the engine id); a static member: its URL
   MemberRole role = MemberRole::kBoth;
-  std::string url;           // http://host:port, where proxies send requests
+  std::string url;           // http(s)://host:port, where proxies send requests
   std::string engine_id;     // the connector's engine id (remote_engine_id in kv_transfer_params)
   std::string side_channel;  // host:port of P's handshake socket; "" when it serves none
   std::string model;
@@ -42,7 +42,9 @@ struct MemberInfo {
   bool operator==(const MemberInfo&) const = default;
 };
 
-// "http://host:port" (no path, port 1..65535): InvalidArgument otherwise.
+// "http://host:port" or "https://host:port" (no path, port 1..65535): InvalidArgument
+// otherwise. Whether https is reachable is the transport's business (the proxy's), not the
+// registry's.
 Status ValidateHttpUrl(std::string_view url);
 
 std::string EncodeMember(const MemberInfo& member);
