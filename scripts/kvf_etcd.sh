@@ -36,7 +36,7 @@ kvf_start_etcd() {
 kvf_wait_members() {
   local deadline=$((SECONDS + ${STARTUP_TIMEOUT_S:-60})) n
   while [ $SECONDS -lt $deadline ]; do
-    n=$(curl -sf --max-time 2 "http://127.0.0.1:$1/cluster" | grep -o '"state":"healthy"' | wc -l)
+    n=$(curl -sf --max-time 2 "http://127.0.0.1:$1/cluster" | grep -o '"state":"healthy"' | wc -l || true)
     [ "$n" = "$2" ] && return 0
     sleep 0.2
   done
