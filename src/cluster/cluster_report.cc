@@ -96,14 +96,13 @@ std::string ClusterState::RenderMetrics() const {
       w.Sample({{"member", id}, {"leg", kLegs[leg]}}, r.inflight[leg]);
   }
   w.Family("kvferry:proxy_member_requests_total", "counter",
-           "Legs sent to each member, by outcome (other: client gone or request refused).");
+           "Finished legs per member, by outcome (other: client gone or request refused).");
   for (const auto& [id, c] : counters_) {
     for (int leg = 0; leg < 2; ++leg) {
       if (c.routed[leg] == 0) continue;
-      const double other = static_cast<double>(c.routed[leg] - c.ok[leg] - c.failed[leg]);
       w.Sample({{"member", id}, {"leg", kLegs[leg]}, {"outcome", "ok"}}, c.ok[leg]);
       w.Sample({{"member", id}, {"leg", kLegs[leg]}, {"outcome", "failed"}}, c.failed[leg]);
-      w.Sample({{"member", id}, {"leg", kLegs[leg]}, {"outcome", "other"}}, other);
+      w.Sample({{"member", id}, {"leg", kLegs[leg]}, {"outcome", "other"}}, c.neutral[leg]);
     }
   }
   w.Family("kvferry:proxy_member_ejections_total", "counter", "Times a member was ejected.");

@@ -142,6 +142,7 @@ void ClusterState::Finish(const Route& route, Route::Outcome outcome) {
   Counters& c = counters_[route.member_id()];
   if (outcome == Route::Outcome::kOk) ++c.ok[leg];
   if (outcome == Route::Outcome::kFailed) ++c.failed[leg];
+  if (outcome == Route::Outcome::kNeutral) ++c.neutral[leg];
   auto it = members_.find(route.member_id());
   if (it == members_.end() || it->second.info.url != route.url()) return;  // gone meanwhile
   Record& r = it->second;

@@ -96,6 +96,7 @@ class ClusterState : public RegistryListener {
     uint64_t routed[2] = {0, 0};
     uint64_t ok[2] = {0, 0};
     uint64_t failed[2] = {0, 0};
+    uint64_t neutral[2] = {0, 0};
     uint64_t ejections = 0;
   };
 

@@ -119,6 +119,10 @@ TEST_F(ClusterStateTest, NeutralOutcomesDoNotEject) {
                                         "url=\"http://127.0.0.1:9100\"} 1"),
             std::string::npos)
       << state_.RenderMetrics();
+  EXPECT_NE(
+      state_.RenderMetrics().find(
+          "kvferry:proxy_member_requests_total{member=\"d0\",leg=\"decode\",outcome=\"other\"} 5"),
+      std::string::npos);
 }
 
 TEST_F(ClusterStateTest, LeavingAndRejoiningElsewhereStartsOver) {
