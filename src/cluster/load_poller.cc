@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace kvferry::cluster {
@@ -48,25 +49,39 @@ void LoadPoller::Run() {
     MutexLock lock(&mu_);
     if (cv_.WaitFor(&mu_, std::chrono::milliseconds(options_.interval_ms),
                     [this]() REQUIRES(mu_) { return stop_; })) {
-      return;
+      break;
+    }
+  }
+  JoinFinishedReaders(/*all=*/true);
+}
+
+void LoadPoller::JoinFinishedReaders(bool all) {
+  for (auto it = readers_.begin(); it != readers_.end();) {
+    if (all || it->done->load()) {
+      it->thread.join();
+      it = readers_.erase(it);
+    } else {
+      ++it;
     }
   }
 }
 
 void LoadPoller::PollRound() {
-  const std::vector<ClusterState::PollTarget> targets =
-      state_->PollTargets(ClusterState::Clock::now());
-  std::vector<std::thread> readers;
-  readers.reserve(targets.size());
-  for (const ClusterState::PollTarget& t : targets) {
-    readers.emplace_back([this, t] {
-      StatusOr<std::string> text = options_.fetch(t.url, options_.timeout_ms);
-      const StatusOr<MemberLoad> load =
-          text.ok() ? StatusOr<MemberLoad>(ParseMemberLoad(*text)) : text.status();
-      state_->OnPoll(t.id, t.url, load, ClusterState::Clock::now());
-    });
+  JoinFinishedReaders(/*all=*/false);
+  for (const ClusterState::PollTarget& t : state_->PollTargets(ClusterState::Clock::now())) {
+    const bool in_flight = std::any_of(readers_.begin(), readers_.end(),
+                                       [&](const Reader& r) { return r.id == t.id; });
+    if (in_flight) continue;
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    readers_.push_back(
+        Reader{t.id, done, std::thread([this, t, done] {
+                 StatusOr<std::string> text = options_.fetch(t.url, options_.timeout_ms);
+                 const StatusOr<MemberLoad> load =
+                     text.ok() ? StatusOr<MemberLoad>(ParseMemberLoad(*text)) : text.status();
+                 state_->OnPoll(t.id, t.url, load, ClusterState::Clock::now());
+                 done->store(true);
+               })});
   }
-  for (std::thread& r : readers) r.join();
 }
 
 }  // namespace kvferry::cluster

@@ -1,16 +1,20 @@
-// LoadPoller: reads each member's /metrics on a background thread, every `interval_ms`, into
-// ClusterState: a healthy member's load every round, and a joining or ejected member's when its
-// probe is due (member_health.h) — the poll is also the health probe. Members are read in
-// parallel, each within `timeout_ms` (connect and read), so one member cut off does not delay
-// the others' figures.
+// LoadPoller: reads each member's /metrics into ClusterState, every `interval_ms`: a healthy
+// member's load every round, and a joining or ejected member's when its probe is due
+// (member_health.h) — the poll is also the health probe. Each read runs on its own thread within
+// `timeout_ms` (connect and read) and a round does not wait for it: a member cut off (its reads
+// taking the whole timeout) is skipped while its read is in flight, and the others' figures stay
+// fresh.
 //
-// Thread-safety: Start/Stop from one controlling thread.
+// Thread-safety: Start/Stop from one controlling thread; Stop joins every read in flight.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "cluster/cluster_state.h"
 #include "kvferry/common/thread_annotations.h"
@@ -43,12 +47,20 @@ class LoadPoller {
   LoadPoller(LoadPollerOptions options, ClusterState* state) : options_(options), state_(state) {}
   void Run();
   void PollRound();
+  void JoinFinishedReaders(bool all);
+
+  struct Reader {
+    std::string id;
+    std::shared_ptr<std::atomic<bool>> done;
+    std::thread thread;
+  };
 
   const LoadPollerOptions options_;
   ClusterState* const state_;
   Mutex mu_;
   CondVar cv_;
   bool stop_ GUARDED_BY(mu_) = false;
+  std::vector<Reader> readers_;  // the poller thread's
   std::thread thread_;
 };
 
