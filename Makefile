@@ -56,7 +56,7 @@ SAN_ENV = UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none 
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   TSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/tsan.supp:halt_on_error=1:second_deadlock_stack=1
 ASAN_SELECT = -LE "long|e2e|nosan"
-TSAN_SELECT = -L "transfer|connector" -LE "long|nosan"
+TSAN_SELECT = -L "transfer|connector|threads" -LE "long|nosan"
 
 asan: deps
 	cmake -S . -B build-asan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVFERRY_SANITIZE=address,undefined -DKVFERRY_BENCH=OFF
