@@ -6,9 +6,11 @@
 #include <httplib.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "kvferry/proxy/proxy_server.h"
 #include "kvferry/server/openai_server.h"
@@ -34,10 +36,11 @@ class ProxySecurityTest : public ::testing::Test {
 
   // P or D: requires "upstream-key", optionally over TLS.
   struct Instance {
-    explicit Instance(bool tls) : tls(tls) {
+    explicit Instance(bool tls, http::ApiKeyScope scope = http::ApiKeyScope::kV1) : tls(tls) {
       server::ServerOptions o;
       o.port = 0;
       o.api_keys.keys = {"upstream-key"};
+      o.api_keys.scope = scope;
       if (tls) o.tls = {pki_ + "/server.pem", pki_ + "/server.key"};
       server = std::make_unique<server::OpenAiServer>(o, &fake, &metrics);
       EXPECT_TRUE(server->Start().ok());
@@ -131,6 +134,32 @@ TEST_F(ProxySecurityTest, TlsEverywhereWithTheCa) {
   ASSERT_EQ(s->status, 200) << s->body;
   EXPECT_TRUE(s->body.ends_with("data: [DONE]\n\n")) << s->body;
   EXPECT_EQ(d.fake.submitted().size(), 2u);
+}
+
+TEST_F(ProxySecurityTest, MembersAreReadForLoadOverTlsWithTheUpstreamKey) {
+  Instance p(true, http::ApiKeyScope::kAll), d(true, http::ApiKeyScope::kAll);
+  auto proxy = StartProxy(p, d, {"upstream-key", pki_ + "/ca.pem"});
+  httplib::Client c("127.0.0.1", proxy->port());
+  httplib::Headers h{{"Authorization", "Bearer client-key"}};
+  // /metrics needs the key on these instances: only a read with the key over verified TLS
+  // brings figures (a "load" object), and makes the members healthy.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  json table;
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto r = c.Get("/cluster", h);
+    ASSERT_TRUE(r);
+    table = json::parse(r->body);
+    bool all = table["members"].size() == 2;
+    for (const json& m : table["members"]) {
+      all = all && m["state"] == "healthy" && m.contains("load");
+    }
+    if (all) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const json& m : table["members"]) {
+    EXPECT_EQ(m["state"], "healthy") << table;
+    EXPECT_TRUE(m.contains("load")) << table;
+  }
 }
 
 TEST_F(ProxySecurityTest, UpstreamWhoseCertificateDoesNotVerifyIsA503NamingIt) {

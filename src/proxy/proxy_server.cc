@@ -29,6 +29,10 @@ cluster::ClusterOptions ClusterOptionsOf(const ProxyOptions& o) {
   c.routing = o.routing;
   c.poll_interval_ms = o.poll_interval_ms;
   c.poll_timeout_ms = o.connect_timeout_ms;
+  // Members are read as they are served: TLS verified against the CA, the upstream key.
+  c.fetch_metrics = [access = o.upstream](const std::string& url, int64_t timeout_ms) {
+    return FetchMetrics(url, access, timeout_ms);
+  };
   return c;
 }
 

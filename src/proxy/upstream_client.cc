@@ -17,4 +17,17 @@ std::unique_ptr<httplib::Client> MakeUpstreamClient(const UpstreamUrl& url,
   return client;
 }
 
+StatusOr<std::string> FetchMetrics(const std::string& url, const UpstreamAccess& access,
+                                   int64_t timeout_ms) {
+  KVF_ASSIGN_OR_RETURN(const UpstreamUrl u, ParseUpstreamUrl(url));
+  std::unique_ptr<httplib::Client> c = MakeUpstreamClient(u, access);
+  const auto timeout = std::chrono::milliseconds(timeout_ms);
+  c->set_connection_timeout(timeout);
+  c->set_read_timeout(timeout);
+  c->set_write_timeout(timeout);
+  auto r = c->Get("/metrics");
+  if (!r) return UpstreamError(u.ToString() + "/metrics", static_cast<int>(r.error()));
+  return r->status == 200 ? std::move(r->body) : std::string();
+}
+
 }  // namespace kvferry::proxy

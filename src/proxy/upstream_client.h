@@ -4,8 +4,11 @@
 // Thread-safety: a free function; each client is used by one thread at a time.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <string>
 
+#include "kvferry/common/status.h"
 #include "kvferry/proxy/upstream.h"
 
 namespace httplib {
@@ -19,5 +22,12 @@ namespace kvferry::proxy {
 // when the key is set.
 std::unique_ptr<httplib::Client> MakeUpstreamClient(const UpstreamUrl& url,
                                                     const UpstreamAccess& access);
+
+// GET <url>/metrics with the same TLS verification and key, within timeout_ms (connect and
+// read): the body of a 200 answer, "" for any other answer (the instance answered: alive, its
+// figures unknown), an error naming it when nothing answered. What the cluster's load poller
+// reads members with (kvferry/cluster/cluster.h, fetch_metrics).
+StatusOr<std::string> FetchMetrics(const std::string& url, const UpstreamAccess& access,
+                                   int64_t timeout_ms);
 
 }  // namespace kvferry::proxy
