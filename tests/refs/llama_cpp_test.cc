@@ -7,9 +7,11 @@
 //   (b) kvferry on the GGUF file equals kvferry on the Hugging Face directory bit for bit, tokens
 //       and logprobs, in F32 and in BF16.
 //
-// Equality, never a tolerance: the weights make the top logit stand out (synthetic_model.h), so
-// f32 rounding differences between two implementations do not reorder the top two tokens; a
-// wrong RoPE pairing, q/k row order, norm epsilon or tied lm_head changes the tokens at once.
+// Tokens are compared for equality, never within a tolerance: the weights spread the logits
+// (synthetic_model.h) so that f32 rounding differences between two implementations, ~1e-5 of a
+// nat, do not reorder the top two tokens, while a wrong RoPE pairing, q/k row order, q/k norm or
+// q/k/v bias changes them within a few tokens (each tried). The top-2 margins are compared too,
+// within kMarginTolerance: that catches smaller errors, such as a wrong RMSNorm epsilon.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,6 +33,13 @@ namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
 constexpr int kMaxTokens = 24;
+
+// The top-2 margin, log p1 - log p2, is the difference of two logits (the softmax's normalizer
+// cancels), so it compares the two forward passes more finely than the tokens do. Measured
+// differences between llama.cpp's and kvferry's: at most 3e-5 nats over 5120 tokens of 80
+// prompts; kvferry's RMSNorm epsilon taken 10x too large moves them by 1e-3 to 5e-3 without
+// changing a token.
+constexpr double kMarginTolerance = 5e-4;
 
 struct ModelCase {
   std::string name;
@@ -193,8 +202,9 @@ TEST_P(LlamaCppTest, GreedyTokensEqualLlamaCppAndGgufEqualsHuggingFace) {
     for (size_t t = 0; t < tokens.size() && t < hf[i].tokens.size(); ++t) {
       if (tokens[t] != hf[i].tokens[t]) break;
       const double p1 = r["top2"][t][0].get<double>(), p2 = r["top2"][t][1].get<double>();
-      max_margin_difference =
-          std::max(max_margin_difference, std::abs(std::log(p1 / p2) - hf[i].margins[t]));
+      const double difference = std::abs(std::log(p1 / p2) - hf[i].margins[t]);
+      EXPECT_LE(difference, kMarginTolerance) << "generated token " << t;
+      max_margin_difference = std::max(max_margin_difference, difference);
     }
     margins.insert(margins.end(), hf[i].margins.begin(), hf[i].margins.end());
   }
