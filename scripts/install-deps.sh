@@ -22,6 +22,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libopenblas-dev                          # benchmark-only peer for the matmul
   iperf3 iproute2 procps psmisc curl       # benchmark ceilings, netns fault tests, e2e scripts
+  time                                     # bench/models/load_rss.sh: peak RSS (/usr/bin/time -v)
   python3                                  # tests/fault and tests/load drivers (stdlib only)
   python3-jinja2                           # tests/jinja: Jinja2 is the oracle for kvferry::jinja
   gnuplot-nox                              # bench serve/xfer --plot: SVG pictures of the figures
@@ -31,7 +32,7 @@ PACKAGES=(
 # Tools that another packaging may provide (NodeSource's nodejs includes npm): present if the
 # command is, else installed from Debian.
 TOOLS=(
-  node:nodejs                              # tests/refs: the JS oracle of the tokenizer tests
+  node:nodejs                              # tests/refs: the tokenizer oracle and llama.cpp
   npm:npm                                  # scripts/install-refs.sh installs the pinned refs
 )
 

@@ -111,7 +111,7 @@ TEST(OpenAiProtocolTest, ParsesChatAndKvTransferParams) {
 }
 
 TEST(OpenAiProtocolTest, FormatsCompletionResponseWithLogprobsAndKvParams) {
-  ResponseHeader h{ApiKind::kCompletion, "cmpl-1", 100, "tiny", true, true};
+  ResponseHeader h{ApiKind::kCompletion, "cmpl-1", 100, "tiny", true, true, {}};
   ChoiceOutput c;
   c.text = "ab";
   c.token_ids = {97, 98};
@@ -142,7 +142,7 @@ TEST(OpenAiProtocolTest, FormatsCompletionResponseWithLogprobsAndKvParams) {
 }
 
 TEST(OpenAiProtocolTest, FormatsChatStreamChunksAndUsage) {
-  ResponseHeader h{ApiKind::kChat, "chatcmpl-1", 5, "tiny", false, false};
+  ResponseHeader h{ApiKind::kChat, "chatcmpl-1", 5, "tiny", false, false, {}};
   ChoiceOutput d;
   d.text = "h";
   const std::string first = FormatStreamChunk(h, d, /*first=*/true);
@@ -161,7 +161,7 @@ TEST(OpenAiProtocolTest, FormatsChatStreamChunksAndUsage) {
 }
 
 TEST(OpenAiProtocolTest, InvalidUtf8IsReplacedNotThrown) {
-  ResponseHeader h{ApiKind::kCompletion, "x", 0, "tiny", false, false};
+  ResponseHeader h{ApiKind::kCompletion, "x", 0, "tiny", false, false, {}};
   ChoiceOutput c;
   c.text = std::string("a\xff", 2);
   json j = json::parse(FormatResponse(h, c, Usage{}));

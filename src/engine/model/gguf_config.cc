@@ -52,10 +52,11 @@ Status RopeScalingFrom(const formats::GgufFile& file, const std::string& a, Mode
   }
   const std::string key = a + ".rope.scaling.type";
   if (m.Find(key) == nullptr) return Status::Ok();
-  KVF_ASSIGN_OR_RETURN(std::string type, m.GetString(key));
-  if (type == "none") return Status::Ok();
-  if (type != "linear") {
-    return InvalidArgumentError("GGUF: " + key + " '" + type +
+  StatusOr<std::string> type = m.GetString(key);
+  if (!type.ok()) return type.status();
+  if (*type == "none") return Status::Ok();
+  if (*type != "linear") {
+    return InvalidArgumentError("GGUF: " + key + " '" + *type +
                                 "' is not supported (supported: linear, and llama3 factors as "
                                 "rope_freqs.weight)");
   }

