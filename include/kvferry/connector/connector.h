@@ -31,6 +31,7 @@
 #include "kvferry/common/status.h"
 #include "kvferry/connector/kv_transfer_params.h"
 #include "kvferry/kv/block_id.h"
+#include "kvferry/kv/head_sharding.h"
 
 namespace kvferry::kv {
 class KvCache;
@@ -155,6 +156,18 @@ class ConnectorWorker {
   // Once, after the cache is allocated. The connector derives the geometry from `cache`
   // (kv::GeometryOf), never from configuration. `block_size_logical` is the scheduler's.
   virtual Status RegisterKvCache(kv::KvCache* cache, int32_t block_size_logical) = 0;
+  // What the engine calls: every tensor-parallel rank's cache (rank r's holds the KV heads
+  // `sharding` gives rank r; all share one block geometry and one logical block space). A
+  // connector that supports TP moves each rank's heads with that rank's own transfer agent
+  // and reports a request as loaded once every rank has it. The default serves TP 1 through
+  // RegisterKvCache and refuses more ranks (Unimplemented).
+  virtual Status RegisterKvCaches(std::span<kv::KvCache* const> rank_caches,
+                                  const kv::HeadSharding& sharding, int32_t block_size_logical) {
+    if (rank_caches.size() != 1 || sharding.tp_size() != 1) {
+      return UnimplementedError("this KV connector supports tensor_parallel_size 1 only");
+    }
+    return RegisterKvCache(rank_caches[0], block_size_logical);
+  }
   virtual void BindMetadata(const ConnectorMetadata& metadata) = 0;
   virtual void StartLoadKv() = 0;   // non-blocking
   virtual void AfterForward() = 0;  // stages SaveSpecs into the host buffer when configured
