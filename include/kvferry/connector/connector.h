@@ -109,14 +109,23 @@ struct ConnectorMetadata {
   std::vector<std::string> requests_to_hold;  // P: finished requests whose blocks are now leased
 };
 
+// D: what one tensor-parallel rank of D read for a request.
+struct RankLoad {
+  int32_t rank = 0;
+  std::vector<int32_t> source_ranks;  // the P ranks it read its heads from, in head order
+  uint64_t bytes = 0;
+  uint64_t descriptors = 0;
+};
+
 // D: what one request's remote KV amounted to (see LoadOutcome).
 struct LoadReport {
   std::string request_id;
   LoadOutcome outcome = LoadOutcome::kPulled;
   int32_t local_hit_tokens = 0;  // prompt tokens D's own prefix cache held
   int32_t tokens = 0;            // prompt tokens whose KV was read from P (0 unless kPulled)
-  uint64_t bytes = 0;            // bytes read (0 unless kPulled)
-  uint64_t descriptors = 0;      // descriptors posted for the data read
+  uint64_t bytes = 0;            // bytes read, all ranks (0 unless kPulled)
+  uint64_t descriptors = 0;      // descriptors posted for the data reads, all ranks
+  std::vector<RankLoad> ranks;   // per D rank (when kPulled)
 };
 
 struct ConnectorOutput {
