@@ -50,7 +50,10 @@ class RecordingWorker : public connector::ConnectorWorker {
                           int32_t block_size_logical) override {
     return inner_->RegisterKvCaches(caches, sharding, block_size_logical);
   }
-  void BindMetadata(const connector::ConnectorMetadata& m) override { inner_->BindMetadata(m); }
+  void BindMetadata(const connector::ConnectorMetadata& m) override {
+    loads.insert(loads.end(), m.loads.begin(), m.loads.end());
+    inner_->BindMetadata(m);
+  }
   void StartLoadKv() override { inner_->StartLoadKv(); }
   void AfterForward() override { inner_->AfterForward(); }
   connector::ConnectorOutput GetFinished() override {
@@ -64,6 +67,7 @@ class RecordingWorker : public connector::ConnectorWorker {
 
   std::vector<kv::LogicalBlockId> invalid;
   std::vector<std::string> finished_recving;
+  std::vector<connector::LoadSpec> loads;  // every load the engine asked for
 
  private:
   connector::ConnectorWorker* inner_;
