@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include "engine/kernels/row_parallel.h"
 
@@ -11,7 +12,7 @@ namespace {
 
 // About 50 us of spinning before sleeping: long enough for ranks that finish their share of a
 // layer together, short enough not to steal a core on an oversubscribed machine.
-constexpr int kSpinIterations = 4000;
+constexpr int kSpinIterations = 2000;
 
 inline void CpuRelax() { __builtin_ia32_pause(); }
 
@@ -31,7 +32,11 @@ void RankBarrier::ArriveAndWait() {
   }
   for (int i = 0; i < kSpinIterations; ++i) {
     if (round_.load(std::memory_order_acquire) != round) return;
-    CpuRelax();
+    if (i % 8 == 7) {
+      std::this_thread::yield();  // an oversubscribed machine: let the late rank run
+    } else {
+      CpuRelax();
+    }
   }
   MutexLock lock(&mu_);
   // Timed waits in a loop (every wait has a deadline): a rank is only ever late, never gone —

@@ -22,8 +22,8 @@
 
 namespace kvferry::engine {
 
-// A reusable barrier for a fixed number of threads: spins briefly (ranks usually arrive close
-// together), then sleeps on a condition variable.
+// A reusable barrier for a fixed number of threads: spins briefly, yielding (ranks usually
+// arrive close together), then sleeps on a condition variable.
 class RankBarrier {
  public:
   explicit RankBarrier(int32_t num_threads) : num_threads_(num_threads) {}
