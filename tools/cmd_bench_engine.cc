@@ -265,7 +265,8 @@ void AddBenchEngine(CLI::App& app) {
       "engine", "Engine prefill/decode tokens/s and matmul GFLOP/s beside OpenBLAS sgemm");
   sub->add_option("--models", opts->models,
                   "Models to run: built-in names, Hugging Face directories or .gguf files")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->delimiter(',');
   sub->add_option_function<std::string>(
       "--model", [opts](const std::string& m) { opts->models = {m}; },
       "One model to run (a built-in name, a Hugging Face directory or a .gguf file)");

@@ -32,6 +32,7 @@ struct PullOptions {
   std::string layout = "HND";
   std::string backend = "ucx";
   std::vector<int> tp_sizes = {1, 2, 4};
+  bool host_buffer = false;
   bool json = false;
 };
 
@@ -43,6 +44,7 @@ struct Instance {
 StatusOr<Instance> MakeInstance(const PullOptions& o, const std::string& id, int tp, bool is_p) {
   connector::KvTransferConfig kv;
   kv.engine_id = id;
+  if (o.host_buffer) kv.kv_buffer_device = "cpu";
   KVF_ASSIGN_OR_RETURN(kv.backend, transfer::ParseBackendKind(o.backend));
   Instance inst;
   KVF_ASSIGN_OR_RETURN(inst.connector,
@@ -225,6 +227,9 @@ void AddBenchTpPull(CLI::App& app) {
   sub->add_option("--tensor-parallel-sizes", o->tp_sizes, "TP sizes, paired every way")
       ->capture_default_str()
       ->delimiter(',');
+  sub->add_flag("--host-buffer", o->host_buffer,
+                "kv_buffer_device cpu on both sides (P serves agent-allocated memory; with UCX a "
+                "same-host D maps it and pulls with one memcpy)");
   sub->add_flag("--json", o->json, "Print JSON instead of a table");
   sub->callback([o] { throw CLI::RuntimeError(RunTpPull(*o)); });
 }
