@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "engine/kernels/matmul.h"
+#include "engine/thread_pool.h"
 
 namespace kvferry::engine::kernels {
 namespace {
@@ -47,15 +48,28 @@ void RowParallelMatMul(const float* x, int64_t M, std::span<const int64_t> bound
   if (static_cast<int64_t>(scratch->size()) < leaf_size * static_cast<int64_t>(leaves)) {
     scratch->resize(static_cast<size_t>(leaf_size * static_cast<int64_t>(leaves)));
   }
-  std::vector<const float*> parts;
-  for (size_t i = 0; i < leaves; ++i) {
-    const int64_t b = bounds[i], kb = bounds[i + 1] - bounds[i];
-    const WeightMatrix slice = ColumnSlice(w, b, kb);
-    float* out = scratch->data() + static_cast<int64_t>(i) * leaf_size;
-    MatMulStrided(x + b, M, kb, K, {&slice, 1}, out, N, pool);
-    parts.push_back(out);
+  // Threads split the output columns once; each computes every leaf of its columns, then their
+  // tree (one hand-off per layer, not one per leaf).
+  auto body = [&](int64_t n0, int64_t n1) {
+    std::vector<const float*> parts(leaves);
+    for (size_t i = 0; i < leaves; ++i) {
+      const int64_t b = bounds[i], kb = bounds[i + 1] - bounds[i];
+      const WeightMatrix slice = RowSlice(ColumnSlice(w, b, kb), n0, n1 - n0);
+      float* out = scratch->data() + static_cast<int64_t>(i) * leaf_size;
+      MatMulStrided(x + b, M, kb, K, {&slice, 1}, out + n0, N, nullptr);
+      parts[i] = out;
+    }
+    std::vector<const float*> row(leaves);
+    for (int64_t m = 0; m < M; ++m) {
+      for (size_t i = 0; i < leaves; ++i) row[i] = parts[i] + m * N + n0;
+      TreeSum(row, n1 - n0, y + m * N + n0);
+    }
+  };
+  if (pool == nullptr || M * N * K < (int64_t{1} << 16)) {
+    body(0, N);
+  } else {
+    pool->ParallelFor(N, 16, body);
   }
-  TreeSum(parts, leaf_size, y);
 }
 
 }  // namespace kvferry::engine::kernels
