@@ -1,5 +1,6 @@
 #include "engine/kernels/matmul.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -214,7 +215,13 @@ __attribute__((flatten)) void ColumnsGeneric(const float* x, int64_t M, int64_t 
 }  // namespace
 
 bool CpuHasAvx2() {
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  // F16C is read from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know
+  // "f16c". AVX2 through the builtin also checks that the OS saves the YMM registers.
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+    return __builtin_cpu_supports("avx2") && (ecx & (1u << 29)) != 0;
+  }();
   return has;
 }
 
