@@ -1,9 +1,12 @@
 // `kvferry bench engine`: prefill and decode throughput of the engine at several batch sizes for
 // the built-in models, and the engine's matmul beside OpenBLAS sgemm on the model's shapes,
 // measured in the same run (the ratio is the figure of merit; docs/benchmarks.md "## Engine").
+// With --tensor-parallel-sizes, each size runs on the same core budget (--threads split over
+// the ranks) and prints its ratio to the first size.
 //
 // OpenBLAS is a benchmark-only dependency: bench/engine/CMakeLists.txt links it into the CLI and
 // defines KVF_HAVE_OPENBLAS; without it the sgemm column reads "n/a".
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -32,6 +35,7 @@ using kvferry::engine::SamplingParams;
 struct BenchOptions {
   std::vector<std::string> models = {"tiny", "small"};
   std::vector<int> batch_sizes = {1, 4, 16};
+  std::vector<int> tp_sizes = {1};
   int prompt_len = 128;
   int decode_tokens = 16;
   int threads = 2;
@@ -52,15 +56,20 @@ std::vector<int32_t> Prompt(int len, int salt) {
 struct EngineResult {
   std::string model;
   int batch = 0;
+  int tp = 1;
   double prefill_tok_s = 0;
   double decode_tok_s = 0;
+  double prefill_ratio = 0;  // to the first TP size of the same model and batch
+  double decode_ratio = 0;
 };
 
-std::unique_ptr<Engine> MakeEngine(const std::string& model, int batch, int prompt_len,
-                                   int threads) {
+// `threads` is the budget of the whole engine: each of the `tp` ranks gets threads / tp.
+std::unique_ptr<Engine> MakeEngine(const std::string& model, int batch, int prompt_len, int threads,
+                                   int tp) {
   EngineConfig c;
   c.model = model;
-  c.num_threads = threads;
+  c.tensor_parallel_size = tp;
+  c.num_threads = std::max(1, threads / tp);
   c.enable_prefix_caching = false;
   c.max_num_batched_tokens = batch * prompt_len;
   c.max_num_seqs = batch;
@@ -73,13 +82,14 @@ std::unique_ptr<Engine> MakeEngine(const std::string& model, int batch, int prom
   return std::move(*e);
 }
 
-EngineResult BenchEngine(const std::string& model, int batch, const BenchOptions& o) {
+EngineResult BenchEngine(const std::string& model, int batch, int tp, const BenchOptions& o) {
   EngineResult r;
   r.model = model;
   r.batch = batch;
+  r.tp = tp;
   // Prefill: `batch` prompts of prompt_len tokens in one step, max_tokens 1.
   {
-    auto e = MakeEngine(model, batch, o.prompt_len, o.threads);
+    auto e = MakeEngine(model, batch, o.prompt_len, o.threads, tp);
     if (!e) return r;
     SamplingParams p;
     p.max_tokens = 1;
@@ -100,7 +110,7 @@ EngineResult BenchEngine(const std::string& model, int batch, const BenchOptions
   }
   // Decode: `batch` requests with 16-token prompts; time the steps after the prefill step.
   {
-    auto e = MakeEngine(model, batch, 16, o.threads);
+    auto e = MakeEngine(model, batch, 16, o.threads, tp);
     if (!e) return r;
     SamplingParams p;
     p.max_tokens = o.decode_tokens + 1;
@@ -172,11 +182,20 @@ int RunBench(const BenchOptions& o) {
   std::vector<EngineResult> engines;
   for (const std::string& model : o.models) {
     for (int b : o.batch_sizes) {
-      engines.push_back(BenchEngine(model, b, o));
-      if (!o.json) {
-        const EngineResult& r = engines.back();
-        std::printf("engine %-6s batch %3d  prefill %10.1f tok/s  decode %9.1f tok/s\n",
-                    r.model.c_str(), r.batch, r.prefill_tok_s, r.decode_tok_s);
+      const size_t first = engines.size();
+      for (int tp : o.tp_sizes) {
+        EngineResult r = BenchEngine(model, b, tp, o);
+        const EngineResult& base = engines.size() > first ? engines[first] : r;
+        r.prefill_ratio = base.prefill_tok_s > 0 ? r.prefill_tok_s / base.prefill_tok_s : 0;
+        r.decode_ratio = base.decode_tok_s > 0 ? r.decode_tok_s / base.decode_tok_s : 0;
+        engines.push_back(r);
+        if (o.json) continue;
+        std::printf("engine %-6s tp %d batch %3d  prefill %10.1f tok/s  decode %9.1f tok/s",
+                    r.model.c_str(), r.tp, r.batch, r.prefill_tok_s, r.decode_tok_s);
+        if (o.tp_sizes.size() > 1) {
+          std::printf("  (x%.2f / x%.2f of tp %d)", r.prefill_ratio, r.decode_ratio, o.tp_sizes[0]);
+        }
+        std::printf("\n");
         std::fflush(stdout);
       }
     }
@@ -213,8 +232,11 @@ int RunBench(const BenchOptions& o) {
   for (const EngineResult& r : engines) {
     j["engine"].push_back({{"model", r.model},
                            {"batch", r.batch},
+                           {"tensor_parallel_size", r.tp},
                            {"prefill_tok_s", r.prefill_tok_s},
-                           {"decode_tok_s", r.decode_tok_s}});
+                           {"decode_tok_s", r.decode_tok_s},
+                           {"prefill_ratio_to_first_tp", r.prefill_ratio},
+                           {"decode_ratio_to_first_tp", r.decode_ratio}});
   }
   for (const MatmulResult& r : mms) {
     nlohmann::json m = {
@@ -243,16 +265,24 @@ void AddBenchEngine(CLI::App& app) {
       "engine", "Engine prefill/decode tokens/s and matmul GFLOP/s beside OpenBLAS sgemm");
   sub->add_option("--models", opts->models,
                   "Models to run: built-in names, Hugging Face directories or .gguf files")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->delimiter(',');
   sub->add_option_function<std::string>(
       "--model", [opts](const std::string& m) { opts->models = {m}; },
       "One model to run (a built-in name, a Hugging Face directory or a .gguf file)");
-  sub->add_option("--batch-sizes", opts->batch_sizes, "Requests per batch")->capture_default_str();
+  sub->add_option("--batch-sizes", opts->batch_sizes, "Requests per batch")
+      ->capture_default_str()
+      ->delimiter(',');
+  sub->add_option("--tensor-parallel-sizes", opts->tp_sizes,
+                  "TP sizes to compare on the same thread budget (ratios to the first)")
+      ->capture_default_str()
+      ->delimiter(',');
   sub->add_option("--prompt-len", opts->prompt_len, "Prompt tokens in the prefill runs")
       ->capture_default_str();
   sub->add_option("--decode-tokens", opts->decode_tokens, "Decode steps timed per request")
       ->capture_default_str();
-  sub->add_option("--threads", opts->threads, "Kernel threads (and OpenBLAS threads)")
+  sub->add_option("--threads", opts->threads,
+                  "Kernel threads of the whole engine, split over its TP ranks (and OpenBLAS's)")
       ->capture_default_str();
   sub->add_option("--min-seconds", opts->min_seconds, "Minimum time per measurement")
       ->capture_default_str();

@@ -28,6 +28,7 @@ struct GenerateOptions {
   int max_model_len = 0;
   int max_num_batched_tokens = 256;
   int threads = 2;
+  int tensor_parallel_size = 1;
   float temperature = 0.0f;
   int top_k = 0;
   float top_p = 1.0f;
@@ -75,6 +76,7 @@ int RunGenerate(const GenerateOptions& o) {
   config.max_model_len = o.max_model_len;
   config.max_num_batched_tokens = o.max_num_batched_tokens;
   config.num_threads = o.threads;
+  config.tensor_parallel_size = o.tensor_parallel_size;
   auto created = engine::Engine::Create(config);
   if (!created.ok()) {
     std::fprintf(stderr, "error: %s\n", created.status().ToString().c_str());
@@ -145,9 +147,10 @@ int RunGenerate(const GenerateOptions& o) {
 void AddGenerate(CLI::App& app) {
   auto opts = std::make_shared<GenerateOptions>();
   auto* sub = app.add_subcommand("generate", "Generate a completion for one prompt");
-  sub->add_option("--model", opts->model,
-                  "Built-in model (tiny, small, tiny-odd), a Hugging Face model directory or a "
-                  ".gguf file (docs/models.md)")
+  sub->add_option(
+         "--model", opts->model,
+         "Built-in model (tiny, small, tiny-odd, tiny-kv4), a Hugging Face model directory or a "
+         ".gguf file (docs/models.md)")
       ->capture_default_str();
   sub->add_option("--tokenizer", opts->tokenizer,
                   "Tokenizer: a directory with tokenizer.json, or byte-level (default: the "
@@ -188,8 +191,14 @@ void AddGenerate(CLI::App& app) {
   sub->add_option("--max-num-batched-tokens", opts->max_num_batched_tokens,
                   "Token budget of one engine step (chunked prefill above it)")
       ->capture_default_str();
-  sub->add_option("--threads", opts->threads, "Kernel threads (results do not depend on it)")
+  sub->add_option("--threads", opts->threads,
+                  "Kernel threads per tensor-parallel rank (results do not depend on it)")
       ->capture_default_str();
+  sub->add_option("--tensor-parallel-size", opts->tensor_parallel_size,
+                  "Tensor-parallel ranks (-tp, as vLLM); results do not depend on it "
+                  "(docs/engine.md)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_option("--temperature", opts->temperature, "0: greedy; > 0: sample")
       ->capture_default_str();
   sub->add_option("--top-k", opts->top_k, "Keep the k most likely tokens (0: off)")

@@ -41,6 +41,7 @@ struct ServeOptions {
   int max_num_seqs = 64;
   int max_model_len = 0;
   int threads = 2;
+  int tensor_parallel_size = 1;
   long long seed = 0;
   bool no_prefix_caching = false;
   std::string kv_transfer_config;
@@ -76,6 +77,7 @@ int RunServe(const ServeOptions& o) {
   c.max_num_seqs = o.max_num_seqs;
   c.max_model_len = o.max_model_len;
   c.num_threads = o.threads;
+  c.tensor_parallel_size = o.tensor_parallel_size;
   c.enable_prefix_caching = !o.no_prefix_caching;
   c.seed = static_cast<uint64_t>(o.seed);
   if (!o.kv_transfer_config.empty()) {
@@ -141,9 +143,10 @@ void AddServe(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   auto* sub = app.add_subcommand(
       "serve", "Serve a model over an OpenAI-compatible HTTP API (docs/serving.md)");
-  sub->add_option("--model", o->model,
-                  "Built-in (tiny, small, tiny-odd), a Hugging Face model directory or a .gguf "
-                  "file (docs/models.md); also the served model name")
+  sub->add_option(
+         "--model", o->model,
+         "Built-in (tiny, small, tiny-odd, tiny-kv4), a Hugging Face model directory or a .gguf "
+         "file (docs/models.md); also the served model name")
       ->capture_default_str();
   sub->add_option("--tokenizer", o->tokenizer,
                   "Tokenizer: a directory with tokenizer.json, or byte-level (default: the "
@@ -181,8 +184,14 @@ void AddServe(CLI::App& app) {
   sub->add_option("--max-model-len", o->max_model_len,
                   "Longest sequence, prompt + output (0: the model's maximum)")
       ->capture_default_str();
-  sub->add_option("--threads", o->threads, "Kernel threads (outputs do not depend on it)")
+  sub->add_option("--threads", o->threads,
+                  "Kernel threads per tensor-parallel rank (outputs do not depend on it)")
       ->capture_default_str();
+  sub->add_option("--tensor-parallel-size", o->tensor_parallel_size,
+                  "Tensor-parallel ranks (-tp, as vLLM): threads each owning a shard of the heads "
+                  "and MLP and its own KV cache; outputs do not depend on it (docs/engine.md)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_option("--seed", o->seed, "Engine seed for requests without their own")
       ->capture_default_str();
   sub->add_flag("--no-enable-prefix-caching", o->no_prefix_caching, "Disable the prefix cache");

@@ -1,5 +1,6 @@
-// The factory, registration and side channel, the scheduler half, and P's side of the worker
-// (leases, host-buffer staging). D's pull path is in recv_path.cc.
+// The factory, registration (every tensor-parallel rank's cache with its own agent) and side
+// channel, the scheduler half, and the worker adapters. P's staging and leases are in
+// producer.cc, D's pull path in recv_path.cc.
 #include "kvferry/connector/ferry_connector.h"
 
 #include <fmt/format.h>
@@ -17,14 +18,20 @@
 namespace kvferry::connector {
 namespace internal {
 
+namespace {
+
+std::string RankAgentName(const std::string& engine_id, int32_t rank, int32_t tp_size) {
+  return tp_size == 1 ? engine_id : fmt::format("{}.tp{}", engine_id, rank);
+}
+
+}  // namespace
+
 FerryConnectorImpl::FerryConnectorImpl(const KvTransferConfig& config,
                                        const FerryConnectorOptions& options, std::string engine_id,
-                                       std::unique_ptr<transfer::Agent> agent, SideChannelKeys keys)
-    : config_(config),
-      keys_(std::move(keys)),
-      options_(options),
-      engine_id_(std::move(engine_id)),
-      agent_(std::move(agent)) {
+                                       std::vector<std::unique_ptr<transfer::Agent>> agents,
+                                       SideChannelKeys keys)
+    : config_(config), keys_(std::move(keys)), options_(options), engine_id_(std::move(engine_id)) {
+  for (auto& agent : agents) ranks_.push_back(RankEndpoint{.agent = std::move(agent)});
   // Fault injection for the process-level fault tests (docs/reliability.md): widen the window
   // between a pull's data READ and its generation READ (which carries the notification), so a
   // test can kill P in it. Blocks the engine thread for that long; never set it in production.
@@ -47,88 +54,132 @@ ConnectorStats FerryConnectorImpl::Stats() const {
   return stats_;
 }
 
+std::string FerryConnectorImpl::AgentName(int32_t rank) const {
+  return RankAgentName(engine_id_, rank, tp_size());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Registration and the side channel.
 
-Status FerryConnectorImpl::Register(kv::KvCache* cache, int32_t block_size_logical) {
-  if (cache_ != nullptr) return FailedPreconditionError("RegisterKvCache called twice");
-  if (cache == nullptr) return InvalidArgumentError("RegisterKvCache: null cache");
-  // Geometry from the allocated memory, never from configuration (the seed's lesson).
-  KVF_ASSIGN_OR_RETURN(spec_, kv::GeometryOf(*cache));
+Status FerryConnectorImpl::Register(std::span<kv::KvCache* const> caches,
+                                    const kv::HeadSharding& sharding, int32_t block_size_logical) {
+  if (registered_) return FailedPreconditionError("RegisterKvCaches called twice");
+  if (caches.size() != ranks_.size() || sharding.tp_size() != tp_size()) {
+    return InvalidArgumentError(fmt::format(
+        "the connector has {} tensor-parallel ranks (FerryConnectorOptions::tp_size), the "
+        "engine registered {} caches sharded over {}",
+        ranks_.size(), caches.size(), sharding.tp_size()));
+  }
+  sharding_ = sharding;
+  for (int32_t r = 0; r < tp_size(); ++r) KVF_RETURN_IF_ERROR(RegisterRank(r, caches[r]));
+  const kv::CacheSpec& spec = ranks_[0].spec;
   KVF_ASSIGN_OR_RETURN(kv::BlockGeometry geometry,
-                       kv::BlockGeometry::Create(block_size_logical, spec_.block_size_kernel));
+                       kv::BlockGeometry::Create(block_size_logical, spec.block_size_kernel));
   geometry_ = geometry;
   block_size_logical_ = block_size_logical;
-  const int32_t num_blocks_logical = spec_.num_blocks_kernel / geometry.kernel_blocks_per_logical();
-  compat_hash_ = CompatibilityHash(options_.model_name, spec_);
+  // The hash names the model's KV heads: instances at other TP sizes hold other counts per rank.
+  kv::CacheSpec model = spec;
+  model.num_kv_heads = sharding.num_kv_heads();
+  compat_hash_ = CompatibilityHash(options_.model_name, model);
+  leases_ = std::make_unique<LeaseTable>(
+      spec.num_blocks_kernel / geometry.kernel_blocks_per_logical(), tp_size());
+  for (int32_t r = 0; r < tp_size(); ++r) {
+    KVF_ASSIGN_OR_RETURN(ranks_[r].generation_region,
+                         ranks_[r].agent->RegisterMemory(leases_->generations_data(r),
+                                                         leases_->generations_size_bytes(),
+                                                         transfer::MemoryKind::kHost));
+  }
+  registered_ = true;
+  if (config_.kv_role == KvRole::kConsumer) return Status::Ok();
+  return StartServing(block_size_logical);
+}
 
-  const bool serves = config_.kv_role != KvRole::kConsumer;
+Status FerryConnectorImpl::RegisterRank(int32_t r, kv::KvCache* cache) {
+  if (cache == nullptr) return InvalidArgumentError("RegisterKvCaches: null cache");
+  RankEndpoint& rank = ranks_[r];
+  // Geometry from the allocated memory, never from configuration (the seed's lesson).
+  KVF_ASSIGN_OR_RETURN(rank.spec, kv::GeometryOf(*cache));
+  if (rank.spec.num_kv_heads != sharding_.HeadsPerRank() ||
+      (r > 0 && (rank.spec.block_size_kernel != ranks_[0].spec.block_size_kernel ||
+                 rank.spec.num_blocks_kernel != ranks_[0].spec.num_blocks_kernel ||
+                 !kv::CheckRelayoutCompatible(rank.spec, ranks_[0].spec).ok() ||
+                 rank.spec.layout != ranks_[0].spec.layout))) {
+    return InvalidArgumentError(fmt::format(
+        "RegisterKvCaches: rank {}'s cache ({} KV heads, kernel block {}, {} blocks) does not "
+        "match rank 0's geometry with {} KV heads per rank",
+        r, rank.spec.num_kv_heads, rank.spec.block_size_kernel, rank.spec.num_blocks_kernel,
+        sharding_.HeadsPerRank()));
+  }
+  rank.cache = cache;
   if (config_.use_host_buffer()) {
     // The cache stays unregistered. P mirrors it, kernel block for kernel block, in a
     // registered host buffer of the same geometry; D pulls into per-load staging instead.
-    if (serves) {
-      // Allocated by the agent: with UCX, shared memory that a D on this host maps, so its
-      // pull is one memcpy (docs/transfer.md, "Mapped regions"). Freed with the agent.
-      const uint64_t region_bytes = spec_.region_bytes();
-      for (int32_t r = 0; r < spec_.num_regions(); ++r) {
-        KVF_ASSIGN_OR_RETURN(transfer::AllocatedMemory m, agent_->AllocateMemory(region_bytes));
-        host_regions_.push_back(static_cast<std::byte*>(m.addr));
-        local_regions_.push_back(m.region);
-      }
+    if (config_.kv_role == KvRole::kConsumer) return Status::Ok();
+    // Allocated by the agent: with UCX, shared memory that a D on this host maps, so its
+    // pull is one memcpy (docs/transfer.md, "Mapped regions"). Freed with the agent.
+    for (int32_t i = 0; i < rank.spec.num_regions(); ++i) {
+      KVF_ASSIGN_OR_RETURN(transfer::AllocatedMemory m,
+                           rank.agent->AllocateMemory(rank.spec.region_bytes()));
+      rank.host_regions.push_back(static_cast<std::byte*>(m.addr));
+      rank.local_regions.push_back(m.region);
     }
-  } else {
-    for (int32_t r = 0; r < cache->num_regions(); ++r) {
-      kv::RegionView v = cache->region(r);
-      KVF_ASSIGN_OR_RETURN(
-          transfer::RegionHandle h,
-          agent_->RegisterMemory(v.base, v.size_bytes, transfer::MemoryKind::kHost));
-      local_regions_.push_back(h);
+    return Status::Ok();
+  }
+  for (int32_t i = 0; i < cache->num_regions(); ++i) {
+    kv::RegionView v = cache->region(i);
+    KVF_ASSIGN_OR_RETURN(
+        transfer::RegionHandle h,
+        rank.agent->RegisterMemory(v.base, v.size_bytes, transfer::MemoryKind::kHost));
+    rank.local_regions.push_back(h);
+  }
+  return Status::Ok();
+}
+
+// P: every rank's metadata in one pre-encoded reply, and the side channel that serves it.
+Status FerryConnectorImpl::StartServing(int32_t block_size_logical) {
+  std::vector<HandshakeMetadata> metas;
+  for (int32_t r = 0; r < tp_size(); ++r) {
+    const RankEndpoint& rank = ranks_[r];
+    KVF_ASSIGN_OR_RETURN(std::string blob, rank.agent->GetLocalMetadata());
+    HandshakeMetadata meta;
+    meta.engine_id = engine_id_;
+    meta.tp_rank = r;
+    meta.tp_size = tp_size();
+    meta.block_size_logical = block_size_logical;
+    meta.block_size_kernel = rank.spec.block_size_kernel;
+    meta.layout = rank.spec.layout;
+    meta.dtype = rank.spec.dtype;
+    meta.kind = rank.spec.kind;
+    meta.num_layers = rank.spec.num_layers;
+    meta.num_kv_heads = rank.spec.num_kv_heads;
+    meta.head_dim = rank.spec.head_dim;
+    meta.num_blocks_kernel = rank.spec.num_blocks_kernel;
+    meta.host_buffer = config_.use_host_buffer();
+    for (int32_t i = 0; i < rank.spec.num_regions(); ++i) {
+      const uint64_t base = config_.use_host_buffer()
+                                ? reinterpret_cast<uint64_t>(rank.host_regions[i])
+                                : reinterpret_cast<uint64_t>(rank.cache->region(i).base);
+      meta.regions.push_back({rank.local_regions[i].id, base, rank.spec.region_bytes(),
+                              rank.spec.bytes_per_kernel_block()});
     }
+    meta.generation_table = {rank.generation_region.id,
+                             reinterpret_cast<uint64_t>(leases_->generations_data(r)),
+                             leases_->generations_size_bytes(), 0};
+    meta.agent_metadata = std::move(blob);
+    metas.push_back(std::move(meta));
   }
-  leases_ = std::make_unique<LeaseTable>(num_blocks_logical);
-  KVF_ASSIGN_OR_RETURN(generation_region_, agent_->RegisterMemory(leases_->generations_data(),
-                                                                  leases_->generations_size_bytes(),
-                                                                  transfer::MemoryKind::kHost));
-  cache_ = cache;
-
-  if (!serves) return Status::Ok();
-  KVF_ASSIGN_OR_RETURN(std::string blob, agent_->GetLocalMetadata());
-  HandshakeMetadata meta;
-  meta.engine_id = engine_id_;
-  meta.tp_rank = options_.tp_rank;
-  meta.tp_size = options_.tp_size;
-  meta.block_size_logical = block_size_logical;
-  meta.block_size_kernel = spec_.block_size_kernel;
-  meta.layout = spec_.layout;
-  meta.dtype = spec_.dtype;
-  meta.kind = spec_.kind;
-  meta.num_layers = spec_.num_layers;
-  meta.num_kv_heads = spec_.num_kv_heads;
-  meta.head_dim = spec_.head_dim;
-  meta.num_blocks_kernel = spec_.num_blocks_kernel;
-  meta.host_buffer = config_.use_host_buffer();
-  for (int32_t r = 0; r < spec_.num_regions(); ++r) {
-    uint64_t base = config_.use_host_buffer() ? reinterpret_cast<uint64_t>(host_regions_[r])
-                                              : reinterpret_cast<uint64_t>(cache->region(r).base);
-    meta.regions.push_back(
-        {local_regions_[r].id, base, spec_.region_bytes(), spec_.bytes_per_kernel_block()});
-  }
-  meta.generation_table = {generation_region_.id,
-                           reinterpret_cast<uint64_t>(leases_->generations_data()),
-                           leases_->generations_size_bytes(), 0};
-  meta.agent_metadata = std::move(blob);
-  handshake_reply_ = EncodeHandshakeReply(compat_hash_, meta);
-
+  handshake_reply_ = EncodeHandshakeReply(compat_hash_, metas);
   KVF_ASSIGN_OR_RETURN(server_, SideChannelServer::Start(
                                     config_.side_channel_host, config_.side_channel_port,
                                     [this](std::string_view req) { return HandleSideChannel(req); },
                                     keys_.server()));
   server_port_.store(server_->port());
+  const kv::CacheSpec& spec = ranks_[0].spec;
   KVF_LOG_INFO(
-      "connector {}: serving KV metadata on {}:{} ({} regions, kernel block {} tokens, "
-      "logical {}, {}{}, {})",
-      engine_id_, config_.side_channel_host, server_->port(), spec_.num_regions(),
-      spec_.block_size_kernel, block_size_logical, kv::LayoutName(spec_.layout),
+      "connector {}: serving KV metadata on {}:{} ({} TP rank(s) of {} regions, kernel block {} "
+      "tokens, logical {}, {}{}, {})",
+      engine_id_, config_.side_channel_host, server_->port(), tp_size(), spec.num_regions(),
+      spec.block_size_kernel, block_size_logical, kv::LayoutName(spec.layout),
       config_.use_host_buffer() ? ", host buffer" : "", keys_.curve() ? "CURVE" : "plaintext");
   if (!keys_.curve() && !IsLoopbackHost(config_.side_channel_host)) {
     KVF_LOG_WARN(
@@ -168,11 +219,7 @@ std::string FerryConnectorImpl::HandleSideChannel(std::string_view request) {
     KVF_LOG_WARN("connector {}: side-channel request with a bad auth token", engine_id_);
     return EncodeHandshakeError("bad auth token");
   }
-  if (req->tp_rank != options_.tp_rank) {
-    return EncodeHandshakeError(
-        fmt::format("no TP rank {} here (this is rank {})", req->tp_rank, options_.tp_rank));
-  }
-  return handshake_reply_;
+  return handshake_reply_;  // every rank's metadata, whichever D rank asks
 }
 
 void FerryConnectorImpl::ReleaseRemoteAsync(const KvTransferParams& remote) {
@@ -209,142 +256,6 @@ void FerryConnectorImpl::ReapReleaseJobs(bool all) {
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// P: host-buffer staging, leases.
-
-void FerryConnectorImpl::StagePendingSaves(const std::string* only_request) {
-  if (pending_saves_.empty()) return;
-  std::vector<PendingSave> keep;
-  for (PendingSave& s : pending_saves_) {
-    if (only_request != nullptr && s.request_id != *only_request) {
-      keep.push_back(std::move(s));
-      continue;
-    }
-    if (Status st = StageOne(s); !st.ok()) {
-      // The host buffer now holds stale (or half-written) bytes from this chunk on: remember
-      // where, so that OfferBlocks never offers them.
-      KVF_LOG_ERROR("connector {}: host-buffer staging of {} tokens [{}, {}) failed: {}",
-                    engine_id_, s.request_id, s.token_begin, s.token_end, st.ToString());
-      auto [it, inserted] = stage_failed_from_.try_emplace(s.request_id, s.token_begin);
-      if (!inserted) it->second = std::min(it->second, s.token_begin);
-      UpdateStats([](ConnectorStats& st) { ++st.stage_failures; });
-    }
-  }
-  pending_saves_ = std::move(keep);
-}
-
-Status FerryConnectorImpl::StageOne(const PendingSave& s) {
-  if (stage_fault_for_test && stage_fault_for_test(s.request_id, s.token_begin)) {
-    return InternalError("injected staging fault");
-  }
-  // Same geometry both sides: the host buffer mirrors the cache kernel block for kernel block,
-  // addressed by the same kernel ids (the mapping of the request's logical ids).
-  std::vector<kv::KernelBlockId> table = geometry_->ExpandBlockTable(s.block_ids);
-  kv::KvSourceView src = kv::SourceViewOf(*cache_, table);
-  kv::KvDestView dst{spec_, host_regions_, table};
-  KVF_RETURN_IF_ERROR(kv::RelayoutTokens(src, dst, s.token_begin, s.token_end));
-  const int32_t k = spec_.block_size_kernel;
-  const uint64_t blocks = s.token_end > s.token_begin
-                              ? static_cast<uint64_t>((s.token_end - 1) / k - s.token_begin / k + 1)
-                              : 0;
-  UpdateStats([&](ConnectorStats& st) { st.staged_kernel_blocks += blocks; });
-  return Status::Ok();
-}
-
-FinishResult FerryConnectorImpl::OfferBlocks(const RequestView& request,
-                                             std::span<const kv::LogicalBlockId> block_ids) {
-  const std::string& id = request.request_id;
-  const int32_t prompt_len = static_cast<int32_t>(request.prompt_tokens.size());
-  size_t offered = block_ids.size();
-  if (auto failed = stage_failed_from_.find(id); failed != stage_failed_from_.end()) {
-    const int32_t first_bad = failed->second;
-    stage_failed_from_.erase(failed);
-    if (config_.kv_load_failure_policy == KvLoadFailurePolicy::kFail) {
-      UpdateStats([&](ConnectorStats& s) { s.blocks_withheld += block_ids.size(); });
-      FinishResult failed_request;
-      failed_request.error = DataLossError(
-          fmt::format("request {}: its KV could not be staged for the remote decoder from token "
-                      "{} on (kv_load_failure_policy fail)",
-                      id, first_bad));
-      return failed_request;
-    }
-    // Only whole logical blocks before the first bad token; D computes the rest itself.
-    offered = std::min(offered, static_cast<size_t>(first_bad / block_size_logical_));
-    const uint64_t withheld = block_ids.size() - offered;
-    UpdateStats([withheld](ConnectorStats& s) { s.blocks_withheld += withheld; });
-    KVF_LOG_WARN("connector {}: request {}: offering {} of {} blocks (staging failed at token {})",
-                 engine_id_, id, offered, block_ids.size(), first_bad);
-  }
-  KvTransferParams out;
-  out.do_remote_prefill = true;
-  out.remote_engine_id = engine_id_;
-  out.remote_request_id = id;
-  out.remote_host = config_.side_channel_host;
-  out.remote_port = server_port_.load();
-  out.tp_size = options_.tp_size;
-  out.remote_num_tokens = std::min(prompt_len, static_cast<int32_t>(offered) * block_size_logical_);
-  FinishResult result;
-  if (offered == 0) {  // nothing held for D
-    result.kv_transfer_params = std::move(out);
-    return result;
-  }
-  const std::span<const kv::LogicalBlockId> leased = block_ids.first(offered);
-  StatusOr<std::vector<uint64_t>> gens =
-      leases_->Grant(id, leased, Deadline::AfterMs(config_.lease_ms));
-  if (!gens.ok()) {
-    KVF_LOG_ERROR("connector {}: cannot hold blocks of {}: {}", engine_id_, id,
-                  gens.status().ToString());
-    return {};
-  }
-  out.remote_block_ids.assign(leased.begin(), leased.end());  // LOGICAL ids, P's geometry
-  out.remote_block_generations = std::move(*gens);
-  pending_holds_.push_back(id);
-  const int64_t held = leases_->blocks_held();
-  UpdateStats([held](ConnectorStats& s) {
-    ++s.leases_granted;
-    s.blocks_held = held;
-  });
-  result.delay_free_blocks = true;
-  result.kv_transfer_params = std::move(out);
-  return result;
-}
-
-void FerryConnectorImpl::CollectProducerFinished() {
-  if (leases_ == nullptr) return;
-  std::vector<std::string> released;
-  {
-    MutexLock lock(&released_mu_);
-    released.swap(released_);
-  }
-  for (std::string& id : released) {
-    if (leases_->End(id).ok()) {
-      pending_out_.finished_sending.push_back(std::move(id));
-      UpdateStats([](ConnectorStats& s) { ++s.leases_released_by_notification; });
-    }
-  }
-  for (transfer::Notification& n : agent_->GetNotifications()) {
-    Status st = leases_->End(n.message);
-    if (st.ok()) {
-      pending_out_.finished_sending.push_back(n.message);
-      UpdateStats([](ConnectorStats& s) { ++s.leases_released_by_notification; });
-    } else {
-      // Late (lease already expired) or unknown: nothing held, nothing to free.
-      KVF_LOG_WARN("connector {}: notification '{}' from {} matches no live lease (expired?)",
-                   engine_id_, n.message, n.peer_name);
-    }
-  }
-  for (std::string& id : leases_->EndExpired()) {
-    KVF_LOG_WARN(
-        "connector {}: lease of request {} expired after {} ms without a notification; "
-        "freeing its blocks",
-        engine_id_, id, config_.lease_ms);
-    UpdateStats([](ConnectorStats& s) { ++s.leases_expired; });
-    pending_out_.finished_sending.push_back(std::move(id));
-  }
-  const int64_t held = leases_->blocks_held();
-  UpdateStats([held](ConnectorStats& s) { s.blocks_held = held; });
-}
-
 void FerryConnectorImpl::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
@@ -354,19 +265,23 @@ void FerryConnectorImpl::Shutdown() {
     if (peer.job != nullptr && peer.job->thread.joinable()) peer.job->thread.join();
   }
   for (auto& [id, r] : recvs_) {
-    if (r.xfer.has_value()) agent_->Release(*r.xfer).IgnoreError();
-    r.xfer.reset();
+    for (SourceRead& read : r.reads) {
+      if (read.xfer.has_value()) ranks_[read.d_rank].agent->Release(*read.xfer).IgnoreError();
+      read.xfer.reset();
+    }
   }
   // Close the peers before freeing memory a cancelled transfer may still target.
-  for (auto& [engine, peer] : peers_) {
-    if (peer.state == PeerEntry::State::kReady) agent_->RemovePeer(peer.peer).IgnoreError();
+  std::vector<std::string> engines;
+  for (const auto& [engine, peer] : peers_) engines.push_back(engine);
+  for (const std::string& engine : engines) DropPeer(engine);
+  for (auto& [id, r] : recvs_) {
+    for (SourceRead& read : r.reads) ReleaseScratch(read);
   }
-  for (auto& [id, r] : recvs_) ReleaseScratch(r);
   recvs_.clear();
   peers_.clear();
-  // The agent goes before the memory it registered (cache, host buffer, generation table):
-  // its progress thread must not serve a peer's read from freed memory.
-  agent_.reset();
+  // The agents go before the memory they registered (caches, host buffers, generation
+  // tables): their progress threads must not serve a peer's read from freed memory.
+  for (RankEndpoint& rank : ranks_) rank.agent.reset();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -471,7 +386,7 @@ FinishResult SchedulerHalf::RequestFinished(const RequestView& request,
     return {};
   }
   if (!p->do_remote_decode || c_->config_.kv_role == KvRole::kConsumer) return {};
-  if (c_->leases_ == nullptr) {
+  if (!c_->registered_) {
     KVF_LOG_ERROR("connector {}: request {} finished before RegisterKvCache", c_->engine_id_, id);
     return {};
   }
@@ -510,8 +425,17 @@ void SchedulerHalf::UpdateConnectorOutput(const ConnectorOutput& output) {
 // Worker half: thin adapters.
 
 Status WorkerHalf::RegisterKvCache(kv::KvCache* cache, int32_t block_size_logical) {
+  if (cache == nullptr) return InvalidArgumentError("RegisterKvCache: null cache");
+  KVF_ASSIGN_OR_RETURN(kv::HeadSharding sharding,
+                       kv::HeadSharding::Create(cache->spec().num_kv_heads, 1));
+  kv::KvCache* const caches[] = {cache};
+  return RegisterKvCaches(caches, sharding, block_size_logical);
+}
+
+Status WorkerHalf::RegisterKvCaches(std::span<kv::KvCache* const> rank_caches,
+                                    const kv::HeadSharding& sharding, int32_t block_size_logical) {
   if (c_->shut_down_) return FailedPreconditionError("connector is shut down");
-  return c_->Register(cache, block_size_logical);
+  return c_->Register(rank_caches, sharding, block_size_logical);
 }
 
 void WorkerHalf::BindMetadata(const ConnectorMetadata& metadata) {
@@ -547,24 +471,30 @@ StatusOr<std::unique_ptr<FerryConnector>> CreateFerryConnector(
     return InvalidArgumentError(
         fmt::format("kv_connector '{}' is not FerryConnector", config.kv_connector));
   }
-  if (options.tp_size != 1 || options.tp_rank != 0) {
-    return UnimplementedError("FerryConnector supports tp_size 1 only");
+  if (options.tp_size < 1 || options.tp_size > internal::kMaxTpRanks) {
+    return InvalidArgumentError(fmt::format("FerryConnectorOptions::tp_size {} outside [1, {}]",
+                                            options.tp_size, internal::kMaxTpRanks));
   }
   std::string engine_id = config.engine_id;
   if (engine_id.empty()) {
     std::random_device rd;
     engine_id = fmt::format("ferry-{}-{:08x}", ::getpid(), rd());
   }
-  transfer::AgentOptions agent_options;
-  agent_options.name = engine_id;
-  agent_options.backend = config.backend;
-  // The socket backend listens where the side channel does: the address peers already reach.
-  agent_options.socket.listen_host = config.side_channel_host;
   KVF_ASSIGN_OR_RETURN(internal::SideChannelKeys keys, internal::SideChannelKeys::Load(config));
-  KVF_ASSIGN_OR_RETURN(std::unique_ptr<transfer::Agent> agent,
-                       transfer::Agent::Create(agent_options));
+  // One agent per rank, as vLLM runs one NIXL agent per worker.
+  std::vector<std::unique_ptr<transfer::Agent>> agents;
+  for (int32_t r = 0; r < options.tp_size; ++r) {
+    transfer::AgentOptions agent_options;
+    agent_options.name = internal::RankAgentName(engine_id, r, options.tp_size);
+    agent_options.backend = config.backend;
+    // The socket backend listens where the side channel does: the address peers already reach.
+    agent_options.socket.listen_host = config.side_channel_host;
+    KVF_ASSIGN_OR_RETURN(std::unique_ptr<transfer::Agent> agent,
+                         transfer::Agent::Create(agent_options));
+    agents.push_back(std::move(agent));
+  }
   return std::unique_ptr<FerryConnector>(new internal::FerryConnectorImpl(
-      config, options, std::move(engine_id), std::move(agent), std::move(keys)));
+      config, options, std::move(engine_id), std::move(agents), std::move(keys)));
 }
 
 }  // namespace kvferry::connector

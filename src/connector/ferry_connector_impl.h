@@ -1,8 +1,15 @@
 // FerryConnectorImpl: the state both halves of the connector share, and their implementation.
 //
-//   ferry_connector.cc  factory, registration (cache / host buffer / generation table), side
-//                       channel, the scheduler half, P's leases and host-buffer staging
-//   recv_path.cc        D's worker half: handshakes, pulls, generation checks, failures
+//   ferry_connector.cc  factory, registration (every rank's cache / host buffer / generation
+//                       table), side channel, the scheduler half, the worker adapters
+//   producer.cc         P: host-buffer staging, leases, notifications per rank
+//   recv_path.cc        D's worker half: handshakes, per-rank pulls, generation checks, failures
+//
+// Tensor parallelism (docs/connector.md, "Rank mapping"): an instance of tp_size ranks has one
+// scheduler half and, per rank, a RankEndpoint — its own transfer agent, its own KV cache (its
+// KV heads) registered there, its own copy of the lease generation table. A D rank reads its
+// heads from the P rank(s) holding them, through its own agent; a request's load is reported
+// once every D rank's reads have ended.
 //
 // The scheduler half and the worker half are the two adapter objects below; they only talk
 // through ConnectorMetadata / ConnectorOutput, except for read-only configuration and the
@@ -34,6 +41,7 @@
 #include "kvferry/connector/ferry_connector.h"
 #include "kvferry/kv/block_geometry.h"
 #include "kvferry/kv/cache_spec.h"
+#include "kvferry/kv/head_sharding.h"
 #include "kvferry/transfer/agent.h"
 
 namespace kvferry::connector::internal {
@@ -63,6 +71,8 @@ class WorkerHalf : public ConnectorWorker {
  public:
   explicit WorkerHalf(FerryConnectorImpl* c) : c_(c) {}
   Status RegisterKvCache(kv::KvCache* cache, int32_t block_size_logical) override;
+  Status RegisterKvCaches(std::span<kv::KvCache* const> rank_caches,
+                          const kv::HeadSharding& sharding, int32_t block_size_logical) override;
   void BindMetadata(const ConnectorMetadata& metadata) override;
   void StartLoadKv() override;
   void AfterForward() override;
@@ -73,47 +83,72 @@ class WorkerHalf : public ConnectorWorker {
   FerryConnectorImpl* c_;
 };
 
+// One tensor-parallel rank's side of the transfer: what its agent registered and serves.
+struct RankEndpoint {
+  std::unique_ptr<transfer::Agent> agent;
+  kv::KvCache* cache = nullptr;
+  kv::CacheSpec spec;                                 // the rank's cache: its KV heads
+  std::vector<transfer::RegionHandle> local_regions;  // cache or host-buffer regions
+  std::vector<std::byte*> host_regions;      // P's host buffer (kv_buffer_device cpu), agent-owned
+  transfer::RegionHandle generation_region;  // this rank's copy of the lease generations
+};
+
 // A background handshake with one remote engine.
 struct HandshakeJob {
   Mutex mu;
   bool done GUARDED_BY(mu) = false;
-  std::optional<StatusOr<HandshakeMetadata>> result GUARDED_BY(mu);
+  std::optional<StatusOr<std::vector<HandshakeMetadata>>> result GUARDED_BY(mu);
   std::thread thread;
 };
 
-// What D knows about one remote engine.
+// What D knows about one remote engine (all of its ranks).
 struct PeerEntry {
   enum class State { kHandshaking, kReady };
   State state = State::kHandshaking;
   std::shared_ptr<HandshakeJob> job;
-  HandshakeMetadata meta;
-  transfer::PeerHandle peer;
-  std::vector<transfer::RegionHandle> remote_regions;
+  std::vector<HandshakeMetadata> ranks;  // P's ranks, in rank order
+  kv::HeadSharding sharding;             // P's
+  // reads[d]: D rank d's head reads (which P ranks, which heads); links[d][p]: D rank d's
+  // agent's connection to P rank p, for the pairs D reads through.
+  std::vector<std::vector<kv::HeadRead>> reads;
+  std::vector<std::vector<std::optional<transfer::PeerHandle>>> links;
+  std::vector<std::vector<transfer::RegionHandle>> remote_regions;  // per P rank
 };
 
-// One load on D.
-struct RecvState {
-  enum class Phase { kWaitHandshake, kPreGeneration, kData, kPostGeneration };
-  LoadSpec spec;
-  Phase phase = Phase::kWaitHandshake;
+// One D rank's read from one P rank, within one load.
+struct SourceRead {
+  enum class Phase { kPreGeneration, kData, kPostGeneration, kDone, kFailed };
+  int32_t d_rank = 0;
+  kv::HeadRead heads;
+  Phase phase = Phase::kData;
   PullPlan plan;
-  std::vector<kv::LogicalBlockId> invalid_on_failure;  // D's logical blocks of the pulled range
-  std::vector<uint64_t> expected_generations;          // per plan.remote_logical_blocks
-  // Registered scratch: staging slots (staged pulls) then one uint64 per remote logical block.
+  std::vector<uint64_t> expected_generations;  // per plan.remote_logical_blocks
+  // Registered scratch (in D rank's agent): staging slots (staged pulls) then one uint64 per
+  // remote logical block.
   std::unique_ptr<std::byte[]> scratch;
   uint64_t scratch_bytes = 0;
   uint64_t generations_offset = 0;
   std::optional<transfer::RegionHandle> scratch_region;
   std::optional<transfer::XferHandle> xfer;
-  Deadline::Clock::time_point data_posted_at{};
   uint64_t data_bytes = 0;
   uint64_t data_descriptors = 0;
+};
+
+// One load on D: every D rank's reads.
+struct RecvState {
+  LoadSpec spec;
+  bool started = false;  // false: waiting for the remote engine's handshake
+  std::vector<SourceRead> reads;
+  std::vector<kv::LogicalBlockId> invalid_on_failure;  // D's logical blocks of the pulled range
+  std::optional<LoadOutcome> failure;                  // the first read failure, if any
+  Status failure_status;
+  Deadline::Clock::time_point posted_at{};
 };
 
 class FerryConnectorImpl : public FerryConnector {
  public:
   FerryConnectorImpl(const KvTransferConfig& config, const FerryConnectorOptions& options,
-                     std::string engine_id, std::unique_ptr<transfer::Agent> agent,
+                     std::string engine_id, std::vector<std::unique_ptr<transfer::Agent>> agents,
                      SideChannelKeys keys);
   ~FerryConnectorImpl() override;
 
@@ -123,8 +158,10 @@ class FerryConnectorImpl : public FerryConnector {
   const KvTransferConfig& config() const override { return config_; }
   const std::string& engine_id() const override { return engine_id_; }
   int32_t side_channel_port() const override { return server_port_.load(); }
+  int32_t tp_size() const override { return static_cast<int32_t>(ranks_.size()); }
+  std::string AgentName(int32_t rank) const override;
 
-  // Test hook: runs on the engine thread after a pull's data READ completed and before the
+  // Test hook: runs on the engine thread after a read's data READ completed and before its
   // generation READ is posted — the window in which a lease running out must be detected.
   std::function<void(const std::string& request_id)> after_data_read_for_test;
   // Test hook: runs on the engine thread before P stages tokens [token_begin, ...) of a request
@@ -138,12 +175,19 @@ class FerryConnectorImpl : public FerryConnector {
   struct PendingSave;
 
   // --- ferry_connector.cc ---
-  Status Register(kv::KvCache* cache, int32_t block_size_logical);
+  Status Register(std::span<kv::KvCache* const> caches, const kv::HeadSharding& sharding,
+                  int32_t block_size_logical);
+  Status RegisterRank(int32_t rank, kv::KvCache* cache);
+  Status StartServing(int32_t block_size_logical);
   std::string HandleSideChannel(std::string_view request);  // server thread
   bool TokenMatches(const std::string& presented) const;
-  // D: tells P over the side channel, in the background, that a request will not be pulled.
+  // D: tells P over the side channel, in the background, that a request will not be pulled
+  // (any more): P ends its lease on every rank.
   void ReleaseRemoteAsync(const KvTransferParams& remote);
   void ReapReleaseJobs(bool all);
+  void Shutdown();
+
+  // --- producer.cc ---
   void StagePendingSaves(const std::string* only_request);
   Status StageOne(const PendingSave& save);
   // P: the kv_transfer_params (and lease) of a finished remote-decode request, offering only
@@ -151,21 +195,30 @@ class FerryConnectorImpl : public FerryConnector {
   FinishResult OfferBlocks(const RequestView& request,
                            std::span<const kv::LogicalBlockId> block_ids);
   void CollectProducerFinished();
-  void Shutdown();
+  // P: one D rank's notification from P rank `rank`; ends the lease once every P rank has
+  // heard from all the D ranks that read from it.
+  void NoteNotification(int32_t rank, const transfer::Notification& n);
+  void EndLease(const std::string& request_id);
 
   // --- recv_path.cc ---
   void StartLoads();
   void PollLoads();
   void EnsureHandshake(const KvTransferParams& remote);
   void AdvanceHandshakes();
-  // Each returns the load's failure, if any; the caller then calls FailLoad.
-  Status StartPull(RecvState& r, PeerEntry& peer);
-  Status PostData(RecvState& r, PeerEntry& peer);
-  Status PostGenerationRead(RecvState& r, PeerEntry& peer, bool with_notification);
-  Status Advance(RecvState& r, bool* finished);
+  Status ConnectRanks(PeerEntry& peer);
+  void StartPull(RecvState& r, PeerEntry& peer);
+  // Each returns a read's failure, if any; the caller records it (RecordFailure).
+  Status StartRead(RecvState& r, SourceRead& read, PeerEntry& peer);
+  Status PostData(SourceRead& read, PeerEntry& peer);
+  Status PostGenerationRead(const RecvState& r, SourceRead& read, PeerEntry& peer,
+                            bool with_notification);
+  Status Advance(RecvState& r, SourceRead& read);
+  Status FinishRead(RecvState& r, SourceRead& read);
+  void RecordFailure(RecvState& r, SourceRead* read, LoadOutcome kind, const Status& why);
+  bool InFlight(const RecvState& r) const;
   void FinishLoad(const std::string& id, RecvState& r);
-  void FailLoad(const std::string& id, RecvState& r, LoadOutcome kind, const Status& why);
-  void ReleaseScratch(RecvState& r);
+  void FailLoad(const std::string& id, RecvState& r);
+  void ReleaseScratch(SourceRead& read);
   void DropPeer(const std::string& engine_id);
 
   template <typename F>
@@ -178,21 +231,18 @@ class FerryConnectorImpl : public FerryConnector {
   const SideChannelKeys keys_;  // CURVE material, or the plaintext rules
   const FerryConnectorOptions options_;
   const std::string engine_id_;
-  std::unique_ptr<transfer::Agent> agent_;
+  std::vector<RankEndpoint> ranks_;  // one per TP rank, agents from the factory
   SchedulerHalf scheduler_{this};
   WorkerHalf worker_{this};
 
-  // Set once by RegisterKvCache (engine thread), read-only afterwards.
-  kv::KvCache* cache_ = nullptr;
-  kv::CacheSpec spec_;
+  // Set once by RegisterKvCaches (engine thread), read-only afterwards.
+  bool registered_ = false;
+  kv::HeadSharding sharding_;  // this instance's KV heads over its ranks
   std::optional<kv::BlockGeometry> geometry_;
   int32_t block_size_logical_ = 0;
   std::string compat_hash_;
-  std::vector<transfer::RegionHandle> local_regions_;  // cache or host-buffer regions
-  std::vector<std::byte*> host_regions_;  // P's host buffer (kv_buffer_device cpu), agent-owned
-  std::unique_ptr<LeaseTable> leases_;
-  transfer::RegionHandle generation_region_;
-  std::string handshake_reply_;  // pre-encoded; the server thread reads it
+  std::unique_ptr<LeaseTable> leases_;  // one generation copy per rank
+  std::string handshake_reply_;         // pre-encoded, every rank's metadata
   std::unique_ptr<SideChannelServer> server_;
   std::atomic<int32_t> server_port_{0};
   bool shut_down_ = false;
@@ -222,6 +272,12 @@ class FerryConnectorImpl : public FerryConnector {
   // P, host buffer: the first token of a request whose staging failed (its blocks from there
   // on hold stale bytes and must never be offered).
   std::map<std::string, int32_t> stage_failed_from_;
+  // P: notifications received per leased request, per rank, and the D TP size they name.
+  struct Heard {
+    int32_t d_tp_size = 0;
+    std::vector<int32_t> per_rank;
+  };
+  std::map<std::string, Heard> heard_;
   std::vector<LoadSpec> bound_loads_;
   std::map<std::string, PeerEntry> peers_;  // by remote engine id
   std::map<std::string, RecvState> recvs_;  // by local request id

@@ -253,6 +253,29 @@ StatusOr<HandshakeMetadata> DecodeBody(std::string_view bytes) {
   return m;
 }
 
+// Rank r's body says rank r of n; everything a D plans with is the same on every rank.
+Status CheckRanksAgree(const std::vector<HandshakeMetadata>& ranks) {
+  const HandshakeMetadata& f = ranks[0];
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const HandshakeMetadata& m = ranks[r];
+    if (m.tp_rank != static_cast<int32_t>(r) || m.tp_size != static_cast<int32_t>(ranks.size())) {
+      return InvalidArgumentError(
+          fmt::format("handshake reply: body {} says rank {} of {}, expected rank {} of {}", r,
+                      m.tp_rank, m.tp_size, r, ranks.size()));
+    }
+    const bool same = m.engine_id == f.engine_id && m.block_size_logical == f.block_size_logical &&
+                      m.block_size_kernel == f.block_size_kernel && m.layout == f.layout &&
+                      m.dtype == f.dtype && m.kind == f.kind && m.num_layers == f.num_layers &&
+                      m.num_kv_heads == f.num_kv_heads && m.head_dim == f.head_dim &&
+                      m.num_blocks_kernel == f.num_blocks_kernel && m.host_buffer == f.host_buffer;
+    if (!same) {
+      return InvalidArgumentError(
+          fmt::format("handshake reply: rank {}'s cache geometry differs from rank 0's", r));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 kv::CacheSpec HandshakeMetadata::Spec() const {
@@ -344,12 +367,14 @@ Status DecodeOkReply(std::string_view bytes) {
   return InvalidArgumentError("reply: expected [magic, version, \"ok\"]");
 }
 
-std::string EncodeHandshakeReply(std::string_view compat_hash, const HandshakeMetadata& meta) {
+std::string EncodeHandshakeReply(std::string_view compat_hash,
+                                 std::span<const HandshakeMetadata> ranks) {
   msgpack::sbuffer buf;
   Packer pk(buf);
   PackEnvelopeHead(pk, 5, "meta");
   PackStr(pk, compat_hash);
-  PackBin(pk, EncodeBody(meta));
+  pk.pack_array(static_cast<uint32_t>(ranks.size()));
+  for (const HandshakeMetadata& m : ranks) PackBin(pk, EncodeBody(m));
   return std::string(buf.data(), buf.size());
 }
 
@@ -361,8 +386,8 @@ std::string EncodeHandshakeError(std::string_view message) {
   return std::string(buf.data(), buf.size());
 }
 
-StatusOr<HandshakeMetadata> DecodeHandshakeReply(std::string_view bytes,
-                                                 std::string_view expected_compat_hash) {
+StatusOr<std::vector<HandshakeMetadata>> DecodeHandshakeReply(
+    std::string_view bytes, std::string_view expected_compat_hash) {
   KVF_ASSIGN_OR_RETURN(msgpack::object_handle oh, Unpack(bytes, "handshake reply"));
   KVF_ASSIGN_OR_RETURN(const msgpack::object_array* a, Envelope(oh.get(), "handshake reply"));
   std::string_view kind = AsStr(a->ptr[2]);
@@ -372,10 +397,11 @@ StatusOr<HandshakeMetadata> DecodeHandshakeReply(std::string_view bytes,
     }
     return UnavailableError(fmt::format("peer refused the handshake: {}", AsStr(a->ptr[3])));
   }
-  if (kind != "meta" || a->size != 5 || !IsStr(a->ptr[3]) || a->ptr[4].type != msgpack::type::BIN) {
+  if (kind != "meta" || a->size != 5 || !IsStr(a->ptr[3]) ||
+      a->ptr[4].type != msgpack::type::ARRAY) {
     return InvalidArgumentError(
         "handshake reply: expected [magic, version, \"meta\", "
-        "compat_hash, body]");
+        "compat_hash, [body per rank]]");
   }
   std::string_view hash = AsStr(a->ptr[3]);
   if (hash != expected_compat_hash) {
@@ -384,7 +410,46 @@ StatusOr<HandshakeMetadata> DecodeHandshakeReply(std::string_view bytes,
                     "KV dtype, attention kind, layers, KV heads and head dim must be equal)",
                     hash, expected_compat_hash));
   }
-  return DecodeBody(std::string_view(a->ptr[4].via.bin.ptr, a->ptr[4].via.bin.size));
+  const msgpack::object_array& bodies = a->ptr[4].via.array;
+  if (bodies.size < 1 || bodies.size > static_cast<uint32_t>(kMaxTpRanks)) {
+    return InvalidArgumentError(
+        fmt::format("handshake reply: {} rank bodies (1 to {} allowed)", bodies.size, kMaxTpRanks));
+  }
+  std::vector<HandshakeMetadata> ranks;
+  for (uint32_t i = 0; i < bodies.size; ++i) {
+    const msgpack::object& b = bodies.ptr[i];
+    if (b.type != msgpack::type::BIN) {
+      return InvalidArgumentError(fmt::format("handshake reply: body {} is not bytes", i));
+    }
+    KVF_ASSIGN_OR_RETURN(HandshakeMetadata m,
+                         DecodeBody(std::string_view(b.via.bin.ptr, b.via.bin.size)));
+    ranks.push_back(std::move(m));
+  }
+  KVF_RETURN_IF_ERROR(CheckRanksAgree(ranks));
+  return ranks;
+}
+
+std::string EncodePullNotification(std::string_view request_id, int32_t d_tp_size) {
+  return fmt::format("{}:{}", request_id, d_tp_size);
+}
+
+StatusOr<PullNotification> DecodePullNotification(std::string_view message) {
+  const size_t colon = message.rfind(':');
+  const std::string_view tail =
+      colon == std::string_view::npos ? std::string_view() : message.substr(colon + 1);
+  int32_t tp = 0;
+  for (char c : tail) {
+    if (c < '0' || c > '9' || tp > kMaxTpRanks) {
+      tp = 0;
+      break;
+    }
+    tp = tp * 10 + (c - '0');
+  }
+  if (tp < 1 || tp > kMaxTpRanks) {
+    return InvalidArgumentError(
+        fmt::format("notification '{}' does not end in ':<tp_size>'", message));
+  }
+  return PullNotification{std::string(message.substr(0, colon)), tp};
 }
 
 }  // namespace kvferry::connector::internal

@@ -1,12 +1,14 @@
 // The side-channel handshake's wire format (docs/connector.md, "Handshake wire format").
 //
 // D asks P for its metadata; P answers with a versioned envelope whose compatibility hash is
-// checked BEFORE the body is decoded, so a D never interprets the layout fields of an
+// checked BEFORE the bodies are decoded, so a D never interprets the layout fields of an
 // incompatible model. All messages are msgpack arrays:
 //
-//   request : ["kvferry.hs", version, "get_meta", tp_rank, auth_token]
+//   request : ["kvferry.hs", version, "get_meta", tp_rank, auth_token]   (tp_rank: the asking
+//             D rank, informational: every P rank's metadata comes back)
 //             ["kvferry.hs", version, "release", request_id, auth_token]   (D: free my lease)
-//   reply   : ["kvferry.hs", version, "meta", compat_hash, body]      body = msgpack bin
+//   reply   : ["kvferry.hs", version, "meta", compat_hash, [body_0, ..., body_{n-1}]]
+//             one body (msgpack bin) per P tensor-parallel rank, in rank order
 //             ["kvferry.hs", version, "error", message]
 //             ["kvferry.hs", version, "ok"]                               (to "release")
 //   body    : msgpack map, string keys (unknown keys ignored, missing required ones rejected):
@@ -15,14 +17,22 @@
 //             regions [[id, base, size, bytes_per_kernel_block]...],
 //             generation_table [id, base, size], agent_metadata (bin)
 //
+// The bodies of one reply must agree on everything but tp_rank and the rank's own regions,
+// generation table and agent metadata (rank r's body says tp_rank r, tp_size n).
+//
 // A reply's major version must equal kHandshakeVersion (a reader rejects other versions with a
-// message naming both). Decoding never trusts sizes: truncated or corrupted bytes are
-// InvalidArgument, never a crash or a huge allocation.
+// message naming both; version 1 carried one body). Decoding never trusts sizes: truncated or
+// corrupted bytes are InvalidArgument, never a crash or a huge allocation.
+//
+// Transfer notifications (the message a pull's last READ carries to a P rank) are
+// "<P request id>:<D tp_size>", vLLM's format: a P rank releases its share of the lease once
+// every D rank that reads from it has notified (kv::CountReaders).
 //
 // Thread-safety: pure functions over values.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -32,7 +42,9 @@
 
 namespace kvferry::connector::internal {
 
-inline constexpr uint32_t kHandshakeVersion = 1;
+inline constexpr uint32_t kHandshakeVersion = 2;
+// Most tensor-parallel ranks a reply may carry.
+inline constexpr int32_t kMaxTpRanks = 64;
 
 // One registered region P serves, in P's agent's id space.
 struct WireRegion {
@@ -53,7 +65,7 @@ struct HandshakeMetadata {
   kv::DType dtype = kv::DType::kF32;
   kv::AttentionKind kind = kv::AttentionKind::kStandard;
   int32_t num_layers = 0;
-  int32_t num_kv_heads = 0;
+  int32_t num_kv_heads = 0;  // in this rank's cache
   int32_t head_dim = 0;
   int32_t num_blocks_kernel = 0;
   bool host_buffer = false;         // regions are P's host buffer (same geometry as its cache)
@@ -73,6 +85,8 @@ struct HandshakeMetadata {
 // mismatch error says which one differs (e.g. P's f16 cache against D's f32 one: kvferry refuses
 // rather than converting, docs/connector.md). Block sizes, layout and block counts are
 // deliberately left out: they may differ and are handled by re-layout (as in vLLM).
+// `spec.num_kv_heads` must be the MODEL's KV heads (instances at different TP sizes hold
+// different numbers per rank).
 std::string CompatibilityHash(std::string_view model_name, const kv::CacheSpec& spec);
 
 std::string EncodeHandshakeRequest(int32_t tp_rank, std::string_view auth_token);
@@ -94,14 +108,26 @@ std::string EncodeOk();
 // OK for "ok"; the peer's error (Unavailable) for "error"; InvalidArgument otherwise.
 Status DecodeOkReply(std::string_view bytes);
 
-std::string EncodeHandshakeReply(std::string_view compat_hash, const HandshakeMetadata& meta);
+// `ranks`: every rank's metadata, in rank order.
+std::string EncodeHandshakeReply(std::string_view compat_hash,
+                                 std::span<const HandshakeMetadata> ranks);
 std::string EncodeHandshakeError(std::string_view message);
 
 // Decodes a reply: envelope first; an "error" reply becomes Unavailable carrying P's message;
 // a compat hash other than `expected_compat_hash` is FailedPrecondition naming both hashes,
-// returned before the body is looked at; otherwise the body. InvalidArgument on malformed
-// bytes or a missing/ill-typed body field (named).
-StatusOr<HandshakeMetadata> DecodeHandshakeReply(std::string_view bytes,
-                                                 std::string_view expected_compat_hash);
+// returned before any body is looked at; otherwise every rank's body, in rank order.
+// InvalidArgument on malformed bytes, a missing/ill-typed body field (named), or bodies that
+// disagree (ranks out of order, tp_size not the body count, different geometry).
+StatusOr<std::vector<HandshakeMetadata>> DecodeHandshakeReply(
+    std::string_view bytes, std::string_view expected_compat_hash);
+
+// The notification a D rank's pull carries to a P rank, and its parse (InvalidArgument when it
+// does not end in ":<tp_size>").
+std::string EncodePullNotification(std::string_view request_id, int32_t d_tp_size);
+struct PullNotification {
+  std::string request_id;
+  int32_t d_tp_size = 1;
+};
+StatusOr<PullNotification> DecodePullNotification(std::string_view message);
 
 }  // namespace kvferry::connector::internal

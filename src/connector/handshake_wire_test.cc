@@ -33,13 +33,68 @@ HandshakeMetadata SampleMetadata() {
 
 kv::CacheSpec SampleSpec() { return SampleMetadata().Spec(); }
 
+std::string Reply(std::string_view hash, const HandshakeMetadata& m) {
+  return EncodeHandshakeReply(hash, std::span<const HandshakeMetadata>(&m, 1));
+}
+
+// Rank r of n: rank 0's geometry, its own regions and agent.
+HandshakeMetadata RankMetadata(int32_t r, int32_t n) {
+  HandshakeMetadata m = SampleMetadata();
+  m.tp_rank = r;
+  m.tp_size = n;
+  for (WireRegion& reg : m.regions) reg.id += 100 * r;
+  m.agent_metadata += std::to_string(r);
+  return m;
+}
+
 TEST(HandshakeWireTest, ReplyRoundTrips) {
   HandshakeMetadata m = SampleMetadata();
   std::string hash = CompatibilityHash("tiny", SampleSpec());
-  auto decoded = DecodeHandshakeReply(EncodeHandshakeReply(hash, m), hash);
+  auto decoded = DecodeHandshakeReply(Reply(hash, m), hash);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
-  EXPECT_EQ(*decoded, m);
-  EXPECT_EQ(decoded->num_blocks_logical(), 20);
+  ASSERT_EQ(decoded->size(), 1u);
+  EXPECT_EQ((*decoded)[0], m);
+  EXPECT_EQ((*decoded)[0].num_blocks_logical(), 20);
+}
+
+TEST(HandshakeWireTest, EveryRanksMetadataInOneReply) {
+  std::vector<HandshakeMetadata> ranks;
+  for (int32_t r = 0; r < 4; ++r) ranks.push_back(RankMetadata(r, 4));
+  std::string hash = CompatibilityHash("tiny", SampleSpec());
+  auto decoded = DecodeHandshakeReply(EncodeHandshakeReply(hash, ranks), hash);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, ranks);
+}
+
+TEST(HandshakeWireTest, RanksThatDisagreeAreRejected) {
+  std::string hash = CompatibilityHash("tiny", SampleSpec());
+  std::vector<HandshakeMetadata> swapped = {RankMetadata(1, 2), RankMetadata(0, 2)};
+  auto d = DecodeHandshakeReply(EncodeHandshakeReply(hash, swapped), hash);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("says rank 1 of 2"), std::string_view::npos) << d.status();
+
+  std::vector<HandshakeMetadata> short_reply = {RankMetadata(0, 2)};
+  EXPECT_EQ(DecodeHandshakeReply(EncodeHandshakeReply(hash, short_reply), hash).status().code(),
+            StatusCode::kInvalidArgument);
+
+  std::vector<HandshakeMetadata> other_layout = {RankMetadata(0, 2), RankMetadata(1, 2)};
+  other_layout[1].layout = kv::Layout::kNHD;
+  d = DecodeHandshakeReply(EncodeHandshakeReply(hash, other_layout), hash);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.status().message().find("differs from rank 0"), std::string_view::npos) << d.status();
+
+  EXPECT_EQ(DecodeHandshakeReply(EncodeHandshakeReply(hash, {}), hash).status().code(),
+            StatusCode::kInvalidArgument);
+}
+
+TEST(HandshakeWireTest, PullNotificationCarriesDsTpSize) {
+  auto n = DecodePullNotification(EncodePullNotification("cmpl-1:x", 4));
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->request_id, "cmpl-1:x");
+  EXPECT_EQ(n->d_tp_size, 4);
+  for (std::string_view bad : {"req", "req:", "req:0", "req:x", "req:999", ""}) {
+    EXPECT_EQ(DecodePullNotification(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
 }
 
 TEST(HandshakeWireTest, RequestRoundTrips) {
@@ -93,8 +148,7 @@ TEST(HandshakeWireTest, HashMismatchIsRejectedBeforeTheBodyIsDecoded) {
   std::string theirs = CompatibilityHash("small", SampleSpec());
   HandshakeMetadata m = SampleMetadata();
   m.regions.clear();  // an invalid body
-  auto decoded = DecodeHandshakeReply(EncodeHandshakeReply(theirs, m),
-                                      CompatibilityHash("tiny", SampleSpec()));
+  auto decoded = DecodeHandshakeReply(Reply(theirs, m), CompatibilityHash("tiny", SampleSpec()));
   ASSERT_FALSE(decoded.ok());
   EXPECT_EQ(decoded.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_NE(decoded.status().message().find(theirs), std::string_view::npos);
@@ -105,9 +159,8 @@ TEST(HandshakeWireTest, DtypeMismatchIsNamedInTheError) {
   f16.dtype = kv::DType::kF16;
   kv::CacheSpec f32 = SampleSpec();
   f32.dtype = kv::DType::kF32;
-  auto decoded =
-      DecodeHandshakeReply(EncodeHandshakeReply(CompatibilityHash("tiny", f16), SampleMetadata()),
-                           CompatibilityHash("tiny", f32));
+  auto decoded = DecodeHandshakeReply(Reply(CompatibilityHash("tiny", f16), SampleMetadata()),
+                                      CompatibilityHash("tiny", f32));
   ASSERT_FALSE(decoded.ok());
   EXPECT_NE(decoded.status().message().find("dtype=f16"), std::string_view::npos);
   EXPECT_NE(decoded.status().message().find("dtype=f32"), std::string_view::npos);
@@ -124,26 +177,26 @@ TEST(HandshakeWireTest, InconsistentBodyIsRejectedNamingTheProblem) {
   std::string hash = CompatibilityHash("tiny", SampleSpec());
   HandshakeMetadata m = SampleMetadata();
   m.regions.pop_back();
-  auto d = DecodeHandshakeReply(EncodeHandshakeReply(hash, m), hash);
+  auto d = DecodeHandshakeReply(Reply(hash, m), hash);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("regions"), std::string_view::npos) << d.status();
 
   m = SampleMetadata();
   m.regions[1].bytes_per_kernel_block += 8;
-  d = DecodeHandshakeReply(EncodeHandshakeReply(hash, m), hash);
+  d = DecodeHandshakeReply(Reply(hash, m), hash);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("per kernel block"), std::string_view::npos) << d.status();
 
   m = SampleMetadata();
   m.block_size_kernel = 48;  // does not divide 128
-  d = DecodeHandshakeReply(EncodeHandshakeReply(hash, m), hash);
+  d = DecodeHandshakeReply(Reply(hash, m), hash);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("does not divide"), std::string_view::npos) << d.status();
 }
 
 TEST(HandshakeWireTest, EveryTruncationIsAnErrorNotACrash) {
   std::string hash = CompatibilityHash("tiny", SampleSpec());
-  std::string bytes = EncodeHandshakeReply(hash, SampleMetadata());
+  std::string bytes = Reply(hash, SampleMetadata());
   for (size_t n = 0; n < bytes.size(); ++n) {
     auto d = DecodeHandshakeReply(std::string_view(bytes.data(), n), hash);
     ASSERT_FALSE(d.ok()) << "prefix of " << n << " bytes decoded";
@@ -158,7 +211,7 @@ TEST(HandshakeWireTest, EveryTruncationIsAnErrorNotACrash) {
 TEST(HandshakeWireTest, CorruptedBytesNeverCrashAndNeverPassSilentlyWrong) {
   std::string hash = CompatibilityHash("tiny", SampleSpec());
   HandshakeMetadata m = SampleMetadata();
-  std::string bytes = EncodeHandshakeReply(hash, m);
+  std::string bytes = Reply(hash, m);
   std::mt19937 rng(42);
   int decoded_ok = 0;
   for (int trial = 0; trial < 3000; ++trial) {
@@ -170,8 +223,9 @@ TEST(HandshakeWireTest, CorruptedBytesNeverCrashAndNeverPassSilentlyWrong) {
       // A flip inside an opaque or numeric value can decode; the result must still be a
       // self-consistent geometry (the decoder's cross checks hold).
       ++decoded_ok;
-      EXPECT_EQ(static_cast<int32_t>(d->regions.size()), d->Spec().num_regions());
-      EXPECT_EQ(d->block_size_logical % d->block_size_kernel, 0);
+      ASSERT_EQ(d->size(), 1u);
+      EXPECT_EQ(static_cast<int32_t>((*d)[0].regions.size()), (*d)[0].Spec().num_regions());
+      EXPECT_EQ((*d)[0].block_size_logical % (*d)[0].block_size_kernel, 0);
     }
   }
   EXPECT_LT(decoded_ok, 3000);

@@ -6,12 +6,13 @@
 
 namespace kvferry::connector::internal {
 
-LeaseTable::LeaseTable(int32_t num_blocks_logical)
-    : num_blocks_(num_blocks_logical),
-      generations_(new uint64_t[static_cast<size_t>(num_blocks_logical)]),
-      hold_counts_(static_cast<size_t>(num_blocks_logical), 0) {
-  // Start at 1 so that a zeroed (never written) table can never match.
-  for (int32_t i = 0; i < num_blocks_; ++i) generations_[i] = 1;
+LeaseTable::LeaseTable(int32_t num_blocks_logical, int32_t num_copies)
+    : num_blocks_(num_blocks_logical), hold_counts_(static_cast<size_t>(num_blocks_logical), 0) {
+  for (int32_t c = 0; c < num_copies; ++c) {
+    generations_.emplace_back(new uint64_t[static_cast<size_t>(num_blocks_logical)]);
+    // Start at 1 so that a zeroed (never written) table can never match.
+    for (int32_t i = 0; i < num_blocks_; ++i) generations_.back()[i] = 1;
+  }
 }
 
 StatusOr<std::vector<uint64_t>> LeaseTable::Grant(const std::string& request_id,
@@ -31,7 +32,7 @@ StatusOr<std::vector<uint64_t>> LeaseTable::Grant(const std::string& request_id,
   gens.reserve(ids.size());
   for (kv::LogicalBlockId id : ids) {
     if (hold_counts_[id.value()]++ == 0) ++blocks_held_;
-    gens.push_back(std::atomic_ref<uint64_t>(generations_[id.value()]).load());
+    gens.push_back(std::atomic_ref<uint64_t>(generations_[0][id.value()]).load());
   }
   leases_.emplace(request_id,
                   Lease{std::vector<kv::LogicalBlockId>(ids.begin(), ids.end()), expiry});
@@ -42,7 +43,9 @@ void LeaseTable::EndLocked(std::map<std::string, Lease>::iterator it) {
   for (kv::LogicalBlockId id : it->second.ids) {
     if (--hold_counts_[id.value()] == 0) {
       --blocks_held_;
-      std::atomic_ref<uint64_t>(generations_[id.value()]).fetch_add(1, std::memory_order_seq_cst);
+      for (auto& copy : generations_) {
+        std::atomic_ref<uint64_t>(copy[id.value()]).fetch_add(1, std::memory_order_seq_cst);
+      }
     }
   }
   leases_.erase(it);
@@ -79,7 +82,7 @@ bool LeaseTable::Has(const std::string& request_id) const {
 
 uint64_t LeaseTable::Generation(kv::LogicalBlockId id) const {
   MutexLock lock(&mu_);
-  return std::atomic_ref<uint64_t>(generations_[id.value()]).load();
+  return std::atomic_ref<uint64_t>(generations_[0][id.value()]).load();
 }
 
 int64_t LeaseTable::blocks_held() const {

@@ -1,14 +1,15 @@
 // LeaseTable: P's record of blocks held for remote readers, and the generation table D checks.
 //
-// Every logical block of P has a lease generation, stored in one contiguous array of uint64
+// Every logical block of P has a lease generation, stored in a contiguous array of uint64
 // (little endian) that the connector registers with its transfer agent and advertises in the
-// handshake. Grant() records a lease (request id, blocks, expiry) and returns the blocks'
-// current generations, which P sends to D in kv_transfer_params.remote_block_generations. End()
-// (D's notification, or the lease running out) bumps the generation of every block no other
-// lease still holds, BEFORE the connector reports the request in finished_sending — i.e. before
-// the engine can free and reuse the block. A D that reads the generations after its data read
-// and finds them unchanged therefore knows no reuse started before its read completed
-// (docs/connector.md, "Lease and generation").
+// handshake — one identical copy per tensor-parallel rank, each registered with that rank's
+// agent, so a D rank checks the P rank it read from. Grant() records a lease (request id, blocks,
+// expiry) and returns the blocks' current generations, which P sends to D in
+// kv_transfer_params.remote_block_generations. End() (D's notification, or the lease running out)
+// bumps the generation of every block no other lease still holds, BEFORE the connector reports the
+// request in finished_sending — i.e. before the engine can free and reuse the block. A D that reads
+// the generations after its data read and finds them unchanged therefore knows no reuse started
+// before its read completed (docs/connector.md, "Lease and generation").
 //
 // Why not kv::BlockPool::Generation: the pool's counter lives in engine memory a remote reader
 // cannot read, and it moves when the pool frees, after finished_sending; the connector must
@@ -35,12 +36,13 @@ namespace kvferry::connector::internal {
 
 class LeaseTable {
  public:
-  explicit LeaseTable(int32_t num_blocks_logical);
+  explicit LeaseTable(int32_t num_blocks_logical, int32_t num_copies = 1);
   LeaseTable(const LeaseTable&) = delete;
   LeaseTable& operator=(const LeaseTable&) = delete;
 
-  // The generation array, for registration (stable address for the table's lifetime).
-  void* generations_data() { return generations_.get(); }
+  // Copy `copy` of the generation array, for registration (stable address for the table's
+  // lifetime). Every copy holds the same values.
+  void* generations_data(int32_t copy = 0) { return generations_[copy].get(); }
   uint64_t generations_size_bytes() const { return num_blocks_ * sizeof(uint64_t); }
   int32_t num_blocks_logical() const { return num_blocks_; }
 
@@ -66,7 +68,7 @@ class LeaseTable {
   void EndLocked(std::map<std::string, Lease>::iterator it) REQUIRES(mu_);
 
   const int32_t num_blocks_;
-  std::unique_ptr<uint64_t[]> generations_;  // written under mu_, read remotely
+  std::vector<std::unique_ptr<uint64_t[]>> generations_;  // written under mu_, read remotely
   mutable Mutex mu_;
   std::vector<int32_t> hold_counts_ GUARDED_BY(mu_);
   std::map<std::string, Lease> leases_ GUARDED_BY(mu_);

@@ -1,15 +1,22 @@
 // D's side of the worker half: background handshakes, pulls, generation checks, failures.
 //
-// A load goes through these phases (RecvState::Phase), advanced by StartLoadKv/GetFinished:
-//   kWaitHandshake   the remote engine's metadata is being fetched (background thread)
+// A load waits for the remote engine's handshake (every P rank's metadata, fetched once per
+// engine by a background thread), then becomes one read per (D rank, P rank it reads heads
+// from) — kv::PlanHeadReads — each through its D rank's own agent. A read goes through
+// (SourceRead::Phase), advanced by StartLoadKv/GetFinished:
 //   kPreGeneration   only when P's kv_transfer_params carried no generations: read them first
-//   kData            the coalesced READ of P's kernel blocks (into D's cache, or staging)
-//   kPostGeneration  READ of the same blocks' generations, carrying the notification to P
-// then the generations are compared, a staged pull is re-laid out into D's cache, and the
-// request is reported in finished_recving. Any failure reports it too, with its LOGICAL blocks
-// as invalid.
+//   kData            the coalesced READ of the P rank's kernel blocks (its heads) into the D
+//                    rank's cache, or staging
+//   kPostGeneration  READ of the same blocks' generations in that P rank's table, carrying the
+//                    notification "<P request id>:<D tp_size>" to that P rank
+// then the generations are compared and a staged read is re-laid out into the D rank's cache
+// (its heads). The load is reported in finished_recving once no read is in flight: pulled when
+// every read is done, else failed with the first failure and the load's LOGICAL blocks as
+// invalid.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "connector/ferry_connector_impl.h"
@@ -26,15 +33,22 @@ std::string IdsToString(std::span<const kv::LogicalBlockId> ids) {
 }
 
 // What a load that ended with `outcome` reports; only a pull reports what it moved.
-LoadReport ReportOf(const std::string& id, const RecvState& r, LoadOutcome outcome) {
+LoadReport ReportOf(const std::string& id, const RecvState& r, LoadOutcome outcome,
+                    int32_t d_tp_size) {
   LoadReport report;
   report.request_id = id;
   report.outcome = outcome;
   report.local_hit_tokens = r.spec.num_local_computed_tokens;
-  if (outcome == LoadOutcome::kPulled) {
-    report.tokens = r.spec.num_external_tokens;
-    report.bytes = r.data_bytes;
-    report.descriptors = r.data_descriptors;
+  if (outcome != LoadOutcome::kPulled) return report;
+  report.tokens = r.spec.num_external_tokens;
+  for (int32_t d = 0; d < d_tp_size; ++d) report.ranks.push_back(RankLoad{.rank = d});
+  for (const SourceRead& read : r.reads) {
+    RankLoad& rank = report.ranks[read.d_rank];
+    rank.source_ranks.push_back(read.heads.src_rank);
+    rank.bytes += read.data_bytes;
+    rank.descriptors += read.data_descriptors;
+    report.bytes += read.data_bytes;
+    report.descriptors += read.data_descriptors;
   }
   return report;
 }
@@ -57,23 +71,63 @@ void FerryConnectorImpl::EnsureHandshake(const KvTransferParams& remote) {
                              curve = keys_.ForPeer(remote.remote_engine_id, remote.remote_host),
                              request = EncodeHandshakeRequest(0, config_.auth_token),
                              deadline = Deadline::AfterMs(config_.handshake_timeout_ms)] {
-    StatusOr<HandshakeMetadata> result = [&]() -> StatusOr<HandshakeMetadata> {
+    StatusOr<std::vector<HandshakeMetadata>> result =
+        [&]() -> StatusOr<std::vector<HandshakeMetadata>> {
       KVF_RETURN_IF_ERROR(curve.status());  // no key for this P: nothing is sent
       KVF_ASSIGN_OR_RETURN(std::string reply,
                            FetchOverSideChannel(host, port, request, deadline, *curve));
-      KVF_ASSIGN_OR_RETURN(HandshakeMetadata meta, DecodeHandshakeReply(reply, hash));
-      if (meta.engine_id != expected_engine) {
+      KVF_ASSIGN_OR_RETURN(std::vector<HandshakeMetadata> ranks, DecodeHandshakeReply(reply, hash));
+      if (ranks[0].engine_id != expected_engine) {
         return FailedPreconditionError(
             fmt::format("{}:{} is engine '{}', kv_transfer_params named '{}'", host, port,
-                        meta.engine_id, expected_engine));
+                        ranks[0].engine_id, expected_engine));
       }
-      return meta;
+      return ranks;
     }();
     MutexLock lock(&job->mu);
     job->result = std::move(result);
     job->done = true;
   });
   peers_.emplace(remote.remote_engine_id, std::move(entry));
+}
+
+// Which P ranks each D rank reads from, and a connection of each D rank's agent to each of
+// them. A failure leaves no connection behind.
+Status FerryConnectorImpl::ConnectRanks(PeerEntry& peer) {
+  const int32_t p_tp = static_cast<int32_t>(peer.ranks.size());
+  StatusOr<kv::HeadSharding> sharding = kv::HeadSharding::Create(sharding_.num_kv_heads(), p_tp);
+  if (!sharding.ok() || peer.ranks[0].num_kv_heads != sharding->HeadsPerRank()) {
+    return FailedPreconditionError(fmt::format(
+        "P's {} ranks hold {} KV heads each; this model's {} KV heads over {} ranks would be {}",
+        p_tp, peer.ranks[0].num_kv_heads, sharding_.num_kv_heads(), p_tp,
+        sharding.ok() ? sharding->HeadsPerRank() : 0));
+  }
+  peer.sharding = *sharding;
+  peer.links.assign(ranks_.size(), std::vector<std::optional<transfer::PeerHandle>>(p_tp));
+  for (const HandshakeMetadata& m : peer.ranks) {
+    std::vector<transfer::RegionHandle> regions;
+    for (const WireRegion& r : m.regions) regions.push_back({r.id});
+    peer.remote_regions.push_back(std::move(regions));
+  }
+  for (int32_t d = 0; d < tp_size(); ++d) {
+    KVF_ASSIGN_OR_RETURN(std::vector<kv::HeadRead> reads,
+                         kv::PlanHeadReads(peer.sharding, sharding_, d));
+    for (const kv::HeadRead& read : reads) {
+      StatusOr<transfer::PeerHandle> link =
+          ranks_[d].agent->LoadRemoteMetadata(peer.ranks[read.src_rank].agent_metadata);
+      if (!link.ok()) {
+        for (int32_t dd = 0; dd < tp_size(); ++dd) {
+          for (auto& l : peer.links[dd]) {
+            if (l.has_value()) ranks_[dd].agent->RemovePeer(*l).IgnoreError();
+          }
+        }
+        return link.status();
+      }
+      peer.links[d][read.src_rank] = *link;
+    }
+    peer.reads.push_back(std::move(reads));
+  }
+  return Status::Ok();
 }
 
 void FerryConnectorImpl::AdvanceHandshakes() {
@@ -83,7 +137,7 @@ void FerryConnectorImpl::AdvanceHandshakes() {
       ++it;
       continue;
     }
-    std::optional<StatusOr<HandshakeMetadata>> result;
+    std::optional<StatusOr<std::vector<HandshakeMetadata>>> result;
     {
       MutexLock lock(&peer.job->mu);
       if (!peer.job->done) {
@@ -95,44 +149,37 @@ void FerryConnectorImpl::AdvanceHandshakes() {
     peer.job->thread.join();
     peer.job.reset();
     Status st = result->status();
-    if (st.ok() && (*result)->tp_size != 1) {
-      st = UnimplementedError(
-          fmt::format("remote tp_size {} (only 1 is supported)", (*result)->tp_size));
+    if (st.ok()) {
+      peer.ranks = std::move(**result);
+      st = ConnectRanks(peer);
     }
     if (st.ok()) {
-      StatusOr<transfer::PeerHandle> handle = agent_->LoadRemoteMetadata((*result)->agent_metadata);
-      if (handle.ok()) {
-        peer.peer = *handle;
-        peer.meta = std::move(**result);
-        for (const WireRegion& r : peer.meta.regions) peer.remote_regions.push_back({r.id});
-        peer.state = PeerEntry::State::kReady;
-        UpdateStats([](ConnectorStats& st) { ++st.handshakes; });
-        KVF_LOG_INFO("connector {}: handshake with {} done (kernel block {}, logical {}, {}{})",
-                     engine_id_, it->first, peer.meta.block_size_kernel,
-                     peer.meta.block_size_logical, kv::LayoutName(peer.meta.layout),
-                     peer.meta.host_buffer ? ", host buffer" : "");
-        ++it;
-        continue;
-      }
-      st = handle.status();
+      peer.state = PeerEntry::State::kReady;
+      UpdateStats([](ConnectorStats& s) { ++s.handshakes; });
+      const HandshakeMetadata& m = peer.ranks[0];
+      KVF_LOG_INFO(
+          "connector {}: handshake with {} done ({} TP rank(s), kernel block {}, logical {}, "
+          "{}{})",
+          engine_id_, it->first, peer.ranks.size(), m.block_size_kernel, m.block_size_logical,
+          kv::LayoutName(m.layout), m.host_buffer ? ", host buffer" : "");
+      ++it;
+      continue;
     }
     // Fail every load waiting for this engine; the next request retries the handshake.
     const std::string engine = it->first;
     it = peers_.erase(it);
     KVF_LOG_WARN("connector {}: handshake with {} failed: {}", engine_id_, engine, st.ToString());
-    for (auto r = recvs_.begin(); r != recvs_.end();) {
-      auto next = std::next(r);
-      if (r->second.phase == RecvState::Phase::kWaitHandshake &&
-          r->second.spec.remote.remote_engine_id == engine) {
-        FailLoad(r->first, r->second, LoadOutcome::kFailedHandshake, st);
+    for (auto& [id, r] : recvs_) {
+      if (!r.started && r.spec.remote.remote_engine_id == engine) {
+        r.started = true;
+        RecordFailure(r, nullptr, LoadOutcome::kFailedHandshake, st);
       }
-      r = next;
     }
   }
 }
 
 void FerryConnectorImpl::StartLoads() {
-  if (cache_ == nullptr) return;
+  if (!registered_) return;
   for (LoadSpec& spec : bound_loads_) {
     RecvState r;
     r.invalid_on_failure = LocalBlocksForTokens(
@@ -147,188 +194,263 @@ void FerryConnectorImpl::StartLoads() {
   }
   bound_loads_.clear();
   AdvanceHandshakes();
-  for (auto it = recvs_.begin(); it != recvs_.end();) {
-    auto next = std::next(it);
-    RecvState& r = it->second;
-    if (r.phase == RecvState::Phase::kWaitHandshake) {
-      auto peer = peers_.find(r.spec.remote.remote_engine_id);
-      if (peer == peers_.end()) {
-        // Its engine was dropped (a sibling's transfer failed) before this load started.
-        EnsureHandshake(r.spec.remote);
-        it = next;
-        continue;
-      }
-      if (peer != peers_.end() && peer->second.state == PeerEntry::State::kReady) {
-        if (Status st = StartPull(r, peer->second); !st.ok()) {
-          FailLoad(it->first, r, KindOf(st), st);
-        }
-      }
+  for (auto& [id, r] : recvs_) {
+    if (r.started) continue;
+    auto peer = peers_.find(r.spec.remote.remote_engine_id);
+    if (peer == peers_.end()) {
+      // Its engine was dropped (a sibling's transfer failed) before this load started.
+      EnsureHandshake(r.spec.remote);
+      continue;
     }
-    it = next;
+    if (peer->second.state != PeerEntry::State::kReady) continue;
+    r.started = true;
+    StartPull(r, peer->second);
+  }
+  PollLoads();
+}
+
+// Plans and posts every read of a load; a failure is recorded on the load (the reads already
+// posted run to their end, or are cut off with the engine's connections).
+void FerryConnectorImpl::StartPull(RecvState& r, PeerEntry& peer) {
+  const int32_t p_tp = static_cast<int32_t>(peer.ranks.size());
+  if (r.spec.remote.tp_size != p_tp) {
+    RecordFailure(r, nullptr, LoadOutcome::kFailedHandshake,
+                  FailedPreconditionError(
+                      fmt::format("kv_transfer_params.tp_size is {}, engine {} has {} TP ranks",
+                                  r.spec.remote.tp_size, r.spec.remote.remote_engine_id, p_tp)));
+    return;
+  }
+  const auto& gens = r.spec.remote.remote_block_generations;
+  if (!gens.empty() && gens.size() != r.spec.remote.remote_block_ids.size()) {
+    RecordFailure(r, nullptr, LoadOutcome::kFailedTransfer,
+                  InvalidArgumentError(fmt::format(
+                      "kv_transfer_params: {} remote_block_generations for {} remote_block_ids",
+                      gens.size(), r.spec.remote.remote_block_ids.size())));
+    return;
+  }
+  r.posted_at = Deadline::Clock::now();
+  for (int32_t d = 0; d < tp_size(); ++d) {
+    for (const kv::HeadRead& heads : peer.reads[d]) {
+      r.reads.push_back(SourceRead{.d_rank = d, .heads = heads});
+    }
+  }
+  for (SourceRead& read : r.reads) {
+    if (Status st = StartRead(r, read, peer); !st.ok()) {
+      // A transfer failure drops the engine's connections (and `peer`): start nothing more.
+      RecordFailure(r, &read, KindOf(st), st);
+      return;
+    }
   }
 }
 
-Status FerryConnectorImpl::StartPull(RecvState& r, PeerEntry& peer) {
+Status FerryConnectorImpl::StartRead(RecvState& r, SourceRead& read, PeerEntry& peer) {
+  const HandshakeMetadata& p = peer.ranks[read.heads.src_rank];
   PullRequest req;
-  req.remote = {peer.meta.Spec(), peer.meta.block_size_logical};
-  req.local = {spec_, block_size_logical_};
+  req.remote = {p.Spec(), p.block_size_logical};
+  req.local = {ranks_[read.d_rank].spec, block_size_logical_};
   req.local_cache_registered = !config_.use_host_buffer();
   req.remote_block_ids = r.spec.remote.remote_block_ids;
   req.local_block_ids = r.spec.local_block_ids;
   req.token_begin = r.spec.num_local_computed_tokens;
   req.token_end = int64_t{r.spec.num_local_computed_tokens} + r.spec.num_external_tokens;
-  KVF_ASSIGN_OR_RETURN(r.plan, PlanPull(req));
+  req.heads = {read.heads.src_first_head, read.heads.dst_first_head, read.heads.num_heads};
+  KVF_ASSIGN_OR_RETURN(read.plan, PlanPull(req));
 
-  const size_t n_gens = r.plan.remote_logical_blocks.size();
   const auto& gens = r.spec.remote.remote_block_generations;
-  if (!gens.empty() && gens.size() != r.spec.remote.remote_block_ids.size()) {
-    return InvalidArgumentError(
-        fmt::format("kv_transfer_params: {} remote_block_generations for {} remote_block_ids",
-                    gens.size(), r.spec.remote.remote_block_ids.size()));
-  }
   if (!gens.empty()) {
-    for (int32_t index : r.plan.remote_logical_index) r.expected_generations.push_back(gens[index]);
+    for (int32_t index : read.plan.remote_logical_index) {
+      read.expected_generations.push_back(gens[index]);
+    }
   }
-  const kv::CacheSpec staging = r.plan.StagingSpec();
+  const kv::CacheSpec staging = read.plan.StagingSpec();
   const uint64_t staging_bytes = staging.region_bytes() * staging.num_regions();
-  r.generations_offset = (staging_bytes + 7) / 8 * 8;
-  r.scratch_bytes = r.generations_offset + n_gens * sizeof(uint64_t);
-  r.scratch.reset(new std::byte[r.scratch_bytes]());
-  KVF_ASSIGN_OR_RETURN(
-      transfer::RegionHandle region,
-      agent_->RegisterMemory(r.scratch.get(), r.scratch_bytes, transfer::MemoryKind::kHost));
-  r.scratch_region = region;
-  if (r.expected_generations.empty()) return PostGenerationRead(r, peer, false);
-  return PostData(r, peer);
+  read.generations_offset = (staging_bytes + 7) / 8 * 8;
+  read.scratch_bytes =
+      read.generations_offset + read.plan.remote_logical_blocks.size() * sizeof(uint64_t);
+  read.scratch.reset(new std::byte[read.scratch_bytes]());
+  KVF_ASSIGN_OR_RETURN(transfer::RegionHandle region,
+                       ranks_[read.d_rank].agent->RegisterMemory(
+                           read.scratch.get(), read.scratch_bytes, transfer::MemoryKind::kHost));
+  read.scratch_region = region;
+  if (read.expected_generations.empty()) return PostGenerationRead(r, read, peer, false);
+  return PostData(read, peer);
 }
 
-Status FerryConnectorImpl::PostData(RecvState& r, PeerEntry& peer) {
+Status FerryConnectorImpl::PostData(SourceRead& read, PeerEntry& peer) {
+  const RankEndpoint& rank = ranks_[read.d_rank];
   std::vector<transfer::RegionHandle> local =
-      r.plan.direct ? local_regions_ : std::vector<transfer::RegionHandle>{*r.scratch_region};
-  DescriptorPair d = BuildDescriptors(r.plan, peer.remote_regions, local);
+      read.plan.direct ? rank.local_regions
+                       : std::vector<transfer::RegionHandle>{*read.scratch_region};
+  DescriptorPair d = BuildDescriptors(read.plan, peer.remote_regions[read.heads.src_rank], local);
   transfer::TransferRequest req{.op = transfer::XferOp::kRead,
-                                .peer = peer.peer,
+                                .peer = *peer.links[read.d_rank][read.heads.src_rank],
                                 .local = std::move(d.local),
                                 .remote = std::move(d.remote),
                                 .notification = "",
                                 .timeout_ms = config_.transfer_timeout_ms};
-  KVF_ASSIGN_OR_RETURN(transfer::XferHandle x, agent_->PrepareTransfer(req));
-  r.xfer = x;
-  KVF_ASSIGN_OR_RETURN(transfer::XferInfo info, agent_->GetXferInfo(x));
-  r.data_bytes = info.total_bytes;
-  r.data_descriptors = info.num_descriptors_merged;
-  r.data_posted_at = Deadline::Clock::now();
-  r.phase = RecvState::Phase::kData;
-  return agent_->Post(x);
+  KVF_ASSIGN_OR_RETURN(transfer::XferHandle x, rank.agent->PrepareTransfer(req));
+  read.xfer = x;
+  KVF_ASSIGN_OR_RETURN(transfer::XferInfo info, rank.agent->GetXferInfo(x));
+  read.data_bytes = info.total_bytes;
+  read.data_descriptors = info.num_descriptors_merged;
+  read.phase = SourceRead::Phase::kData;
+  return rank.agent->Post(x);
 }
 
-Status FerryConnectorImpl::PostGenerationRead(RecvState& r, PeerEntry& peer,
+Status FerryConnectorImpl::PostGenerationRead(const RecvState& r, SourceRead& read, PeerEntry& peer,
                                               bool with_notification) {
   transfer::TransferRequest req{
       .op = transfer::XferOp::kRead,
-      .peer = peer.peer,
+      .peer = *peer.links[read.d_rank][read.heads.src_rank],
       .local = {},
       .remote = {},
-      .notification = with_notification ? r.spec.remote.remote_request_id : std::string(),
+      .notification = with_notification
+                          ? EncodePullNotification(r.spec.remote.remote_request_id, tp_size())
+                          : std::string(),
       .timeout_ms = config_.transfer_timeout_ms};
-  const transfer::RegionHandle table{peer.meta.generation_table.id};
-  for (size_t i = 0; i < r.plan.remote_logical_blocks.size(); ++i) {
+  const transfer::RegionHandle table{peer.ranks[read.heads.src_rank].generation_table.id};
+  for (size_t i = 0; i < read.plan.remote_logical_blocks.size(); ++i) {
     req.local.push_back(
-        {*r.scratch_region, r.generations_offset + i * sizeof(uint64_t), sizeof(uint64_t)});
+        {*read.scratch_region, read.generations_offset + i * sizeof(uint64_t), sizeof(uint64_t)});
     req.remote.push_back(
-        {table, static_cast<uint64_t>(r.plan.remote_logical_blocks[i].value()) * sizeof(uint64_t),
+        {table,
+         static_cast<uint64_t>(read.plan.remote_logical_blocks[i].value()) * sizeof(uint64_t),
          sizeof(uint64_t)});
   }
-  KVF_ASSIGN_OR_RETURN(transfer::XferHandle x, agent_->PrepareTransfer(req));
-  r.xfer = x;
-  r.phase =
-      with_notification ? RecvState::Phase::kPostGeneration : RecvState::Phase::kPreGeneration;
-  return agent_->Post(x);
+  transfer::Agent& agent = *ranks_[read.d_rank].agent;
+  KVF_ASSIGN_OR_RETURN(transfer::XferHandle x, agent.PrepareTransfer(req));
+  read.xfer = x;
+  read.phase =
+      with_notification ? SourceRead::Phase::kPostGeneration : SourceRead::Phase::kPreGeneration;
+  return agent.Post(x);
 }
 
-// One poll of a posted load. Sets *finished when the load completed successfully.
-Status FerryConnectorImpl::Advance(RecvState& r, bool* finished) {
-  KVF_ASSIGN_OR_RETURN(transfer::XferState state, agent_->Poll(*r.xfer));
+// One poll of a posted read.
+Status FerryConnectorImpl::Advance(RecvState& r, SourceRead& read) {
+  transfer::Agent& agent = *ranks_[read.d_rank].agent;
+  KVF_ASSIGN_OR_RETURN(transfer::XferState state, agent.Poll(*read.xfer));
   if (state == transfer::XferState::kInProgress) return Status::Ok();
-  KVF_RETURN_IF_ERROR(agent_->Release(*r.xfer));
-  r.xfer.reset();
+  KVF_RETURN_IF_ERROR(agent.Release(*read.xfer));
+  read.xfer.reset();
   auto peer = peers_.find(r.spec.remote.remote_engine_id);
-  if (r.phase != RecvState::Phase::kPostGeneration &&
+  if (read.phase != SourceRead::Phase::kPostGeneration &&
       (peer == peers_.end() || peer->second.state != PeerEntry::State::kReady)) {
     return UnavailableError("the remote engine's connection was dropped");
   }
-  auto read_generations = [&r] {
-    std::vector<uint64_t> g(r.plan.remote_logical_blocks.size());
-    std::memcpy(g.data(), r.scratch.get() + r.generations_offset, g.size() * sizeof(uint64_t));
+  auto read_generations = [&read] {
+    std::vector<uint64_t> g(read.plan.remote_logical_blocks.size());
+    std::memcpy(g.data(), read.scratch.get() + read.generations_offset,
+                g.size() * sizeof(uint64_t));
     return g;
   };
-  switch (r.phase) {
-    case RecvState::Phase::kPreGeneration:
-      r.expected_generations = read_generations();
-      return PostData(r, peer->second);
-    case RecvState::Phase::kData: {
-      auto us = std::chrono::duration_cast<std::chrono::microseconds>(Deadline::Clock::now() -
-                                                                      r.data_posted_at)
-                    .count();
-      UpdateStats([&](ConnectorStats& s) {
-        ++s.transfers;
-        s.tokens += static_cast<uint64_t>(r.spec.num_external_tokens);
-        s.bytes += r.data_bytes;
-        s.descriptors += r.data_descriptors;
-        s.duration_us_total += static_cast<uint64_t>(us);
-      });
-      KVF_LOG_DEBUG("connector {}: pulled {} bytes in {} descriptors in {} us for {}", engine_id_,
-                    r.data_bytes, r.data_descriptors, us, r.spec.request_id);
+  switch (read.phase) {
+    case SourceRead::Phase::kPreGeneration:
+      read.expected_generations = read_generations();
+      return PostData(read, peer->second);
+    case SourceRead::Phase::kData: {
+      KVF_LOG_DEBUG("connector {}: rank {} pulled {} bytes in {} descriptors from rank {} for {}",
+                    engine_id_, read.d_rank, read.data_bytes, read.data_descriptors,
+                    read.heads.src_rank, r.spec.request_id);
       if (after_data_read_for_test) after_data_read_for_test(r.spec.request_id);
       peer = peers_.find(r.spec.remote.remote_engine_id);
       if (peer == peers_.end())
         return UnavailableError("the remote engine's connection was dropped");
-      return PostGenerationRead(r, peer->second, true);
+      return PostGenerationRead(r, read, peer->second, true);
     }
-    case RecvState::Phase::kPostGeneration: {
-      // The read carried the notification: P has it (and frees) whatever the check says.
+    case SourceRead::Phase::kPostGeneration: {
+      // The read carried the notification: the P rank has it whatever the check says.
       UpdateStats([](ConnectorStats& s) { ++s.notifications_sent; });
       std::vector<uint64_t> now = read_generations();
       for (size_t i = 0; i < now.size(); ++i) {
-        if (now[i] != r.expected_generations[i]) {
+        if (now[i] != read.expected_generations[i]) {
           return DataLossError(fmt::format(
               "P's logical block {} changed generation {} -> {} (lease ran out, block reused)",
-              r.plan.remote_logical_blocks[i].value(), r.expected_generations[i], now[i]));
+              read.plan.remote_logical_blocks[i].value(), read.expected_generations[i], now[i]));
         }
       }
-      if (!r.plan.direct) {
-        const kv::CacheSpec staged = r.plan.StagingSpec();
-        kv::KvSourceView src{staged, {}, r.plan.staging_block_table};
-        for (int32_t reg = 0; reg < staged.num_regions(); ++reg) {
-          src.regions.push_back(r.scratch.get() + reg * staged.region_bytes());
-        }
-        std::vector<kv::KernelBlockId> table = geometry_->ExpandBlockTable(r.spec.local_block_ids);
-        kv::KvDestView dst = kv::DestViewOf(*cache_, table);
-        KVF_RETURN_IF_ERROR(kv::RelayoutTokens(src, dst, r.plan.token_begin, r.plan.token_end));
-      }
-      *finished = true;
-      return Status::Ok();
+      return FinishRead(r, read);
     }
-    case RecvState::Phase::kWaitHandshake:
+    case SourceRead::Phase::kDone:
+    case SourceRead::Phase::kFailed:
       break;
   }
-  return InternalError("load polled in the wrong phase");
+  return InternalError("read polled in the wrong phase");
+}
+
+// A checked read: a staged one is re-laid out into its D rank's cache (its heads only).
+Status FerryConnectorImpl::FinishRead(RecvState& r, SourceRead& read) {
+  if (!read.plan.direct && r.failure == std::nullopt) {
+    const kv::CacheSpec staged = read.plan.StagingSpec();
+    kv::KvSourceView src{staged, {}, read.plan.staging_block_table};
+    for (int32_t reg = 0; reg < staged.num_regions(); ++reg) {
+      src.regions.push_back(read.scratch.get() + reg * staged.region_bytes());
+    }
+    std::vector<kv::KernelBlockId> table = geometry_->ExpandBlockTable(r.spec.local_block_ids);
+    kv::KvDestView dst = kv::DestViewOf(*ranks_[read.d_rank].cache, table);
+    KVF_RETURN_IF_ERROR(kv::RelayoutTokens(src, dst, read.plan.token_begin, read.plan.token_end,
+                                           {0, read.heads.dst_first_head, read.heads.num_heads}));
+  }
+  read.phase = SourceRead::Phase::kDone;
+  ReleaseScratch(read);
+  return Status::Ok();
+}
+
+void FerryConnectorImpl::RecordFailure(RecvState& r, SourceRead* read, LoadOutcome kind,
+                                       const Status& why) {
+  KVF_LOG_WARN("connector {}: KV load of {} from {}{} failed ({}): {}", engine_id_,
+               r.spec.request_id, r.spec.remote.remote_engine_id,
+               read == nullptr
+                   ? std::string()
+                   : fmt::format(" (rank {} from rank {})", read->d_rank, read->heads.src_rank),
+               LoadOutcomeName(kind), why.ToString());
+  if (kind == LoadOutcome::kFailedTransfer || kind == LoadOutcome::kFailedDeadline) {
+    // The transport may still write into this load's memory until the connection is closed
+    // (agent.h, poisoning rule): close every connection to that engine before the blocks or
+    // the staging areas are reused. Its other reads in flight then fail (Aborted) too.
+    DropPeer(r.spec.remote.remote_engine_id);
+  }
+  if (read != nullptr) {
+    if (read->xfer.has_value()) {
+      ranks_[read->d_rank].agent->Release(*read->xfer).IgnoreError();
+      read->xfer.reset();
+    }
+    read->phase = SourceRead::Phase::kFailed;
+    ReleaseScratch(*read);
+  }
+  if (!r.failure.has_value()) {
+    r.failure = kind;
+    r.failure_status = why;
+  }
+}
+
+bool FerryConnectorImpl::InFlight(const RecvState& r) const {
+  return std::any_of(r.reads.begin(), r.reads.end(),
+                     [](const SourceRead& read) { return read.xfer.has_value(); });
 }
 
 void FerryConnectorImpl::PollLoads() {
+  for (auto& [id, r] : recvs_) {
+    for (SourceRead& read : r.reads) {
+      if (!read.xfer.has_value()) continue;
+      const bool checking = read.phase == SourceRead::Phase::kPostGeneration;
+      Status st = Advance(r, read);
+      if (!st.ok()) {
+        RecordFailure(r, &read,
+                      checking && st.code() == StatusCode::kDataLoss
+                          ? LoadOutcome::kFailedGeneration
+                          : KindOf(st),
+                      st);
+      }
+    }
+  }
+  // A load ends when none of its reads is in flight any more.
   for (auto it = recvs_.begin(); it != recvs_.end();) {
     auto next = std::next(it);
     RecvState& r = it->second;
-    if (r.xfer.has_value()) {
-      bool finished = false;
-      const bool checking = r.phase == RecvState::Phase::kPostGeneration;
-      Status st = Advance(r, &finished);
-      if (!st.ok()) {
-        FailLoad(it->first, r,
-                 checking && st.code() == StatusCode::kDataLoss ? LoadOutcome::kFailedGeneration
-                                                                : KindOf(st),
-                 st);
-      } else if (finished) {
+    if (r.started && !InFlight(r)) {
+      if (r.failure.has_value()) {
+        FailLoad(it->first, r);
+      } else {
         FinishLoad(it->first, r);
       }
     }
@@ -337,31 +459,32 @@ void FerryConnectorImpl::PollLoads() {
 }
 
 void FerryConnectorImpl::FinishLoad(const std::string& id, RecvState& r) {
-  ReleaseScratch(r);
+  const auto us =
+      std::chrono::duration_cast<std::chrono::microseconds>(Deadline::Clock::now() - r.posted_at)
+          .count();
+  const LoadReport report = ReportOf(id, r, LoadOutcome::kPulled, tp_size());
+  UpdateStats([&](ConnectorStats& s) {
+    ++s.transfers;
+    s.tokens += static_cast<uint64_t>(r.spec.num_external_tokens);
+    s.bytes += report.bytes;
+    s.descriptors += report.descriptors;
+    s.duration_us_total += static_cast<uint64_t>(us);
+  });
   if (aborted_loads_.count(id) != 0) {
     pending_out_.finished_sending.push_back(id);
   } else {
     pending_out_.finished_recving.push_back(id);
-    pending_out_.load_reports.push_back(ReportOf(id, r, LoadOutcome::kPulled));
+    pending_out_.load_reports.push_back(report);
   }
   recvs_.erase(id);
 }
 
-void FerryConnectorImpl::FailLoad(const std::string& id, RecvState& r, LoadOutcome kind,
-                                  const Status& why) {
-  KVF_LOG_WARN("connector {}: KV load of {} from {} failed ({}): {}; invalid logical blocks [{}]",
-               engine_id_, id, r.spec.remote.remote_engine_id, LoadOutcomeName(kind),
-               why.ToString(), IdsToString(r.invalid_on_failure));
-  if (r.xfer.has_value()) {
-    agent_->Release(*r.xfer).IgnoreError();
-    r.xfer.reset();
-  }
-  if (kind == LoadOutcome::kFailedTransfer || kind == LoadOutcome::kFailedDeadline) {
-    // The transport may still write into this load's memory until the connection is closed
-    // (agent.h, poisoning rule): close it before the blocks or the staging area are reused.
-    DropPeer(r.spec.remote.remote_engine_id);
-  }
-  ReleaseScratch(r);
+void FerryConnectorImpl::FailLoad(const std::string& id, RecvState& r) {
+  const LoadOutcome kind = *r.failure;
+  KVF_LOG_WARN("connector {}: KV load of {} failed ({}): {}; invalid logical blocks [{}]",
+               engine_id_, id, LoadOutcomeName(kind), r.failure_status.ToString(),
+               IdsToString(r.invalid_on_failure));
+  for (SourceRead& read : r.reads) ReleaseScratch(read);
   UpdateStats([kind](ConnectorStats& s) {
     switch (kind) {
       case LoadOutcome::kFailedHandshake:
@@ -382,29 +505,38 @@ void FerryConnectorImpl::FailLoad(const std::string& id, RecvState& r, LoadOutco
         break;  // not failures
     }
   });
+  if (kind == LoadOutcome::kFailedTransfer || kind == LoadOutcome::kFailedDeadline) {
+    // Some P ranks never got this load's notification (their reads failed or were cut off):
+    // tell P to end the lease on every rank now rather than at lease end.
+    ReleaseRemoteAsync(r.spec.remote);
+  }
   if (aborted_loads_.count(id) != 0) {
     pending_out_.finished_sending.push_back(id);
   } else {
     pending_out_.finished_recving.push_back(id);
     pending_out_.invalid_block_ids.insert(pending_out_.invalid_block_ids.end(),
                                           r.invalid_on_failure.begin(), r.invalid_on_failure.end());
-    pending_out_.load_reports.push_back(ReportOf(id, r, kind));
+    pending_out_.load_reports.push_back(ReportOf(id, r, kind, tp_size()));
   }
   recvs_.erase(id);
 }
 
-void FerryConnectorImpl::ReleaseScratch(RecvState& r) {
-  if (r.scratch_region.has_value()) {
-    agent_->DeregisterMemory(*r.scratch_region).IgnoreError();
-    r.scratch_region.reset();
+void FerryConnectorImpl::ReleaseScratch(SourceRead& read) {
+  if (read.scratch_region.has_value()) {
+    ranks_[read.d_rank].agent->DeregisterMemory(*read.scratch_region).IgnoreError();
+    read.scratch_region.reset();
   }
-  r.scratch.reset();
+  read.scratch.reset();
 }
 
 void FerryConnectorImpl::DropPeer(const std::string& engine_id) {
   auto it = peers_.find(engine_id);
   if (it == peers_.end() || it->second.state != PeerEntry::State::kReady) return;
-  agent_->RemovePeer(it->second.peer).IgnoreError();
+  for (int32_t d = 0; d < static_cast<int32_t>(it->second.links.size()); ++d) {
+    for (const auto& link : it->second.links[d]) {
+      if (link.has_value()) ranks_[d].agent->RemovePeer(*link).IgnoreError();
+    }
+  }
   peers_.erase(it);
 }
 

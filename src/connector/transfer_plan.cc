@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "kvferry/kv/block_geometry.h"
 #include "kvferry/kv/relayout.h"
 
@@ -27,19 +29,69 @@ Status CheckIds(std::span<const kv::LogicalBlockId> ids, int64_t needed, int32_t
   return Status::Ok();
 }
 
+// One descriptor pair within region 0 (offsets relative to the region; for staged pulls, to
+// the staging area of region 0).
+struct Piece {
+  uint64_t remote = 0;
+  uint64_t local = 0;
+  uint64_t length = 0;
+};
+
+// Cuts two equally long lists of byte ranges (the same elements in the same order on both
+// sides) at every gap of either, and joins neighbours contiguous on both sides.
+void Zip(const std::vector<kv::CacheSpec::ByteRange>& remote,
+         const std::vector<kv::CacheSpec::ByteRange>& local, std::vector<Piece>* out) {
+  size_t i = 0, j = 0;
+  uint64_t ri = 0, lj = 0;  // bytes consumed of remote[i], local[j]
+  while (i < remote.size() && j < local.size()) {
+    const uint64_t n = std::min(remote[i].length - ri, local[j].length - lj);
+    const Piece p{remote[i].offset + ri, local[j].offset + lj, n};
+    if (!out->empty() && out->back().remote + out->back().length == p.remote &&
+        out->back().local + out->back().length == p.local) {
+      out->back().length += n;
+    } else {
+      out->push_back(p);
+    }
+    ri += n;
+    lj += n;
+    if (ri == remote[i].length) ++i, ri = 0;
+    if (lj == local[j].length) ++j, lj = 0;
+  }
+}
+
+// The pieces of region 0; every other region has the same ones (same layout, same offsets).
+std::vector<Piece> PiecesOfRegion(const PullPlan& plan) {
+  const kv::CacheSpec staging = plan.StagingSpec();
+  const kv::HeadRange& h = plan.heads;
+  std::vector<Piece> pieces;
+  for (const KernelRun& run : plan.runs) {
+    const auto remote =
+        plan.remote_spec.HeadSliceBytes(run.remote_first, run.count, h.src_first, h.count);
+    const auto local = plan.direct ? plan.local_spec.HeadSliceBytes(run.local_first, run.count,
+                                                                    h.dst_first, h.count)
+                                   : staging.HeadSliceBytes(run.local_first, run.count, 0, h.count);
+    Zip(remote, local, &pieces);
+  }
+  return pieces;
+}
+
 }  // namespace
 
 kv::CacheSpec PullPlan::StagingSpec() const {
   kv::CacheSpec staging = remote_spec;
+  staging.num_kv_heads = heads.count > 0 ? heads.count : remote_spec.num_kv_heads;
   staging.num_blocks_kernel = num_staging_slots;
   return staging;
 }
 
 uint64_t PullPlan::total_bytes() const {
   uint64_t bytes = 0;
-  for (const KernelRun& r : runs)
-    bytes += remote_spec.KernelBlockBytes(r.remote_first, r.count).length;
+  for (const Piece& p : PiecesOfRegion(*this)) bytes += p.length;
   return bytes * static_cast<uint64_t>(remote_spec.num_regions());
+}
+
+uint64_t PullPlan::num_descriptors() const {
+  return PiecesOfRegion(*this).size() * static_cast<uint64_t>(remote_spec.num_regions());
 }
 
 std::vector<kv::LogicalBlockId> LocalBlocksForTokens(std::span<const kv::LogicalBlockId> ids,
@@ -57,7 +109,7 @@ std::vector<kv::LogicalBlockId> LocalBlocksForTokens(std::span<const kv::Logical
 StatusOr<PullPlan> PlanPull(const PullRequest& req) {
   const kv::CacheSpec& rs = req.remote.spec;
   const kv::CacheSpec& ls = req.local.spec;
-  KVF_RETURN_IF_ERROR(kv::CheckRelayoutCompatible(rs, ls));
+  KVF_RETURN_IF_ERROR(kv::CheckRelayoutCompatible(rs, ls, req.heads));
   KVF_ASSIGN_OR_RETURN(
       kv::BlockGeometry rg,
       kv::BlockGeometry::Create(req.remote.block_size_logical, rs.block_size_kernel));
@@ -82,6 +134,7 @@ StatusOr<PullPlan> PlanPull(const PullRequest& req) {
   plan.token_end = req.token_end;
   plan.remote_spec = rs;
   plan.local_spec = ls;
+  plan.heads = req.heads.count < 0 ? kv::HeadRange{0, 0, rs.num_kv_heads} : req.heads;
   plan.local_logical_blocks = LocalBlocksForTokens(
       req.local_block_ids, req.local.block_size_logical, req.token_begin, req.token_end);
   if (req.token_end == req.token_begin) return plan;  // full prefix hit: notification only
@@ -127,22 +180,18 @@ DescriptorPair BuildDescriptors(const PullPlan& plan,
                                 std::span<const transfer::RegionHandle> remote_regions,
                                 std::span<const transfer::RegionHandle> local_regions) {
   DescriptorPair out;
-  const kv::CacheSpec staging = plan.StagingSpec();
-  out.local.reserve(plan.num_descriptors());
-  out.remote.reserve(plan.num_descriptors());
-  for (int32_t r = 0; r < plan.remote_spec.num_regions(); ++r) {
-    for (const KernelRun& run : plan.runs) {
-      const kv::CacheSpec::ByteRange src =
-          plan.remote_spec.KernelBlockBytes(run.remote_first, run.count);
-      out.remote.push_back({remote_regions[r], src.offset, src.length});
+  const std::vector<Piece> pieces = PiecesOfRegion(plan);
+  const uint64_t staging_region = plan.StagingSpec().region_bytes();
+  const int32_t regions = plan.remote_spec.num_regions();
+  out.local.reserve(pieces.size() * regions);
+  out.remote.reserve(pieces.size() * regions);
+  for (int32_t r = 0; r < regions; ++r) {
+    for (const Piece& p : pieces) {
+      out.remote.push_back({remote_regions[r], p.remote, p.length});
       if (plan.direct) {
-        const kv::CacheSpec::ByteRange dst =
-            plan.local_spec.KernelBlockBytes(run.local_first, run.count);
-        out.local.push_back({local_regions[r], dst.offset, dst.length});
+        out.local.push_back({local_regions[r], p.local, p.length});
       } else {
-        const kv::CacheSpec::ByteRange dst = staging.KernelBlockBytes(run.local_first, run.count);
-        out.local.push_back(
-            {local_regions[0], r * staging.region_bytes() + dst.offset, dst.length});
+        out.local.push_back({local_regions[0], r * staging_region + p.local, p.length});
       }
     }
   }

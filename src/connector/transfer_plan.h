@@ -16,6 +16,13 @@
 //           re-lays them out into its cache with kv::RelayoutTokens.
 // Runs of kernel blocks consecutive on both sides become one descriptor per region.
 //
+// Tensor parallelism: a pull may move only some heads (`heads`: P rank-local heads
+// [src_first, +count) into D rank-local heads [dst_first, +count); docs/connector.md, "Rank
+// mapping"). Each kernel block then contributes its head slice (kv::CacheSpec::HeadSliceBytes):
+// contiguous per block in HND, one range per token in NHD; the staging buffer holds just the
+// slice. The byte ranges of both sides are cut where either side has a gap and re-joined where
+// both are contiguous (coalesced), so the descriptor count is the smallest the layouts allow.
+//
 // Thread-safety: pure functions over values.
 #pragma once
 
@@ -26,6 +33,7 @@
 #include "kvferry/common/status.h"
 #include "kvferry/kv/block_id.h"
 #include "kvferry/kv/cache_spec.h"
+#include "kvferry/kv/relayout.h"
 #include "kvferry/transfer/types.h"
 
 namespace kvferry::connector::internal {
@@ -44,6 +52,7 @@ struct PullRequest {
   std::span<const kv::LogicalBlockId> local_block_ids;   // D's, all of the request's
   int64_t token_begin = 0;                               // D's num_local_computed_tokens
   int64_t token_end = 0;                                 // token_begin + num_external_tokens
+  kv::HeadRange heads;  // P-rank heads -> D-rank heads; default: all (equal head counts)
 };
 
 // A run of `count` kernel blocks: remote [remote_first, +count) -> local [local_first, +count).
@@ -76,14 +85,13 @@ struct PullPlan {
   std::vector<kv::LogicalBlockId> local_logical_blocks;
   kv::CacheSpec remote_spec;  // P's cache (or host buffer): where the runs' remote ids point
   kv::CacheSpec local_spec;   // D's cache: where the runs' local ids point when direct
+  kv::HeadRange heads;        // resolved: count is the number of heads moved
 
-  // The staging buffer a staged pull reads into: P's geometry, num_staging_slots kernel blocks
-  // per region, regions one after another.
+  // The staging buffer a staged pull reads into: P's geometry with just the moved heads,
+  // num_staging_slots kernel blocks per region, regions one after another.
   kv::CacheSpec StagingSpec() const;
   uint64_t total_bytes() const;
-  uint64_t num_descriptors() const {
-    return runs.size() * static_cast<uint64_t>(remote_spec.num_regions());
-  }
+  uint64_t num_descriptors() const;  // after coalescing (BuildDescriptors' count)
 };
 
 // Validates and plans. InvalidArgument when the specs are not re-layout compatible (dtype,
@@ -96,12 +104,14 @@ std::vector<kv::LogicalBlockId> LocalBlocksForTokens(std::span<const kv::Logical
                                                      int32_t block_size_logical,
                                                      int64_t token_begin, int64_t token_end);
 
-// The descriptor lists of a plan: for each run, one pair per region r, byte ranges from the
-// specs (kv::CacheSpec::KernelBlockBytes of the run's kernel ids):
+// The descriptor lists of a plan, region by region, run by run: byte ranges from the specs
+// (kv::CacheSpec::HeadSliceBytes of the run's kernel ids and the moved heads; whole blocks,
+// KernelBlockBytes, when every head moves):
 //   remote: (remote_regions[r], remote_spec's bytes of [remote_first, +count))
 //   local direct: (local_regions[r], local_spec's bytes of [local_first, +count))
 //   local staged: (local_regions[0], r * staging region bytes + StagingSpec()'s bytes of
 //                  [local_first, +count))
+// cut where either side is not contiguous and merged where both are.
 struct DescriptorPair {
   transfer::DescriptorList local;
   transfer::DescriptorList remote;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <random>
 
@@ -195,14 +196,41 @@ struct Mem {
   }
 };
 
+// A tensor-parallel pull: P's rank holds p_heads, D's rank d_heads, and `range` moves some of
+// them (count -1: all, p_heads == d_heads).
+struct Heads {
+  int32_t p_heads = 2;
+  int32_t d_heads = 2;
+  kv::HeadRange range;
+};
+
+// The descriptors are coalesced as far as the layouts allow: no two neighbours in one region
+// are contiguous on both sides.
+void ExpectCoalesced(const DescriptorPair& d) {
+  for (size_t i = 1; i < d.local.size(); ++i) {
+    const auto& r0 = d.remote[i - 1];
+    const auto& r1 = d.remote[i];
+    const auto& l0 = d.local[i - 1];
+    const auto& l1 = d.local[i];
+    const bool both = r0.region.id == r1.region.id && r0.offset + r0.length == r1.offset &&
+                      l0.region.id == l1.region.id && l0.offset + l0.length == l1.offset;
+    ASSERT_FALSE(both) << "descriptors " << i - 1 << " and " << i << " could be one";
+  }
+}
+
 void RunMatrixCase(int32_t lp, int32_t kp, Layout layp, int32_t ld, int32_t kd, Layout layd,
-                   bool registered, int64_t prompt, int64_t begin, std::mt19937& rng) {
+                   bool registered, int64_t prompt, int64_t begin, std::mt19937& rng,
+                   const Heads& heads = {}) {
   SCOPED_TRACE(::testing::Message()
                << "P " << lp << "/" << kp << "/" << kv::LayoutName(layp) << " D " << ld << "/" << kd
                << "/" << kv::LayoutName(layd) << " registered=" << registered << " tokens ["
-               << begin << ", " << prompt << ")");
-  SideGeometry ps = Side(lp, kp, layp, 16 * (1024 / kp));
-  SideGeometry ds = Side(ld, kd, layd, 16 * (1024 / kd));
+               << begin << ", " << prompt << ") heads " << heads.p_heads << "->" << heads.d_heads
+               << " [" << heads.range.src_first << "->" << heads.range.dst_first << " x"
+               << heads.range.count << "]");
+  SideGeometry ps = Side(lp, kp, layp, 16 * (1024 / kp), heads.p_heads);
+  SideGeometry ds = Side(ld, kd, layd, 16 * (1024 / kd), heads.d_heads);
+  const kv::HeadRange moved =
+      heads.range.count < 0 ? kv::HeadRange{0, 0, heads.p_heads} : heads.range;
   auto pg = kv::BlockGeometry::Create(lp, kp);
   auto dg = kv::BlockGeometry::Create(ld, kd);
   ASSERT_TRUE(pg.ok() && dg.ok());
@@ -230,9 +258,9 @@ void RunMatrixCase(int32_t lp, int32_t kp, Layout layp, int32_t ld, int32_t kd, 
       }
     }
   }
-  auto plan = PlanPull({ps, ds, registered, remote, local, begin, prompt});
+  auto plan = PlanPull({ps, ds, registered, remote, local, begin, prompt, heads.range});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  const uint64_t b = plan->remote_spec.bytes_per_kernel_block();
+  const uint64_t b = plan->StagingSpec().bytes_per_kernel_block();
   std::vector<uint32_t> staging(plan->num_staging_slots * ps.spec.num_regions() * b / 4 + 1);
   std::vector<transfer::RegionHandle> rr, lr;
   for (int32_t r = 0; r < ps.spec.num_regions(); ++r) {
@@ -240,6 +268,15 @@ void RunMatrixCase(int32_t lp, int32_t kp, Layout layp, int32_t ld, int32_t kd, 
     lr.push_back({static_cast<uint32_t>(r)});
   }
   DescriptorPair desc = BuildDescriptors(*plan, rr, lr);
+  ExpectCoalesced(desc);
+  EXPECT_EQ(desc.local.size(), plan->num_descriptors());
+  // Exactly the moved heads of P's kernel blocks covering [begin, prompt), in every region.
+  const uint64_t p_blocks = (prompt + kp - 1) / kp - begin / kp;
+  EXPECT_EQ(plan->total_bytes(),
+            p_blocks * kp * moved.count * ps.spec.head_dim * 4 * ps.spec.num_regions());
+  uint64_t described = 0;
+  for (const transfer::Descriptor& x : desc.remote) described += x.length;
+  EXPECT_EQ(described, plan->total_bytes());
   for (size_t i = 0; i < desc.local.size(); ++i) {
     const transfer::Descriptor& rd = desc.remote[i];
     const transfer::Descriptor& ld2 = desc.local[i];
@@ -252,8 +289,7 @@ void RunMatrixCase(int32_t lp, int32_t kp, Layout layp, int32_t ld, int32_t kd, 
     std::memcpy(dst, src, rd.length);
   }
   if (!plan->direct) {
-    kv::CacheSpec sspec = ps.spec;
-    sspec.num_blocks_kernel = plan->num_staging_slots;
+    const kv::CacheSpec sspec = plan->StagingSpec();
     kv::KvSourceView sv{sspec, {}, plan->staging_block_table};
     for (int32_t r = 0; r < sspec.num_regions(); ++r) {
       sv.regions.push_back(reinterpret_cast<const std::byte*>(staging.data()) +
@@ -261,14 +297,16 @@ void RunMatrixCase(int32_t lp, int32_t kp, Layout layp, int32_t ld, int32_t kd, 
     }
     kv::KvDestView dv{ds.spec, {}, dkt};
     for (auto& reg : d.regions) dv.regions.push_back(reinterpret_cast<std::byte*>(reg.data()));
-    ASSERT_TRUE(kv::RelayoutTokens(sv, dv, begin, prompt).ok());
+    ASSERT_TRUE(kv::RelayoutTokens(sv, dv, begin, prompt, {0, moved.dst_first, moved.count}).ok());
   }
   for (int32_t r = 0; r < ds.spec.num_regions(); ++r) {
     for (int64_t t = 0; t < prompt; ++t) {
       for (int32_t h = 0; h < ds.spec.num_kv_heads; ++h) {
         const uint32_t* s = d.Slot(r, dkt[t / kd], static_cast<int32_t>(t % kd), h);
+        const int32_t i = h - moved.dst_first;
+        const bool pulled = t >= begin && i >= 0 && i < moved.count;
         for (int32_t e = 0; e < ds.spec.head_dim; ++e) {
-          uint32_t want = t >= begin ? Pattern(r, t, h, e) : 0u;
+          uint32_t want = pulled ? Pattern(r, t, moved.src_first + i, e) : 0u;
           ASSERT_EQ(s[e], want) << "region " << r << " token " << t << " head " << h;
         }
       }
@@ -305,6 +343,64 @@ TEST(TransferPlanTest, GeometryMatrixMovesExactlyTheRightTokens) {
       }
     }
   }
+}
+
+// Tensor-parallel pulls on plain memory: each (P rank, D rank) head mapping the rank plans
+// produce — a slice of P's heads into all of D's, all of P's into a slice of D's, a slice into
+// a slice — over layouts, kernel sizes, registered / host-buffer D, with and without a prefix
+// hit: the right heads arrive, nothing else is touched, bytes are exactly the moved heads'.
+TEST(TransferPlanTest, HeadSlicesMoveExactlyTheirHeads) {
+  std::mt19937 rng(11);
+  const std::vector<Heads> slices = {
+      {2, 1, {1, 0, 1}},  // P TP 1 (2 heads) -> D TP 2, rank 1
+      {1, 2, {0, 1, 1}},  // P TP 2, rank 1 -> D TP 1
+      {4, 2, {2, 0, 2}},  // P TP 1 (4 heads) -> D TP 2, rank 1
+      {2, 4, {0, 2, 2}},  // P TP 2 -> D TP 1 (4 heads), rank 1's half
+      {2, 1, {0, 0, 1}},  // replicated on D: D TP 4 rank 1 reads head 0 of P TP 1's two
+  };
+  for (const Heads& h : slices) {
+    for (Layout layp : {Layout::kNHD, Layout::kHND}) {
+      for (Layout layd : {Layout::kNHD, Layout::kHND}) {
+        for (bool registered : {true, false}) {
+          for (auto [lp, kp, ld, kd] :
+               {std::array<int32_t, 4>{16, 16, 16, 16}, std::array<int32_t, 4>{128, 64, 16, 16},
+                std::array<int32_t, 4>{16, 16, 128, 64}, std::array<int32_t, 4>{64, 64, 64, 64}}) {
+            RunMatrixCase(lp, kp, layp, ld, kd, layd, registered, 300, 0, rng, h);
+            RunMatrixCase(lp, kp, layp, ld, kd, layd, registered, 300, ld, rng, h);
+            if (HasFatalFailure()) return;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The coalesced descriptor counts of docs/connector.md's rank-mapping example: 300 tokens,
+// kernel blocks of 16 (19 P blocks), 2 layers (4 regions).
+TEST(TransferPlanTest, HeadSliceDescriptorCounts) {
+  auto count = [](Layout layout, int32_t p_heads, int32_t d_heads, kv::HeadRange range) {
+    auto remote = Ids({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18});
+    auto local = Ids({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18});
+    PullRequest req{Side(16, 16, layout, 64, p_heads),
+                    Side(16, 16, layout, 64, d_heads),
+                    true,
+                    remote,
+                    local,
+                    0,
+                    300,
+                    range};
+    return PlanPull(req).value().num_descriptors();
+  };
+  // Whole blocks on both sides: one run, one descriptor per region.
+  EXPECT_EQ(count(Layout::kHND, 2, 2, {}), 4u);
+  // HND, a slice on one side: one descriptor per block per region.
+  EXPECT_EQ(count(Layout::kHND, 2, 1, {1, 0, 1}), 19u * 4);
+  EXPECT_EQ(count(Layout::kHND, 1, 2, {0, 1, 1}), 19u * 4);
+  // NHD, a slice: strided, one descriptor per token slot per region.
+  EXPECT_EQ(count(Layout::kNHD, 2, 1, {1, 0, 1}), 19u * 16 * 4);
+  EXPECT_EQ(count(Layout::kNHD, 1, 2, {0, 1, 1}), 19u * 16 * 4);
+  // A TP-1 P of one head into a TP-1 D of one head: whole blocks again.
+  EXPECT_EQ(count(Layout::kNHD, 1, 1, {0, 0, 1}), 4u);
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
+#include "engine/tensor_parallel.h"
 #include "engine/thread_pool.h"
+#include "engine/tp_communicator.h"
 #include "engine/weights.h"
 #include "kvferry/kv/attention_backend.h"
 #include "kvferry/kv/block_geometry.h"
@@ -47,14 +49,27 @@ std::string ModelIdentity(const std::string& model) {
   return ext == ".gguf" || ext == ".safetensors" ? p.stem().string() : p.filename().string();
 }
 
+namespace {
+
+// One tensor-parallel rank: its KV cache (its KV heads only), its weight shard, its kernel
+// threads and its runner.
+struct Rank {
+  std::unique_ptr<kv::KvCache> cache;
+  ModelShard shard;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<ModelRunner> runner;
+};
+
+}  // namespace
+
 struct Engine::Impl {
   EngineConfig config;
   ModelWeights weights;
   std::optional<tokenizer::Tokenizer> tokenizer;
   int32_t max_model_len = 0;
-  std::unique_ptr<kv::KvCache> cache;
-  std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<ModelRunner> runner;
+  std::vector<std::unique_ptr<Rank>> ranks;
+  std::unique_ptr<TpCommunicator> comm;
+  std::unique_ptr<ThreadPool> rank_threads;  // one thread per rank (rank 0: the engine thread)
   std::unique_ptr<Scheduler> scheduler;
   uint64_t next_seed = 0;
   int64_t num_steps = 0;
@@ -67,6 +82,9 @@ namespace {
 Status ValidateConfig(const EngineConfig& c) {
   if (c.block_size <= 0) return InvalidArgumentError("block_size must be > 0");
   if (c.num_threads < 1) return InvalidArgumentError("num_threads must be >= 1");
+  if (c.tensor_parallel_size < 1) {
+    return InvalidArgumentError("tensor_parallel_size must be >= 1");
+  }
   if (c.max_num_batched_tokens < 1)
     return InvalidArgumentError("max_num_batched_tokens must be >= 1");
   if (c.max_num_seqs < 1) return InvalidArgumentError("max_num_seqs must be >= 1");
@@ -79,6 +97,59 @@ Status ValidateConfig(const EngineConfig& c) {
     return InvalidArgumentError("connector_scheduler and connector_worker: both or neither");
   }
   return Status::Ok();
+}
+
+// Every rank's cache: the same block geometry and count (one block pool addresses all of them),
+// each with the rank's KV heads. Returns the number of logical blocks; the memory budget is per
+// rank (as vLLM's is per GPU).
+StatusOr<int32_t> AllocateCaches(const EngineConfig& config, const ModelConfig& mc,
+                                 const kv::BlockGeometry& geometry,
+                                 const std::vector<RankShard>& shards,
+                                 std::vector<std::unique_ptr<Rank>>* ranks) {
+  kv::CacheSpec spec;
+  spec.num_layers = mc.num_layers;
+  spec.num_kv_heads = shards[0].num_kv_heads;
+  spec.head_dim = mc.head_dim;
+  spec.dtype = config.kv_cache_dtype;
+  spec.kind = kv::AttentionKind::kStandard;
+  spec.layout = config.kv_cache_layout;
+  spec.block_size_kernel = geometry.block_size_kernel();
+  spec.num_blocks_kernel = 1;
+  const int64_t bytes_per_logical = static_cast<int64_t>(spec.bytes_per_kernel_block()) *
+                                    geometry.kernel_blocks_per_logical() * spec.num_regions();
+  int64_t num_blocks = config.num_kv_blocks;
+  if (num_blocks == 0) num_blocks = config.kv_cache_memory_bytes / bytes_per_logical;
+  if (num_blocks < 1) {
+    return InvalidArgumentError(
+        "kv_cache_memory_bytes " + std::to_string(config.kv_cache_memory_bytes) +
+        " is below one logical block (" + std::to_string(bytes_per_logical) + " bytes)");
+  }
+  if (num_blocks > (int64_t{1} << 30) / geometry.kernel_blocks_per_logical()) {
+    return InvalidArgumentError("num_kv_blocks too large");
+  }
+  spec.num_blocks_kernel = geometry.KernelBlocksOfLogicalCount(static_cast<int32_t>(num_blocks));
+  KVF_RETURN_IF_ERROR(spec.Validate());
+  for (size_t r = 0; r < shards.size(); ++r) {
+    auto rank = std::make_unique<Rank>();
+    KVF_ASSIGN_OR_RETURN(rank->cache, kv::KvCache::Allocate(spec));
+    ranks->push_back(std::move(rank));
+  }
+  return static_cast<int32_t>(num_blocks);
+}
+
+// Each rank's weight shard, kernel threads and runner, the all-reduce that joins them, and one
+// thread per rank to run them side by side.
+void BuildRanks(const EngineConfig& config, const ModelWeights& weights, int32_t max_model_len,
+                const std::vector<RankShard>& shards, TpCommunicator* comm,
+                const std::vector<std::unique_ptr<Rank>>& ranks) {
+  const auto rope = MakeRopeTable(weights.config, max_model_len);
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    Rank& rank = *ranks[r];
+    rank.shard = ShardWeights(weights, shards[r]);
+    rank.pool = std::make_unique<ThreadPool>(config.num_threads);
+    rank.runner =
+        std::make_unique<ModelRunner>(&rank.shard, comm, rope, rank.cache.get(), rank.pool.get());
+  }
 }
 
 }  // namespace
@@ -108,33 +179,16 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
   }
   if (impl->max_model_len < 2) return InvalidArgumentError("max_model_len must be >= 2");
 
-  kv::CacheSpec spec;
-  spec.num_layers = mc.num_layers;
-  spec.num_kv_heads = mc.num_kv_heads;
-  spec.head_dim = mc.head_dim;
-  spec.dtype = config.kv_cache_dtype;
-  spec.kind = kv::AttentionKind::kStandard;
-  spec.layout = config.kv_cache_layout;
-  spec.block_size_kernel = block_size_kernel;
-  spec.num_blocks_kernel = 1;
-  const int64_t bytes_per_logical = static_cast<int64_t>(spec.bytes_per_kernel_block()) *
-                                    geometry.kernel_blocks_per_logical() * spec.num_regions();
-  int64_t num_blocks = config.num_kv_blocks;
-  if (num_blocks == 0) num_blocks = config.kv_cache_memory_bytes / bytes_per_logical;
-  if (num_blocks < 1) {
-    return InvalidArgumentError(
-        "kv_cache_memory_bytes " + std::to_string(config.kv_cache_memory_bytes) +
-        " is below one logical block (" + std::to_string(bytes_per_logical) + " bytes)");
-  }
-  if (num_blocks > (int64_t{1} << 30) / geometry.kernel_blocks_per_logical()) {
-    return InvalidArgumentError("num_kv_blocks too large");
-  }
-  spec.num_blocks_kernel = geometry.KernelBlocksOfLogicalCount(static_cast<int32_t>(num_blocks));
-  KVF_RETURN_IF_ERROR(spec.Validate());
-  KVF_ASSIGN_OR_RETURN(impl->cache, kv::KvCache::Allocate(spec));
+  KVF_ASSIGN_OR_RETURN(std::vector<RankShard> shards,
+                       PlanTensorParallel(mc, config.tensor_parallel_size));
+  KVF_ASSIGN_OR_RETURN(const int32_t num_blocks,
+                       AllocateCaches(config, mc, geometry, shards, &impl->ranks));
+  impl->comm = std::make_unique<TpCommunicator>(config.tensor_parallel_size);
+  impl->rank_threads = std::make_unique<ThreadPool>(config.tensor_parallel_size);
+  BuildRanks(config, impl->weights, impl->max_model_len, shards, impl->comm.get(), impl->ranks);
 
   kv::BlockPoolOptions pool_options;
-  pool_options.num_blocks_logical = static_cast<int32_t>(num_blocks);
+  pool_options.num_blocks_logical = num_blocks;
   pool_options.block_size_logical = config.block_size;
   pool_options.hash_salt = std::hash<std::string>()(
       mc.name + "/" + std::to_string(mc.vocab_size) + "/" + std::to_string(mc.hidden_dim) + "/" +
@@ -142,14 +196,14 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
   KVF_ASSIGN_OR_RETURN(kv::BlockPool block_pool, kv::BlockPool::Create(pool_options));
 
   if (config.connector_worker != nullptr) {
+    std::vector<kv::KvCache*> caches;
+    for (const auto& rank : impl->ranks) caches.push_back(rank->cache.get());
+    KVF_ASSIGN_OR_RETURN(kv::HeadSharding sharding,
+                         kv::HeadSharding::Create(mc.num_kv_heads, config.tensor_parallel_size));
     KVF_RETURN_IF_ERROR(
-        config.connector_worker->RegisterKvCache(impl->cache.get(), config.block_size)
-            .WithContext("connector RegisterKvCache"));
+        config.connector_worker->RegisterKvCaches(caches, sharding, config.block_size)
+            .WithContext("connector RegisterKvCaches"));
   }
-
-  impl->pool = std::make_unique<ThreadPool>(config.num_threads);
-  impl->runner = std::make_unique<ModelRunner>(&impl->weights, impl->cache.get(),
-                                               impl->max_model_len, impl->pool.get());
   SchedulerOptions so;
   so.max_num_batched_tokens = config.max_num_batched_tokens;
   so.max_num_seqs = config.max_num_seqs;
@@ -214,7 +268,11 @@ std::vector<RequestOutput> Engine::Step() {
       fc.want_logits = c.completes;
       m.forward_chunks.push_back(fc);
     }
-    m.runner->Forward(m.forward_chunks, &m.logits);
+    m.logits.resize(
+        static_cast<size_t>(NumLogitRows(m.forward_chunks) * m.weights.config.vocab_size));
+    // Every rank at once (they meet in the all-reduce); each writes its vocab columns.
+    m.rank_threads->RunOnEach(
+        [&m](int32_t r) { m.ranks[r]->runner->Forward(m.forward_chunks, m.logits.data()); });
     m.scheduler->OnChunksComputed(chunks);
     const int32_t vocab = m.weights.config.vocab_size;
     int64_t row = 0;
@@ -256,6 +314,7 @@ int32_t Engine::block_size_kernel() const {
   return impl_->scheduler->geometry().block_size_kernel();
 }
 const kv::BlockGeometry& Engine::geometry() const { return impl_->scheduler->geometry(); }
-kv::KvCache* Engine::kv_cache() { return impl_->cache.get(); }
+kv::KvCache* Engine::kv_cache(int32_t rank) { return impl_->ranks[rank]->cache.get(); }
+int32_t Engine::tensor_parallel_size() const { return impl_->config.tensor_parallel_size; }
 
 }  // namespace kvferry::engine

@@ -124,9 +124,24 @@ StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
     c.weight_seed = 0x736d616c6cull;  // "small"
     return c;
   }
+  if (name == "tiny-kv4") {
+    // As many KV heads as tensor-parallel ranks at TP 4, so each rank holds one KV head of its
+    // own (tiny's 2 KV heads are replicated at TP 4): the P/D tests need both.
+    c.name = "tiny-kv4";
+    c.hidden_dim = 128;
+    c.num_layers = 2;
+    c.num_heads = 8;
+    c.num_kv_heads = 4;
+    c.head_dim = 16;
+    c.ffn_dim = 256;
+    c.max_position = 4096;
+    c.weight_seed = 0x6b7634ull;  // "kv4"
+    return c;
+  }
   if (name == "tiny-odd") {
     // No width is a multiple of 8, so every kernel runs its tail code inside a real forward
-    // pass: dot lengths 99, 132, 261, 22 leave 3, 4, 5, 6 elements after the 8-lane part;
+    // pass: dot lengths 99, 66 (o_proj's two row-parallel groups of 3 heads), 130 and 131
+    // (down_proj's groups of 261 columns), 22 leave 3, 2, 2, 3, 6 elements after the 8-lane part;
     // matmul widths 99, 522, 263 leave 3, 2, 3 columns after the 4-column tiles; half a head
     // (11) is odd for RoPE. Vocab 263: the tokenizer's 260 ids plus 3 it never produces.
     c.name = "tiny-odd";
@@ -141,8 +156,9 @@ StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
     c.weight_seed = 0x6f6464ull;  // "odd"
     return c;
   }
-  return NotFoundError("unknown built-in model '" + std::string(name) +
-                       "' (known: tiny, small, tiny-odd; or a path to a checkpoint file)");
+  return NotFoundError(
+      "unknown built-in model '" + std::string(name) +
+      "' (known: tiny, small, tiny-odd, tiny-kv4; or a path to a checkpoint file)");
 }
 
 }  // namespace kvferry::engine

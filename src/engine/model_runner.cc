@@ -7,44 +7,81 @@
 #include "engine/kernels/kv_store.h"
 #include "engine/kernels/matmul.h"
 #include "engine/kernels/rmsnorm.h"
+#include "engine/kernels/row_parallel.h"
 #include "engine/kernels/swiglu.h"
 #include "engine/thread_pool.h"
 
 namespace kvferry::engine {
 
+int64_t NumLogitRows(std::span<const ForwardChunk> chunks) {
+  int64_t n = 0;
+  for (const ForwardChunk& ch : chunks) n += ch.want_logits && !ch.tokens.empty() ? 1 : 0;
+  return n;
+}
+
+std::shared_ptr<const kernels::RopeTable> MakeRopeTable(const ModelConfig& c,
+                                                        int32_t max_position) {
+  return std::make_shared<const kernels::RopeTable>(
+      c.head_dim, max_position, c.rope_theta,
+      RopeFrequencyFactors(c.rope_scaling, c.head_dim, c.rope_theta));
+}
+
+ModelRunner::ModelRunner(const ModelShard* shard, TpCommunicator* comm,
+                         std::shared_ptr<const kernels::RopeTable> rope, kv::KvCache* cache,
+                         ThreadPool* pool)
+    : shard_(shard), comm_(comm), cache_(cache), pool_(pool), rope_(std::move(rope)) {}
+
 ModelRunner::ModelRunner(const ModelWeights* weights, kv::KvCache* cache, int32_t max_position,
                          ThreadPool* pool)
-    : weights_(weights),
+    : own_shard_(std::make_unique<ModelShard>(
+          ShardWeights(*weights, PlanTensorParallel(weights->config, 1).value()[0]))),
+      own_comm_(std::make_unique<TpCommunicator>(1)),
+      shard_(own_shard_.get()),
+      comm_(own_comm_.get()),
       cache_(cache),
       pool_(pool),
-      rope_(weights->config.head_dim, max_position, weights->config.rope_theta,
-            RopeFrequencyFactors(weights->config.rope_scaling, weights->config.head_dim,
-                                 weights->config.rope_theta)) {}
+      rope_(MakeRopeTable(weights->config, max_position)) {}
 
-void ModelRunner::PrepareQk(const LayerWeights& lw, float* row) const {
-  const ModelConfig& c = weights_->config;
-  const int64_t qw = int64_t{c.num_heads} * c.head_dim;
-  const int64_t kvw = int64_t{c.num_kv_heads} * c.head_dim;
+void ModelRunner::PrepareQk(const LayerShard& lw, float* row) const {
+  const ModelConfig& c = config();
+  const RankShard& s = shard_->shard;
+  const int64_t qw = int64_t{s.num_q_heads} * c.head_dim;
+  const int64_t kvw = int64_t{s.num_kv_heads} * c.head_dim;
   if (c.attention_bias) {
     for (int64_t i = 0; i < qw; ++i) row[i] += lw.q_bias[i];
     for (int64_t i = 0; i < kvw; ++i) row[qw + i] += lw.k_bias[i];
     for (int64_t i = 0; i < kvw; ++i) row[qw + kvw + i] += lw.v_bias[i];
   }
   if (c.qk_norm) {
-    kernels::RmsNorm(row, c.num_heads, c.head_dim, lw.q_norm.data(), c.rms_norm_eps, row);
-    kernels::RmsNorm(row + qw, c.num_kv_heads, c.head_dim, lw.k_norm.data(), c.rms_norm_eps,
+    kernels::RmsNorm(row, s.num_q_heads, c.head_dim, lw.full->q_norm.data(), c.rms_norm_eps, row);
+    kernels::RmsNorm(row + qw, s.num_kv_heads, c.head_dim, lw.full->k_norm.data(), c.rms_norm_eps,
                      row + qw);
   }
 }
 
+void ModelRunner::RowParallelAdd(const float* in, int64_t rows, std::span<const int64_t> bounds,
+                                 const WeightMatrix& w) {
+  const int32_t rank = shard_->shard.rank;
+  const int64_t n = rows * config().hidden_dim;
+  float* partial = comm_->PartialBuffer(rank, n);
+  kernels::RowParallelMatMul(in, rows, bounds, w, partial, &leaves_, pool_);
+  comm_->AllReduceAdd(rank, n, x_.data());
+}
+
 void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<float>* logits) {
-  const ModelConfig& c = weights_->config;
+  logits->assign(static_cast<size_t>(NumLogitRows(chunks) * config().vocab_size), 0.0f);
+  Forward(chunks, logits->data());
+}
+
+void ModelRunner::Forward(std::span<const ForwardChunk> chunks, float* logits) {
+  const ModelConfig& c = config();
+  const RankShard& rs = shard_->shard;
   const int64_t d = c.hidden_dim;
   const int32_t hd = c.head_dim;
-  const int64_t qw = int64_t{c.num_heads} * hd;
-  const int64_t kvw = int64_t{c.num_kv_heads} * hd;
+  const int64_t qw = int64_t{rs.num_q_heads} * hd;
+  const int64_t kvw = int64_t{rs.num_kv_heads} * hd;
   const int64_t qkvw = qw + 2 * kvw;
-  const int64_t f = c.ffn_dim;
+  const int64_t f = rs.ffn_count;
 
   int64_t rows = 0;
   std::vector<kernels::AttentionSequence> seqs;
@@ -54,7 +91,6 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<floa
         {ch.kernel_table.data(), ch.first_pos, static_cast<int32_t>(ch.tokens.size()), rows});
     rows += static_cast<int64_t>(ch.tokens.size());
   }
-  logits->clear();
   if (rows == 0) return;
 
   x_.resize(rows * d);
@@ -62,7 +98,6 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<floa
   qkv_.resize(rows * qkvw);
   q_.resize(rows * qw);
   attn_.resize(rows * qw);
-  proj_.resize(rows * d);
   gu_.resize(rows * 2 * f);
   act_.resize(rows * f);
   positions_.resize(rows);
@@ -71,7 +106,7 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<floa
     int64_t r = 0;
     for (const ForwardChunk& ch : chunks) {
       for (size_t i = 0; i < ch.tokens.size(); ++i, ++r) {
-        ReadRowF32(weights_->embed, ch.tokens[i], &x_[r * d]);
+        ReadRowF32(shard_->full->embed, ch.tokens[i], &x_[r * d]);
         positions_[r] = ch.first_pos + static_cast<int32_t>(i);
       }
     }
@@ -79,8 +114,8 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<floa
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int32_t l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& lw = weights_->layers[l];
-    kernels::RmsNorm(x_.data(), rows, d, lw.attn_norm.data(), c.rms_norm_eps, h_.data());
+    const LayerShard& lw = shard_->layers[l];
+    kernels::RmsNorm(x_.data(), rows, d, lw.full->attn_norm.data(), c.rms_norm_eps, h_.data());
     kernels::MatMul(h_.data(), rows, d, lw.qkv(), qkv_.data(), pool_);
     const kernels::KvLayerView view = kernels::LayerView(*cache_, l);
     {
@@ -89,24 +124,22 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<floa
         for (int32_t i = 0; i < s.num_queries; ++i, ++r) {
           float* row = &qkv_[r * qkvw];
           PrepareQk(lw, row);
-          kernels::ApplyRope(rope_, positions_[r], row, c.num_heads);
-          kernels::ApplyRope(rope_, positions_[r], row + qw, c.num_kv_heads);
+          kernels::ApplyRope(*rope_, positions_[r], row, rs.num_q_heads);
+          kernels::ApplyRope(*rope_, positions_[r], row + qw, rs.num_kv_heads);
           std::memcpy(&q_[r * qw], row, sizeof(float) * qw);
           kernels::StoreKv(view, s.kernel_table, positions_[r], row + qw, row + qw + kvw);
         }
       }
     }
-    kernels::Attention(view, seqs, q_.data(), c.num_heads, scale, attn_.data(), pool_);
-    kernels::MatMul(attn_.data(), rows, qw, {&lw.o, 1}, proj_.data(), pool_);
-    for (int64_t i = 0; i < rows * d; ++i) x_[i] += proj_[i];
-    kernels::RmsNorm(x_.data(), rows, d, lw.ffn_norm.data(), c.rms_norm_eps, h_.data());
+    kernels::Attention(view, seqs, q_.data(), rs.num_q_heads, scale, attn_.data(), pool_);
+    RowParallelAdd(attn_.data(), rows, rs.o_bounds, lw.o);
+    kernels::RmsNorm(x_.data(), rows, d, lw.full->ffn_norm.data(), c.rms_norm_eps, h_.data());
     kernels::MatMul(h_.data(), rows, d, lw.gate_up(), gu_.data(), pool_);
     kernels::SwiGlu(gu_.data(), rows, f, act_.data());
-    kernels::MatMul(act_.data(), rows, f, {&lw.down, 1}, proj_.data(), pool_);
-    for (int64_t i = 0; i < rows * d; ++i) x_[i] += proj_[i];
+    RowParallelAdd(act_.data(), rows, rs.down_bounds, lw.down);
   }
 
-  // Final norm and lm_head for the last row of each chunk that wants logits.
+  // Final norm and this rank's lm_head rows for the last row of each chunk that wants logits.
   int64_t num_out = 0;
   last_.clear();
   for (const kernels::AttentionSequence& s : seqs) {
@@ -116,11 +149,11 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<floa
     last_.insert(last_.end(), x_.begin() + r * d, x_.begin() + (r + 1) * d);
     ++num_out;
   }
-  if (num_out == 0) return;
-  kernels::RmsNorm(last_.data(), num_out, d, weights_->final_norm.data(), c.rms_norm_eps,
+  if (num_out == 0 || rs.vocab_count == 0) return;
+  kernels::RmsNorm(last_.data(), num_out, d, shard_->full->final_norm.data(), c.rms_norm_eps,
                    last_.data());
-  logits->resize(num_out * c.vocab_size);
-  kernels::MatMul(last_.data(), num_out, d, {&weights_->lm_head, 1}, logits->data(), pool_);
+  kernels::MatMulStrided(last_.data(), num_out, d, d, {&shard_->lm_head, 1},
+                         logits + rs.vocab_first, c.vocab_size, pool_);
 }
 
 }  // namespace kvferry::engine

@@ -78,4 +78,12 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
   }
 }
 
+void ThreadPool::RunOnEach(const std::function<void(int32_t)>& fn) {
+  // n == num_threads_ and grain 1: share i is exactly index i (RunShare), and every share runs
+  // on its own thread, all at once.
+  ParallelFor(num_threads_, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) fn(static_cast<int32_t>(i));
+  });
+}
+
 }  // namespace kvferry::engine

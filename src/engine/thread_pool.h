@@ -33,6 +33,11 @@ class ThreadPool {
   // pool has one thread.
   void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 
+  // Calls fn(i) for every i in [0, num_threads()) at the same time, each on its own thread (0 on
+  // the caller), and returns when all are done. For calls that wait for each other (the
+  // tensor-parallel ranks meet in their all-reduce), which ParallelFor's sub-ranges must not do.
+  void RunOnEach(const std::function<void(int32_t)>& fn);
+
  private:
   void WorkerLoop(int32_t worker_index);
   void RunShare(int32_t share_index);

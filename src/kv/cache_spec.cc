@@ -138,6 +138,27 @@ CacheSpec::ByteRange CacheSpec::KernelBlockBytes(KernelBlockId first, int32_t co
   return {static_cast<uint64_t>(first.value()) * bpkb, static_cast<uint64_t>(count) * bpkb};
 }
 
+std::vector<CacheSpec::ByteRange> CacheSpec::HeadSliceBytes(KernelBlockId first, int32_t count,
+                                                            int32_t first_head,
+                                                            int32_t num_heads) const {
+  if (first_head == 0 && num_heads == num_kv_heads) return {KernelBlockBytes(first, count)};
+  const uint64_t es = DTypeBytes(dtype);
+  const uint64_t row = static_cast<uint64_t>(head_dim) * es;
+  std::vector<ByteRange> out;
+  for (int32_t i = 0; i < count; ++i) {
+    const KernelBlockId b(first.value() + i);
+    if (layout == Layout::kHND) {
+      out.push_back({ElementOffset(b, 0, first_head) * es,
+                     static_cast<uint64_t>(num_heads) * block_size_kernel * row});
+      continue;
+    }
+    for (int32_t t = 0; t < block_size_kernel; ++t) {
+      out.push_back({ElementOffset(b, t, first_head) * es, num_heads * row});
+    }
+  }
+  return out;
+}
+
 KvCache::KvCache(const CacheSpec& spec) : spec_(spec) {}
 
 KvCache::~KvCache() { std::free(memory_); }

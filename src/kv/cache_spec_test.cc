@@ -157,5 +157,43 @@ TEST(CacheSpecTest, DocsWorkedExample) {
   EXPECT_EQ(hnd.ElementOffset(slot.block, slot.token_in_block, 2) * 2, 952320u);
 }
 
+// A head slice of a run of kernel blocks: the whole run when all heads, one range per block in
+// HND, one per (block, token) in NHD; every byte of the slice exactly once, nothing else.
+TEST(CacheSpecTest, HeadSliceBytes) {
+  for (Layout layout : {Layout::kNHD, Layout::kHND}) {
+    const CacheSpec s = Spec(layout);  // 4 heads x 8 dims x bf16, kernel blocks of 16
+    const auto all = s.HeadSliceBytes(KernelBlockId(3), 2, 0, 4);
+    ASSERT_EQ(all.size(), 1u);
+    EXPECT_EQ(all[0].offset, s.KernelBlockBytes(KernelBlockId(3)).offset);
+    EXPECT_EQ(all[0].length, 2 * s.bytes_per_kernel_block());
+
+    const auto slice = s.HeadSliceBytes(KernelBlockId(3), 2, 1, 2);
+    EXPECT_EQ(slice.size(), layout == Layout::kHND ? 2u : 32u);
+    std::vector<bool> covered(s.region_bytes(), false);
+    for (const CacheSpec::ByteRange& r : slice) {
+      for (uint64_t i = r.offset; i < r.offset + r.length; ++i) {
+        ASSERT_FALSE(covered[i]);
+        covered[i] = true;
+      }
+    }
+    uint64_t want_bytes = 0;
+    for (int32_t b : {3, 4}) {
+      for (int32_t t = 0; t < 16; ++t) {
+        for (int32_t h = 0; h < 4; ++h) {
+          const size_t off = s.ElementOffset(KernelBlockId(b), t, h) * 2;
+          const bool in = h == 1 || h == 2;
+          for (size_t i = off; i < off + 16; ++i) EXPECT_EQ(covered[i], in);
+          want_bytes += in ? 16 : 0;
+        }
+      }
+    }
+    uint64_t got_bytes = 0;
+    for (const CacheSpec::ByteRange& r : slice) got_bytes += r.length;
+    EXPECT_EQ(got_bytes, want_bytes);
+    // In order: offsets increase.
+    for (size_t i = 1; i < slice.size(); ++i) EXPECT_GT(slice[i].offset, slice[i - 1].offset);
+  }
+}
+
 }  // namespace
 }  // namespace kvferry::kv

@@ -34,13 +34,19 @@ Status CheckSide(const char* side, const CacheSpec& spec, size_t num_region_ptrs
   return Status::Ok();
 }
 
+// The heads a copy moves, made explicit (count < 0: all of them).
+HeadRange Resolve(const CacheSpec& src, HeadRange heads) {
+  if (heads.count < 0) return {0, 0, src.num_kv_heads};
+  return heads;
+}
+
 Status Validate(const KvSourceView& src, const KvDestView& dst, int64_t token_begin,
-                int64_t token_end) {
+                int64_t token_end, HeadRange heads) {
   if (token_begin < 0 || token_end < token_begin) {
     return InvalidArgumentError("relayout: bad token range [" + std::to_string(token_begin) + ", " +
                                 std::to_string(token_end) + ")");
   }
-  KVF_RETURN_IF_ERROR(CheckRelayoutCompatible(src.spec, dst.spec));
+  KVF_RETURN_IF_ERROR(CheckRelayoutCompatible(src.spec, dst.spec, heads));
   const bool src_null =
       std::find(src.regions.begin(), src.regions.end(), nullptr) != src.regions.end();
   const bool dst_null =
@@ -65,7 +71,7 @@ KvDestView DestViewOf(KvCache& cache, std::span<const KernelBlockId> block_table
   return v;
 }
 
-Status CheckRelayoutCompatible(const CacheSpec& src, const CacheSpec& dst) {
+Status CheckRelayoutCompatible(const CacheSpec& src, const CacheSpec& dst, HeadRange heads) {
   auto mismatch = [](const char* field, const std::string& a, const std::string& b) {
     return InvalidArgumentError(std::string("relayout: ") + field + " differs (source " + a +
                                 ", destination " + b + ")");
@@ -80,9 +86,18 @@ Status CheckRelayoutCompatible(const CacheSpec& src, const CacheSpec& dst) {
   if (src.num_layers != dst.num_layers) {
     return mismatch("num_layers", std::to_string(src.num_layers), std::to_string(dst.num_layers));
   }
-  if (src.num_kv_heads != dst.num_kv_heads) {
+  if (heads.count < 0 && src.num_kv_heads != dst.num_kv_heads) {
     return mismatch("num_kv_heads", std::to_string(src.num_kv_heads),
                     std::to_string(dst.num_kv_heads));
+  }
+  if (heads.count >= 0 && (heads.count == 0 || heads.src_first < 0 || heads.dst_first < 0 ||
+                           heads.src_first + heads.count > src.num_kv_heads ||
+                           heads.dst_first + heads.count > dst.num_kv_heads)) {
+    return InvalidArgumentError(
+        "relayout: heads [" + std::to_string(heads.src_first) + ", +" +
+        std::to_string(heads.count) + ") -> [" + std::to_string(heads.dst_first) + ", +" +
+        std::to_string(heads.count) + ") outside the source's " + std::to_string(src.num_kv_heads) +
+        " or the destination's " + std::to_string(dst.num_kv_heads) + " heads");
   }
   if (src.head_dim != dst.head_dim) {
     return mismatch("head_dim", std::to_string(src.head_dim), std::to_string(dst.head_dim));
@@ -91,10 +106,11 @@ Status CheckRelayoutCompatible(const CacheSpec& src, const CacheSpec& dst) {
 }
 
 Status RelayoutTokensReference(const KvSourceView& src, const KvDestView& dst, int64_t token_begin,
-                               int64_t token_end) {
-  KVF_RETURN_IF_ERROR(Validate(src, dst, token_begin, token_end));
+                               int64_t token_end, HeadRange heads) {
+  KVF_RETURN_IF_ERROR(Validate(src, dst, token_begin, token_end, heads));
   const CacheSpec& s = src.spec;
   const CacheSpec& d = dst.spec;
+  const HeadRange h = Resolve(s, heads);
   const size_t es = DTypeBytes(s.dtype);
   const size_t row_bytes = static_cast<size_t>(s.head_dim) * es;
   for (int32_t r = 0; r < s.num_regions(); ++r) {
@@ -103,9 +119,9 @@ Status RelayoutTokensReference(const KvSourceView& src, const KvDestView& dst, i
       const int32_t so = static_cast<int32_t>(t % s.block_size_kernel);
       const KernelBlockId db = dst.block_table[t / d.block_size_kernel];
       const int32_t doff = static_cast<int32_t>(t % d.block_size_kernel);
-      for (int32_t h = 0; h < s.num_kv_heads; ++h) {
-        std::memcpy(dst.regions[r] + d.ElementOffset(db, doff, h) * es,
-                    src.regions[r] + s.ElementOffset(sb, so, h) * es, row_bytes);
+      for (int32_t i = 0; i < h.count; ++i) {
+        std::memcpy(dst.regions[r] + d.ElementOffset(db, doff, h.dst_first + i) * es,
+                    src.regions[r] + s.ElementOffset(sb, so, h.src_first + i) * es, row_bytes);
       }
     }
   }
@@ -113,15 +129,19 @@ Status RelayoutTokensReference(const KvSourceView& src, const KvDestView& dst, i
 }
 
 Status RelayoutTokens(const KvSourceView& src, const KvDestView& dst, int64_t token_begin,
-                      int64_t token_end) {
-  KVF_RETURN_IF_ERROR(Validate(src, dst, token_begin, token_end));
+                      int64_t token_end, HeadRange heads) {
+  KVF_RETURN_IF_ERROR(Validate(src, dst, token_begin, token_end, heads));
   const CacheSpec& s = src.spec;
   const CacheSpec& d = dst.spec;
+  const HeadRange h = Resolve(s, heads);
   const size_t es = DTypeBytes(s.dtype);
-  const int32_t heads = s.num_kv_heads;
   const size_t row_bytes = static_cast<size_t>(s.head_dim) * es;
-  const size_t slot_bytes = s.bytes_per_token_slot();
-  const bool same_geometry = s.layout == d.layout && s.block_size_kernel == d.block_size_kernel;
+  const size_t s_slot = s.bytes_per_token_slot();
+  const size_t d_slot = d.bytes_per_token_slot();
+  // Every head of both sides: a token slot, and a whole block, have the same bytes on both.
+  const bool all_heads = h.count == s.num_kv_heads && h.count == d.num_kv_heads;
+  const bool same_geometry =
+      all_heads && s.layout == d.layout && s.block_size_kernel == d.block_size_kernel;
 
   // Split the range into chunks that stay inside one kernel block on both sides.
   struct Chunk {
@@ -149,22 +169,28 @@ Status RelayoutTokens(const KvSourceView& src, const KvDestView& dst, int64_t to
       if (same_geometry && c.n == s.block_size_kernel) {  // whole block, same byte order
         std::memcpy(dbase + d.KernelBlockBytes(c.db).offset,
                     sbase + s.KernelBlockBytes(c.sb).offset, s.bytes_per_kernel_block());
-      } else if (s.layout == Layout::kNHD && d.layout == Layout::kNHD) {  // token slots
-        std::memcpy(dbase + d.ElementOffset(c.db, c.doff, 0) * es,
-                    sbase + s.ElementOffset(c.sb, c.so, 0) * es, c.n * slot_bytes);
+      } else if (s.layout == Layout::kNHD && d.layout == Layout::kNHD && all_heads) {
+        std::memcpy(dbase + d.ElementOffset(c.db, c.doff, 0) * es,  // whole token slots
+                    sbase + s.ElementOffset(c.sb, c.so, 0) * es, c.n * s_slot);
+      } else if (s.layout == Layout::kNHD && d.layout == Layout::kNHD) {  // a head run per token
+        const std::byte* sp = sbase + s.ElementOffset(c.sb, c.so, h.src_first) * es;
+        std::byte* dp = dbase + d.ElementOffset(c.db, c.doff, h.dst_first) * es;
+        for (int32_t i = 0; i < c.n; ++i) {
+          std::memcpy(dp + i * d_slot, sp + i * s_slot, h.count * row_bytes);
+        }
       } else if (s.layout == Layout::kHND && d.layout == Layout::kHND) {  // per-head runs
-        for (int32_t h = 0; h < heads; ++h) {
-          std::memcpy(dbase + d.ElementOffset(c.db, c.doff, h) * es,
-                      sbase + s.ElementOffset(c.sb, c.so, h) * es, c.n * row_bytes);
+        for (int32_t i = 0; i < h.count; ++i) {
+          std::memcpy(dbase + d.ElementOffset(c.db, c.doff, h.dst_first + i) * es,
+                      sbase + s.ElementOffset(c.sb, c.so, h.src_first + i) * es, c.n * row_bytes);
         }
       } else {  // transpose between NHD and HND: one row per (token, head)
-        const size_t s_tok = (s.layout == Layout::kNHD ? slot_bytes : row_bytes);
-        const size_t d_tok = (d.layout == Layout::kNHD ? slot_bytes : row_bytes);
-        for (int32_t h = 0; h < heads; ++h) {
-          const std::byte* sp = sbase + s.ElementOffset(c.sb, c.so, h) * es;
-          std::byte* dp = dbase + d.ElementOffset(c.db, c.doff, h) * es;
-          for (int32_t i = 0; i < c.n; ++i) {
-            std::memcpy(dp + i * d_tok, sp + i * s_tok, row_bytes);
+        const size_t s_tok = (s.layout == Layout::kNHD ? s_slot : row_bytes);
+        const size_t d_tok = (d.layout == Layout::kNHD ? d_slot : row_bytes);
+        for (int32_t i = 0; i < h.count; ++i) {
+          const std::byte* sp = sbase + s.ElementOffset(c.sb, c.so, h.src_first + i) * es;
+          std::byte* dp = dbase + d.ElementOffset(c.db, c.doff, h.dst_first + i) * es;
+          for (int32_t t = 0; t < c.n; ++t) {
+            std::memcpy(dp + t * d_tok, sp + t * s_tok, row_bytes);
           }
         }
       }

@@ -145,6 +145,78 @@ TEST(RelayoutTest, FastEqualsReferenceOverEveryGeometryPair) {
   EXPECT_EQ(combos, 3 * 16 * 4);
 }
 
+// A tensor-parallel rank's share: heads [src_first, +n) of a 4-head cache into heads
+// [dst_first, +n) of a cache with other heads, over every pair of geometries; fast equals the
+// per-row reference, the named heads arrive, every other head of the destination is untouched.
+TEST(RelayoutTest, HeadRangesOverEveryGeometryPair) {
+  std::mt19937 rng(77);
+  struct Heads {
+    int32_t src_heads, dst_heads;
+    HeadRange range;
+  };
+  const std::vector<Heads> cases = {{4, 2, {2, 0, 2}}, {4, 1, {3, 0, 1}}, {1, 4, {0, 2, 1}},
+                                    {2, 4, {0, 2, 2}}, {4, 4, {1, 1, 2}}, {2, 2, {0, 0, 2}}};
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (int32_t bs_a : {16, 64}) {
+      for (int32_t bs_b : {16, 32, 128}) {
+        for (Layout la : {Layout::kNHD, Layout::kHND}) {
+          for (Layout lb : {Layout::kNHD, Layout::kHND}) {
+            for (const Heads& c : cases) {
+              SCOPED_TRACE(testing::Message()
+                           << DTypeName(dtype) << " " << bs_a << LayoutName(la) << "/"
+                           << c.src_heads << " -> " << bs_b << LayoutName(lb) << "/" << c.dst_heads
+                           << " heads " << c.range.src_first << "->" << c.range.dst_first << " x"
+                           << c.range.count);
+              CacheSpec sa = Spec(bs_a, la, dtype);
+              sa.num_kv_heads = c.src_heads;
+              CacheSpec sb = Spec(bs_b, lb, dtype);
+              sb.num_kv_heads = c.dst_heads;
+              Side a = MakeSide(sa, rng);
+              Side b = MakeSide(sb, rng);
+              auto before = Clone(*b.cache);
+              auto b_ref = Clone(*b.cache);
+              const Range range{13, 241};
+              ASSERT_TRUE(RelayoutTokens(SourceViewOf(*a.cache, a.table),
+                                         DestViewOf(*b.cache, b.table), range.begin, range.end,
+                                         c.range)
+                              .ok());
+              ASSERT_TRUE(RelayoutTokensReference(SourceViewOf(*a.cache, a.table),
+                                                  DestViewOf(*b_ref, b.table), range.begin,
+                                                  range.end, c.range)
+                              .ok());
+              ASSERT_TRUE(SameBytes(*b.cache, *b_ref));
+              for (int32_t r = 0; r < sb.num_regions(); ++r) {
+                for (int64_t t :
+                     {int64_t{12}, range.begin, int64_t{100}, range.end - 1, range.end}) {
+                  for (int32_t h = 0; h < sb.num_kv_heads; ++h) {
+                    const int32_t i = h - c.range.dst_first;
+                    const bool copied =
+                        t >= range.begin && t < range.end && i >= 0 && i < c.range.count;
+                    EXPECT_EQ(Row(*b.cache, b.table, r, t, h),
+                              copied ? Row(*a.cache, a.table, r, t, c.range.src_first + i)
+                                     : Row(*before, b.table, r, t, h));
+                  }
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(RelayoutTest, RejectsHeadRangesOutsideEitherSide) {
+  CacheSpec four = Spec(16, Layout::kNHD, DType::kF32);
+  four.num_kv_heads = 4;
+  CacheSpec two = Spec(16, Layout::kHND, DType::kF32);
+  EXPECT_TRUE(CheckRelayoutCompatible(four, two, {2, 0, 2}).ok());
+  EXPECT_EQ(CheckRelayoutCompatible(four, two, {3, 0, 2}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckRelayoutCompatible(four, two, {0, 1, 2}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckRelayoutCompatible(four, two, {0, 0, 0}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(CheckRelayoutCompatible(four, two).code(), StatusCode::kInvalidArgument);
+}
+
 TEST(RelayoutTest, WorksOnRawRegionPointers) {
   // A staging buffer holding only the kernel blocks of tokens [128, 256) of P (kernel 64, HND),
   // copied into D's cache (kernel 16, NHD).

@@ -59,6 +59,7 @@ Status EngineLoop::Init(EngineLoopOptions options) {
   if (options.kv_transfer) {
     connector::FerryConnectorOptions copts;
     copts.model_name = engine::ModelIdentity(options.engine.model);
+    copts.tp_size = options.engine.tensor_parallel_size;  // one transfer agent per rank
     KVF_ASSIGN_OR_RETURN(connector_, connector::CreateFerryConnector(*options.kv_transfer, copts));
     options.engine.connector_scheduler = connector_->scheduler();
     options.engine.connector_worker = connector_->worker();

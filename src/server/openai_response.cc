@@ -95,11 +95,23 @@ json UsageJson(const Usage& u) {
 }
 
 json LoadJson(const connector::LoadReport& r) {
-  return {{"outcome", connector::LoadOutcomeName(r.outcome)},
-          {"local_hit_tokens", r.local_hit_tokens},
-          {"pulled_tokens", r.tokens},
-          {"pulled_bytes", r.bytes},
-          {"descriptors", r.descriptors}};
+  json j = {{"outcome", connector::LoadOutcomeName(r.outcome)},
+            {"local_hit_tokens", r.local_hit_tokens},
+            {"pulled_tokens", r.tokens},
+            {"pulled_bytes", r.bytes},
+            {"descriptors", r.descriptors}};
+  // A tensor-parallel D: what each of its ranks read, and from which P ranks.
+  if (r.ranks.size() > 1) {
+    json ranks = json::array();
+    for (const connector::RankLoad& rank : r.ranks) {
+      ranks.push_back({{"rank", rank.rank},
+                       {"source_ranks", rank.source_ranks},
+                       {"pulled_bytes", rank.bytes},
+                       {"descriptors", rank.descriptors}});
+    }
+    j["ranks"] = std::move(ranks);
+  }
+  return j;
 }
 
 }  // namespace

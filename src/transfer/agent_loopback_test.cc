@@ -172,6 +172,30 @@ TEST(AgentLoopbackTest, InjectedFailureAndStall) {
   EXPECT_EQ(p.b->GetNotifications().size(), 1u);
 }
 
+TEST(AgentLoopbackTest, TargetFaultHitsTransfersToThatAgentOnly) {
+  Pair p = MakePair("target");
+  auto x = *p.a->PrepareTransfer({.op = XferOp::kRead,
+                                  .peer = p.b_from_a,
+                                  .local = {{p.ar, 0, 64}},
+                                  .remote = {{p.br, 0, 64}},
+                                  .timeout_ms = 300});
+  // A fault on the initiator "target-a" as a target does not touch a's own transfers.
+  ASSERT_TRUE(loopback::InjectTargetFault("target-a", loopback::Fault::kFailNext).ok());
+  ASSERT_TRUE(p.a->Post(x).ok());
+  EXPECT_TRUE(p.a->Wait(x, Deadline::AfterMs(5000)).ok());
+  loopback::ClearFaults("target-a");
+  ASSERT_TRUE(loopback::InjectTargetFault("target-b", loopback::Fault::kFailNext).ok());
+  ASSERT_TRUE(p.a->Post(x).ok());
+  EXPECT_EQ(p.a->Wait(x, Deadline::AfterMs(5000)).code(), StatusCode::kUnavailable);
+  ASSERT_TRUE(loopback::InjectTargetFault("target-b", loopback::Fault::kStallNext).ok());
+  ASSERT_TRUE(p.a->Post(x).ok());
+  EXPECT_EQ(p.a->Wait(x, Deadline::AfterMs(5000)).code(), StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(p.a->Post(x).ok());
+  EXPECT_TRUE(p.a->Wait(x, Deadline::AfterMs(5000)).ok());
+  EXPECT_EQ(loopback::InjectTargetFault("nobody", loopback::Fault::kFailNext).code(),
+            StatusCode::kNotFound);
+}
+
 TEST(AgentLoopbackTest, PostWhileInFlightIsFailedPrecondition) {
   Pair p = MakePair("inflight");
   auto x = *p.a->PrepareTransfer({.op = XferOp::kWrite,

@@ -28,12 +28,15 @@ struct InstanceSpec {
   int32_t num_kv_blocks = 0;             // 0: room for 2048 tokens plus a few blocks
   int32_t max_num_batched_tokens = 512;  // P: a 600-token prompt prefills in 2 chunks
   kv::DType dtype = kv::DType::kF32;     // KV cache storage
+  int32_t tp = 1;                        // tensor-parallel ranks
+  std::string model = "tiny";
 };
 
 inline std::string Describe(const InstanceSpec& s) {
   return std::to_string(s.block_size) + "/" + s.backend + "/" +
          std::string(kv::LayoutName(s.layout)) + (s.host_buffer ? "/cpu" : "") +
-         (s.dtype != kv::DType::kF32 ? "/" + std::string(kv::DTypeName(s.dtype)) : "");
+         (s.dtype != kv::DType::kF32 ? "/" + std::string(kv::DTypeName(s.dtype)) : "") +
+         (s.tp != 1 ? "/tp" + std::to_string(s.tp) : "") + (s.model != "tiny" ? "/" + s.model : "");
 }
 
 // Records every ConnectorOutput the engine consumed (to assert reported logical ids).
@@ -43,7 +46,14 @@ class RecordingWorker : public connector::ConnectorWorker {
   Status RegisterKvCache(kv::KvCache* cache, int32_t block_size_logical) override {
     return inner_->RegisterKvCache(cache, block_size_logical);
   }
-  void BindMetadata(const connector::ConnectorMetadata& m) override { inner_->BindMetadata(m); }
+  Status RegisterKvCaches(std::span<kv::KvCache* const> caches, const kv::HeadSharding& sharding,
+                          int32_t block_size_logical) override {
+    return inner_->RegisterKvCaches(caches, sharding, block_size_logical);
+  }
+  void BindMetadata(const connector::ConnectorMetadata& m) override {
+    loads.insert(loads.end(), m.loads.begin(), m.loads.end());
+    inner_->BindMetadata(m);
+  }
   void StartLoadKv() override { inner_->StartLoadKv(); }
   void AfterForward() override { inner_->AfterForward(); }
   connector::ConnectorOutput GetFinished() override {
@@ -57,6 +67,7 @@ class RecordingWorker : public connector::ConnectorWorker {
 
   std::vector<kv::LogicalBlockId> invalid;
   std::vector<std::string> finished_recving;
+  std::vector<connector::LoadSpec> loads;  // every load the engine asked for
 
  private:
   connector::ConnectorWorker* inner_;
@@ -76,7 +87,8 @@ inline int NextInstanceNumber() {
 
 inline engine::EngineConfig BaseEngineConfig(const InstanceSpec& s) {
   engine::EngineConfig ec;
-  ec.model = "tiny";
+  ec.model = s.model;
+  ec.tensor_parallel_size = s.tp;
   ec.block_size = s.block_size;
   ec.attention_backend = s.backend;
   ec.kv_cache_layout = s.layout;
@@ -99,7 +111,7 @@ inline std::unique_ptr<Instance> MakeInstance(
     config.handshake_timeout_ms = 3000;
   }
   inst->config = config;
-  auto conn = connector::CreateFerryConnector(config, {.model_name = "tiny"});
+  auto conn = connector::CreateFerryConnector(config, {.model_name = s.model, .tp_size = s.tp});
   EXPECT_TRUE(conn.ok()) << conn.status();
   if (!conn.ok()) return nullptr;
   inst->connector = std::move(*conn);
@@ -162,13 +174,14 @@ inline std::map<std::string, Completion> RunAll(std::vector<engine::Engine*> eng
   return all;
 }
 
-// The colocated reference; `dtype` is the KV cache's (f16/bf16 storage rounds K and V, so a
-// P/D pair is compared with a colocated instance of the same KV dtype).
+// The colocated reference (TP 1); `dtype` is the KV cache's (f16/bf16 storage rounds K and V,
+// so a P/D pair is compared with a colocated instance of the same KV dtype).
 inline Completion Colocated(const std::vector<int32_t>& prompt,
-                            const engine::SamplingParams& params,
-                            kv::DType dtype = kv::DType::kF32) {
+                            const engine::SamplingParams& params, kv::DType dtype = kv::DType::kF32,
+                            const std::string& model = "tiny") {
   InstanceSpec spec;
   spec.dtype = dtype;
+  spec.model = model;
   engine::EngineConfig ec = BaseEngineConfig(spec);
   auto eng = engine::Engine::Create(ec);
   EXPECT_TRUE(eng.ok()) << eng.status();
@@ -207,6 +220,18 @@ inline uint64_t TinyPullBytes(int32_t p_block_size_kernel, int64_t begin, int64_
   const int64_t blocks =
       (end + p_block_size_kernel - 1) / p_block_size_kernel - begin / p_block_size_kernel;
   return static_cast<uint64_t>(blocks) * 8 * p_block_size_kernel * 2 * 32 * kv::DTypeBytes(dtype);
+}
+
+// The same for one D rank of a tensor-parallel D, any built-in: exactly that rank's KV heads
+// (HeadsPerRank of D's sharding) of P's kernel blocks covering the tokens, in every region.
+inline uint64_t RankPullBytes(const std::string& model, int32_t d_tp, int32_t p_block_size_kernel,
+                              int64_t begin, int64_t end, kv::DType dtype = kv::DType::kF32) {
+  const engine::ModelConfig m = engine::BuiltinModelConfig(model).value();
+  const int32_t heads = kv::HeadSharding::Create(m.num_kv_heads, d_tp).value().HeadsPerRank();
+  const int64_t blocks =
+      (end + p_block_size_kernel - 1) / p_block_size_kernel - begin / p_block_size_kernel;
+  return static_cast<uint64_t>(blocks) * 2 * m.num_layers * p_block_size_kernel * heads *
+         m.head_dim * kv::DTypeBytes(dtype);
 }
 
 // The request's KV was really pulled (a recompute gives the same tokens, so equality of outputs

@@ -186,6 +186,32 @@ TEST_P(PdTwoProcessTest, PrefillDiesBeforePull) {
   EXPECT_TRUE(r.d_clean);
 }
 
+// Different tensor-parallel sizes across processes: P at TP 2 (one agent per rank, each serving
+// its own KV heads) and D at TP 1 reading each head from the rank holding it, and the reverse.
+TEST_P(PdTwoProcessTest, AcrossTpSizes) {
+  const std::vector<int32_t> prompt = MakePrompt(400, 6);
+  const Completion reference = Colocated(prompt, Greedy(4));
+  for (auto [p_tp, d_tp] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    SCOPED_TRACE("P tp " + std::to_string(p_tp) + ", D tp " + std::to_string(d_tp));
+    InstanceSpec ps{128, "flash", Layout::kNHD, p_tp == 2}, ds{16, "flash", Layout::kHND, false};
+    ps.tp = p_tp;
+    ds.tp = d_tp;
+    TwoProcessResult r = RunTwoProcess(GetParam(), ps, ds, prompt, false);
+    ASSERT_TRUE(r.d_out.finished);
+    ExpectSame(r.d_out, reference, "across TP sizes");
+    ExpectPulled(r.d_out, 399, TinyPullBytes(64, 0, 399), "across TP sizes");
+    ASSERT_TRUE(r.d_out.kv_load.has_value());
+    ASSERT_EQ(r.d_out.kv_load->ranks.size(), static_cast<size_t>(d_tp));
+    for (const connector::RankLoad& rank : r.d_out.kv_load->ranks) {
+      EXPECT_EQ(rank.bytes, RankPullBytes("tiny", d_tp, 64, 0, 399));
+      EXPECT_EQ(rank.source_ranks.size(), d_tp == 1 ? 2u : 1u);
+    }
+    EXPECT_TRUE(r.invalid.empty());
+    EXPECT_EQ(r.child_exit, 0) << "P did not free its blocks on D's notifications";
+    EXPECT_TRUE(r.d_clean);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, PdTwoProcessTest,
                          ::testing::Values(transfer::BackendKind::kUcx,
                                            transfer::BackendKind::kSocket),

@@ -70,10 +70,10 @@ int Print(const std::string& line) {
 
 int PrintReply(const StatusOr<std::string>& reply, const std::string& expected_hash) {
   if (!reply.ok()) return Print(reply.status().ToString());
-  auto meta = DecodeHandshakeReply(*reply, expected_hash);
-  if (!meta.ok()) return Print(meta.status().ToString());
-  return Print("OK engine=" + meta->engine_id +
-               " blocks=" + std::to_string(meta->num_blocks_logical()));
+  auto ranks = DecodeHandshakeReply(*reply, expected_hash);
+  if (!ranks.ok()) return Print(ranks.status().ToString());
+  return Print("OK engine=" + ranks->front().engine_id +
+               " blocks=" + std::to_string(ranks->front().num_blocks_logical()));
 }
 
 int RawGarbage(const std::string& host, int port) {

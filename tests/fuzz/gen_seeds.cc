@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "connector/handshake_wire.h"
 
@@ -49,9 +50,14 @@ int main(int argc, char** argv) {
   const std::string hash = "0123456789abcdef";  // fuzz_handshake.cc expects this one
   Write(dir, "request", EncodeHandshakeRequest(0, ""));
   Write(dir, "request_token", EncodeHandshakeRequest(1, "secret"));
-  Write(dir, "reply", EncodeHandshakeReply(hash, Sample(false)));
-  Write(dir, "reply_mla", EncodeHandshakeReply(hash, Sample(true)));
-  Write(dir, "reply_other_hash", EncodeHandshakeReply("fedcba9876543210", Sample(false)));
+  const HandshakeMetadata one = Sample(false), mla = Sample(true);
+  Write(dir, "reply", EncodeHandshakeReply(hash, {&one, 1}));
+  Write(dir, "reply_mla", EncodeHandshakeReply(hash, {&mla, 1}));
+  Write(dir, "reply_other_hash", EncodeHandshakeReply("fedcba9876543210", {&one, 1}));
+  std::vector<HandshakeMetadata> two = {Sample(false), Sample(false)};
+  two[0].tp_size = two[1].tp_size = 2;
+  two[1].tp_rank = 1;
+  Write(dir, "reply_tp2", EncodeHandshakeReply(hash, two));
   Write(dir, "error", EncodeHandshakeError("no such rank"));
   Write(dir, "release", EncodeReleaseRequest("cmpl-1-0#0", "secret"));
   Write(dir, "ok", EncodeOk());

@@ -31,6 +31,7 @@
 #include "kvferry/common/status.h"
 #include "kvferry/connector/kv_transfer_params.h"
 #include "kvferry/kv/block_id.h"
+#include "kvferry/kv/head_sharding.h"
 
 namespace kvferry::kv {
 class KvCache;
@@ -108,14 +109,23 @@ struct ConnectorMetadata {
   std::vector<std::string> requests_to_hold;  // P: finished requests whose blocks are now leased
 };
 
+// D: what one tensor-parallel rank of D read for a request.
+struct RankLoad {
+  int32_t rank = 0;
+  std::vector<int32_t> source_ranks;  // the P ranks it read its heads from, in head order
+  uint64_t bytes = 0;
+  uint64_t descriptors = 0;
+};
+
 // D: what one request's remote KV amounted to (see LoadOutcome).
 struct LoadReport {
   std::string request_id;
   LoadOutcome outcome = LoadOutcome::kPulled;
   int32_t local_hit_tokens = 0;  // prompt tokens D's own prefix cache held
   int32_t tokens = 0;            // prompt tokens whose KV was read from P (0 unless kPulled)
-  uint64_t bytes = 0;            // bytes read (0 unless kPulled)
-  uint64_t descriptors = 0;      // descriptors posted for the data read
+  uint64_t bytes = 0;            // bytes read, all ranks (0 unless kPulled)
+  uint64_t descriptors = 0;      // descriptors posted for the data reads, all ranks
+  std::vector<RankLoad> ranks;   // per D rank (when kPulled)
 };
 
 struct ConnectorOutput {
@@ -155,6 +165,18 @@ class ConnectorWorker {
   // Once, after the cache is allocated. The connector derives the geometry from `cache`
   // (kv::GeometryOf), never from configuration. `block_size_logical` is the scheduler's.
   virtual Status RegisterKvCache(kv::KvCache* cache, int32_t block_size_logical) = 0;
+  // What the engine calls: every tensor-parallel rank's cache (rank r's holds the KV heads
+  // `sharding` gives rank r; all share one block geometry and one logical block space). A
+  // connector that supports TP moves each rank's heads with that rank's own transfer agent
+  // and reports a request as loaded once every rank has it. The default serves TP 1 through
+  // RegisterKvCache and refuses more ranks (Unimplemented).
+  virtual Status RegisterKvCaches(std::span<kv::KvCache* const> rank_caches,
+                                  const kv::HeadSharding& sharding, int32_t block_size_logical) {
+    if (rank_caches.size() != 1 || sharding.tp_size() != 1) {
+      return UnimplementedError("this KV connector supports tensor_parallel_size 1 only");
+    }
+    return RegisterKvCache(rank_caches[0], block_size_logical);
+  }
   virtual void BindMetadata(const ConnectorMetadata& metadata) = 0;
   virtual void StartLoadKv() = 0;   // non-blocking
   virtual void AfterForward() = 0;  // stages SaveSpecs into the host buffer when configured

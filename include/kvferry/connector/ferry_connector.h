@@ -1,11 +1,11 @@
 // FerryConnector: kvferry's P/D connector (docs/connector.md). One object per
-// engine holds both halves of connector.h plus what they share (the transfer agent, the side
-// channel, the lease table), and the statistics /metrics exports.
+// engine holds both halves of connector.h plus what they share (one transfer agent per
+// tensor-parallel rank, the side channel, the lease table), and the statistics /metrics exports.
 //
 //   auto cfg = ParseKvTransferConfig(json_text);
 //   auto conn = CreateFerryConnector(*cfg, {.model_name = "tiny"});
 //   engine options: scheduler = conn->scheduler(), worker = conn->worker()
-//   ... conn->worker()->RegisterKvCache(cache, block_size_logical) (by the engine) ...
+//   ... conn->worker()->RegisterKvCaches(rank caches, sharding, block_size_logical) (engine) ...
 //   /metrics: conn->Stats()
 //
 // Thread-safety: scheduler() and worker() follow connector.h (engine thread only). Stats(),
@@ -31,7 +31,7 @@ struct ConnectorStats {
   uint64_t bytes = 0;
   uint64_t descriptors = 0;
   uint64_t duration_us_total = 0;   // post to completion, summed over transfers
-  uint64_t notifications_sent = 0;  // with a pull's last read, or alone (see notify_only)
+  uint64_t notifications_sent = 0;  // with each rank read's last READ, or alone (notify_only)
   uint64_t notify_only = 0;         // requests whose KV D already held: notification, no data read
   uint64_t handshakes = 0;  // completed handshakes (one per remote engine, again after a drop)
   // D: loads that failed, by kind.
@@ -55,7 +55,8 @@ struct FerryConnectorOptions {
   // Enters the handshake's compatibility hash together with the cache's dtype, KV heads, head
   // dim and layers: a P and a D of different models refuse each other.
   std::string model_name;
-  int32_t tp_rank = 0;
+  // Tensor-parallel ranks of this instance (the engine's tensor_parallel_size): one transfer
+  // agent each; RegisterKvCaches must then bring that many caches.
   int32_t tp_size = 1;
 };
 
@@ -72,11 +73,16 @@ class FerryConnector {
   // The bound side-channel port (the configured one, or the ephemeral one picked when the
   // configured port is 0). 0 until RegisterKvCache has started the side channel.
   virtual int32_t side_channel_port() const = 0;
+  virtual int32_t tp_size() const = 0;
+  // The name of rank `rank`'s transfer agent: the engine id at TP 1, "<engine id>.tp<rank>"
+  // otherwise (what peers see in notifications; what loopback fault injection names).
+  virtual std::string AgentName(int32_t rank) const = 0;
 };
 
-// Creates the connector and its transfer agent (config.backend). Nothing listens before the
-// worker's RegisterKvCache. InvalidArgument for a config the connector cannot run
-// (e.g. kv_connector not ours); Unavailable when the backend cannot start.
+// Creates the connector and its transfer agents (config.backend), one per TP rank. Nothing
+// listens before the worker's RegisterKvCache(s). InvalidArgument for a config the connector
+// cannot run (e.g. kv_connector not ours, tp_size < 1); Unavailable when the backend cannot
+// start.
 StatusOr<std::unique_ptr<FerryConnector>> CreateFerryConnector(
     const KvTransferConfig& config, const FerryConnectorOptions& options);
 

@@ -46,7 +46,8 @@ enum class KvLoadFailurePolicy : uint8_t {
 StatusOr<KvLoadFailurePolicy> ParseKvLoadFailurePolicy(std::string_view name);  // recompute|fail
 
 struct EngineConfig {
-  std::string model = "tiny";  // built-in ("tiny", "small", "tiny-odd") or checkpoint path
+  std::string model =
+      "tiny";  // built-in ("tiny", "small", "tiny-odd", "tiny-kv4") or checkpoint path
   // The tokenizer: "" the model's own (docs/models.md); a path to a directory (or file) with a
   // Hugging Face tokenizer.json; or "byte-level", kvferry's byte vocabulary (vLLM's --tokenizer).
   std::string tokenizer;
@@ -59,11 +60,17 @@ struct EngineConfig {
   int32_t max_num_batched_tokens = 256;        // token budget of one Step()
   int32_t max_num_seqs = 64;                   // running requests at most
   int32_t max_model_len = 0;                   // 0: the model's max_position
-  int32_t num_threads = 2;                     // worker threads of the kernels (>= 1)
+  int32_t num_threads = 2;                     // kernel threads per TP rank (>= 1)
+  // Tensor-parallel ranks (vLLM's --tensor-parallel-size): each owns a shard of the attention
+  // heads and MLP columns and its own KV cache (its KV heads), and runs on its own thread; the
+  // output is bit-identical for every allowed size (docs/engine.md, "Tensor parallelism").
+  // kv_cache_memory_bytes is per rank.
+  int32_t tensor_parallel_size = 1;
   bool enable_prefix_caching = true;
   uint64_t seed = 0;  // seeds unseeded requests (see SamplingParams)
   // Optional connector (docs/engine.md, "Connector hooks"). Not owned; must outlive the engine.
-  // Both or neither. Null: colocated. Create() calls connector_worker->RegisterKvCache().
+  // Both or neither. Null: colocated. Create() calls connector_worker->RegisterKvCaches() with
+  // every rank's cache.
   connector::ConnectorScheduler* connector_scheduler = nullptr;
   connector::ConnectorWorker* connector_worker = nullptr;
   KvLoadFailurePolicy kv_load_failure_policy = KvLoadFailurePolicy::kRecompute;
@@ -168,8 +175,10 @@ class Engine {
   int32_t block_size_kernel() const;
   // The logical -> kernel mapping of this engine's cache.
   const kv::BlockGeometry& geometry() const;
-  // The allocated cache (for the connector); its spec is the real geometry.
-  kv::KvCache* kv_cache();
+  // The allocated cache of a tensor-parallel rank (its KV heads only); its spec is the real
+  // geometry.
+  kv::KvCache* kv_cache(int32_t rank = 0);
+  int32_t tensor_parallel_size() const;
 
  private:
   struct Impl;

@@ -5,6 +5,8 @@
 //   "tiny"  : byte-level vocab (256 bytes + 4 specials), dim 128, 4 layers, 4 heads / 2 KV heads.
 //             The default; fast enough for unit tests.
 //   "small" : same vocab, dim 512, 8 layers, 8 heads / 4 KV heads; for benchmarks.
+//   "tiny-kv4" : tiny's vocab, dim 128, 2 layers, 8 heads / 4 KV heads, head dim 16, ffn 256: one
+//             KV head per rank at tensor-parallel size 4 (tiny replicates its 2 there).
 //   "tiny-odd" : vocab 263, dim 99, 3 layers, 6 heads / 2 KV heads, head dim 22, ffn 261: no
 //             width a multiple of 8, so tests run the kernels' tail code in a real forward pass.
 // A checkpoint file (docs/engine.md, "Checkpoint format") carries its own ModelConfig.
@@ -71,8 +73,8 @@ struct ModelConfig {
   friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
-// The built-in config `name` ("tiny" | "small" | "tiny-odd"); NotFound listing the known names
-// otherwise.
+// The built-in config `name` ("tiny" | "small" | "tiny-odd" | "tiny-kv4"); NotFound listing the
+// known names otherwise.
 StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name);
 
 }  // namespace kvferry::engine

@@ -70,6 +70,13 @@ struct CacheSpec {
     uint64_t length = 0;
   };
   ByteRange KernelBlockBytes(KernelBlockId first, int32_t count = 1) const;
+  // The bytes, within one region, of heads [first_head, first_head + num_heads) of `count` kernel
+  // blocks from `first` (a tensor-parallel rank's share), in element order (block, then HND:
+  // head, token; NHD: token, head), each range as long as the layout allows: one range for the
+  // whole run when the heads are all of them, else one per block in HND (a head slice of a
+  // block is contiguous) and one per (block, token) in NHD (it is strided).
+  std::vector<ByteRange> HeadSliceBytes(KernelBlockId first, int32_t count, int32_t first_head,
+                                        int32_t num_heads) const;
 
   friend bool operator==(const CacheSpec&, const CacheSpec&) = default;
 };

@@ -9,8 +9,10 @@
 // block count). Token t of the source goes to token t of the destination; only block-table
 // entries that cover [token_begin, token_end) are read.
 //
-// dtype, attention kind, layers, heads and head_dim must match (InvalidArgument otherwise);
-// the copy never converts values, so it is bit-exact. Source and destination memory must not
+// dtype, attention kind, layers and head_dim must match (InvalidArgument otherwise); so must the
+// heads, unless a HeadRange names which heads go where (a tensor-parallel rank's share: source
+// heads [src_first, +count) to destination heads [dst_first, +count), each inside its spec).
+// The copy never converts values, so it is bit-exact. Source and destination memory must not
 // overlap.
 //
 // RelayoutTokens is the fast version (one memcpy per contiguous run: whole blocks when the
@@ -48,17 +50,26 @@ struct KvDestView {
 KvSourceView SourceViewOf(const KvCache& cache, std::span<const KernelBlockId> block_table);
 KvDestView DestViewOf(KvCache& cache, std::span<const KernelBlockId> block_table);
 
-// OK when the two specs describe the same model KV (dtype, kind, layers, heads, head_dim), so
-// that a re-layout between them is defined; InvalidArgument naming the first difference.
-Status CheckRelayoutCompatible(const CacheSpec& src, const CacheSpec& dst);
+// Which heads a re-layout copies. The default (count < 0): all of them, and both specs must have
+// the same number of heads.
+struct HeadRange {
+  int32_t src_first = 0;
+  int32_t dst_first = 0;
+  int32_t count = -1;
+};
 
-// Copies tokens [token_begin, token_end) of every region from `src` to `dst`. Validates
-// everything before copying (nothing is written on error): compatible specs, region pointer
-// counts, 0 <= token_begin <= token_end, block tables long enough (OutOfRange), and every
-// referenced kernel block inside its cache (OutOfRange).
+// OK when the two specs describe the same model KV (dtype, kind, layers, head_dim, and heads:
+// equal, or `heads` inside both), so that a re-layout between them is defined; InvalidArgument
+// naming the first difference.
+Status CheckRelayoutCompatible(const CacheSpec& src, const CacheSpec& dst, HeadRange heads = {});
+
+// Copies tokens [token_begin, token_end) of every region (the heads `heads` names) from `src`
+// to `dst`. Validates everything before copying (nothing is written on error): compatible
+// specs, region pointer counts, 0 <= token_begin <= token_end, block tables long enough
+// (OutOfRange), and every referenced kernel block inside its cache (OutOfRange).
 Status RelayoutTokens(const KvSourceView& src, const KvDestView& dst, int64_t token_begin,
-                      int64_t token_end);
+                      int64_t token_end, HeadRange heads = {});
 Status RelayoutTokensReference(const KvSourceView& src, const KvDestView& dst, int64_t token_begin,
-                               int64_t token_end);
+                               int64_t token_end, HeadRange heads = {});
 
 }  // namespace kvferry::kv

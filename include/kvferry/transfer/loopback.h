@@ -22,7 +22,12 @@ enum class Fault : uint8_t { kFailNext, kStallNext, kDropNotification };
 // NotFound if no loopback agent of that name exists.
 Status InjectFault(std::string_view agent_name, Fault fault,
                    StatusCode code = StatusCode::kUnavailable);
-// Removes pending faults of the agent.
+// The same for the next transfer whose TARGET is the named agent, whoever initiates it: an
+// unreachable (kFailNext) or hung (kStallNext) peer, as one tensor-parallel rank of an instance
+// can be while its other ranks answer.
+Status InjectTargetFault(std::string_view agent_name, Fault fault,
+                         StatusCode code = StatusCode::kUnavailable);
+// Removes pending faults of the agent (as initiator and as target).
 void ClearFaults(std::string_view agent_name);
 
 }  // namespace kvferry::transfer::loopback

@@ -64,12 +64,12 @@ struct F16cWeights {
 
 // A 2 (rows of x) by 4 (rows of W) tile.
 template <typename L>
-inline void Tile2x4(const float* x0, const float* x1, const typename L::T* w, int64_t K, float* y0,
-                    float* y1) {
+inline void Tile2x4(const float* x0, const float* x1, const typename L::T* w, int64_t ldw,
+                    int64_t K, float* y0, float* y1) {
   const typename L::T* w0 = w;
-  const typename L::T* w1 = w + K;
-  const typename L::T* w2 = w + 2 * K;
-  const typename L::T* w3 = w + 3 * K;
+  const typename L::T* w1 = w + ldw;
+  const typename L::T* w2 = w + 2 * ldw;
+  const typename L::T* w3 = w + 3 * ldw;
   const int64_t k8 = K & ~int64_t{7};
   V8 a00 = Splat8(0), a01 = Splat8(0), a02 = Splat8(0), a03 = Splat8(0);
   V8 a10 = Splat8(0), a11 = Splat8(0), a12 = Splat8(0), a13 = Splat8(0);
@@ -107,11 +107,11 @@ inline void Tile2x4(const float* x0, const float* x1, const typename L::T* w, in
 
 // One row of x by 4 rows of W (odd M).
 template <typename L>
-inline void Tile1x4(const float* x0, const typename L::T* w, int64_t K, float* y0) {
+inline void Tile1x4(const float* x0, const typename L::T* w, int64_t ldw, int64_t K, float* y0) {
   const typename L::T* w0 = w;
-  const typename L::T* w1 = w + K;
-  const typename L::T* w2 = w + 2 * K;
-  const typename L::T* w3 = w + 3 * K;
+  const typename L::T* w1 = w + ldw;
+  const typename L::T* w2 = w + 2 * ldw;
+  const typename L::T* w3 = w + 3 * ldw;
   const int64_t k8 = K & ~int64_t{7};
   V8 a0 = Splat8(0), a1 = Splat8(0), a2 = Splat8(0), a3 = Splat8(0);
   for (int64_t k = 0; k < k8; k += 8) {
@@ -142,33 +142,36 @@ inline float Dot1(const float* x, const typename L::T* w, int64_t K) {
   return s;
 }
 
-// Rows [n0, n1) of one part W for all M rows of x; output column of W row n is y[m * ldy + n].
-// Rows of x are taken in blocks so the x block stays in L2 while 4 rows of W stay in L1.
+// Rows [n0, n1) of one part W (rows ldw apart) for all M rows of x (ldx apart); output column
+// of W row n is y[m * ldy + n]. Rows of x are taken in blocks so the x block stays in L2 while 4
+// rows of W stay in L1.
 template <typename L>
-inline void PartColumns(const float* x, int64_t M, int64_t K, const typename L::T* w, float* y,
-                        int64_t ldy, int64_t n0, int64_t n1) {
+inline void PartColumns(const float* x, int64_t M, int64_t K, int64_t ldx, const typename L::T* w,
+                        int64_t ldw, float* y, int64_t ldy, int64_t n0, int64_t n1) {
   constexpr int64_t kRowBlock = 32;
   for (int64_t mb = 0; mb < M; mb += kRowBlock) {
     const int64_t me = std::min(M, mb + kRowBlock);
     int64_t n = n0;
     for (; n + 4 <= n1; n += 4) {
-      const typename L::T* wn = w + n * K;
+      const typename L::T* wn = w + n * ldw;
       int64_t m = mb;
       for (; m + 2 <= me; m += 2) {
-        Tile2x4<L>(x + m * K, x + (m + 1) * K, wn, K, y + m * ldy + n, y + (m + 1) * ldy + n);
+        Tile2x4<L>(x + m * ldx, x + (m + 1) * ldx, wn, ldw, K, y + m * ldy + n,
+                   y + (m + 1) * ldy + n);
       }
-      if (m < me) Tile1x4<L>(x + m * K, wn, K, y + m * ldy + n);
+      if (m < me) Tile1x4<L>(x + m * ldx, wn, ldw, K, y + m * ldy + n);
     }
     for (; n < n1; ++n) {
-      for (int64_t m = mb; m < me; ++m) y[m * ldy + n] = Dot1<L>(x + m * K, w + n * K, K);
+      for (int64_t m = mb; m < me; ++m) y[m * ldy + n] = Dot1<L>(x + m * ldx, w + n * ldw, K);
     }
   }
 }
 
 // Columns [n0, n1) of y (over all parts), with the loaders chosen for one SIMD path.
 template <typename F16L>
-inline void Columns(const float* x, int64_t M, int64_t K, std::span<const WeightMatrix> parts,
-                    int64_t ldy, float* y, int64_t n0, int64_t n1) {
+inline void Columns(const float* x, int64_t M, int64_t K, int64_t ldx,
+                    std::span<const WeightMatrix> parts, int64_t ldy, float* y, int64_t n0,
+                    int64_t n1) {
   int64_t first = 0;  // y column of the part's row 0
   for (const WeightMatrix& p : parts) {
     const int64_t b = std::max(n0, first) - first, e = std::min(n1, first + p.rows) - first;
@@ -176,14 +179,16 @@ inline void Columns(const float* x, int64_t M, int64_t K, std::span<const Weight
       float* yp = y + first;
       switch (p.dtype) {
         case formats::DType::kBF16:
-          PartColumns<BF16Weights>(x, M, K, reinterpret_cast<const uint16_t*>(p.data), yp, ldy, b,
-                                   e);
+          PartColumns<BF16Weights>(x, M, K, ldx, reinterpret_cast<const uint16_t*>(p.data), p.ld(),
+                                   yp, ldy, b, e);
           break;
         case formats::DType::kF16:
-          PartColumns<F16L>(x, M, K, reinterpret_cast<const uint16_t*>(p.data), yp, ldy, b, e);
+          PartColumns<F16L>(x, M, K, ldx, reinterpret_cast<const uint16_t*>(p.data), p.ld(), yp,
+                            ldy, b, e);
           break;
         default:
-          PartColumns<F32Weights>(x, M, K, reinterpret_cast<const float*>(p.data), yp, ldy, b, e);
+          PartColumns<F32Weights>(x, M, K, ldx, reinterpret_cast<const float*>(p.data), p.ld(), yp,
+                                  ldy, b, e);
           break;
       }
     }
@@ -194,16 +199,17 @@ inline void Columns(const float* x, int64_t M, int64_t K, std::span<const Weight
 // `flatten` inlines the whole template chain into each entry point, where the F16C loader's
 // target matches the caller's.
 __attribute__((target("avx2,f16c"), flatten)) void ColumnsAvx2(const float* x, int64_t M, int64_t K,
+                                                               int64_t ldx,
                                                                std::span<const WeightMatrix> parts,
                                                                int64_t ldy, float* y, int64_t n0,
                                                                int64_t n1) {
-  Columns<F16cWeights>(x, M, K, parts, ldy, y, n0, n1);
+  Columns<F16cWeights>(x, M, K, ldx, parts, ldy, y, n0, n1);
 }
 
-__attribute__((flatten)) void ColumnsGeneric(const float* x, int64_t M, int64_t K,
+__attribute__((flatten)) void ColumnsGeneric(const float* x, int64_t M, int64_t K, int64_t ldx,
                                              std::span<const WeightMatrix> parts, int64_t ldy,
                                              float* y, int64_t n0, int64_t n1) {
-  Columns<F16Weights>(x, M, K, parts, ldy, y, n0, n1);
+  Columns<F16Weights>(x, M, K, ldx, parts, ldy, y, n0, n1);
 }
 
 }  // namespace
@@ -223,8 +229,15 @@ void MatMul(const float* x, int64_t M, int64_t K, std::span<const WeightMatrix> 
             ThreadPool* pool) {
   int64_t N = 0;
   for (const WeightMatrix& p : parts) N += p.rows;
+  MatMulStrided(x, M, K, K, parts, y, N, pool);
+}
+
+void MatMulStrided(const float* x, int64_t M, int64_t K, int64_t ldx,
+                   std::span<const WeightMatrix> parts, float* y, int64_t ldy, ThreadPool* pool) {
+  int64_t N = 0;
+  for (const WeightMatrix& p : parts) N += p.rows;
   auto run = CpuHasAvx2() ? &ColumnsAvx2 : &ColumnsGeneric;
-  auto body = [&](int64_t n0, int64_t n1) { run(x, M, K, parts, N, y, n0, n1); };
+  auto body = [&](int64_t n0, int64_t n1) { run(x, M, K, ldx, parts, ldy, y, n0, n1); };
   // Split columns in multiples of 16 (whole tiles); small problems run inline.
   if (pool == nullptr || M * N * K < (int64_t{1} << 16)) {
     body(0, N);

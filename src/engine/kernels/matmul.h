@@ -27,6 +27,11 @@ namespace kvferry::engine::kernels {
 void MatMul(const float* x, int64_t M, int64_t K, std::span<const WeightMatrix> parts, float* y,
             ThreadPool* pool);
 
+// The same with strided x and y: row m of x starts at x + m * ldx (>= K), row m of y at
+// y + m * ldy (>= N). Parts may be strided too (WeightMatrix::stride). Same bits per element.
+void MatMulStrided(const float* x, int64_t M, int64_t K, int64_t ldx,
+                   std::span<const WeightMatrix> parts, float* y, int64_t ldy, ThreadPool* pool);
+
 // One F32 matrix.
 void MatMul(const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y,
             ThreadPool* pool);

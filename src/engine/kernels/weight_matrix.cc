@@ -19,6 +19,21 @@ void ReadRowF32(const WeightMatrix& m, int64_t r, float* out) {
   }
 }
 
+WeightMatrix RowSlice(const WeightMatrix& m, int64_t first, int64_t count) {
+  WeightMatrix out = m;
+  out.data = m.row(first);
+  out.rows = count;
+  return out;
+}
+
+WeightMatrix ColumnSlice(const WeightMatrix& m, int64_t first, int64_t count) {
+  WeightMatrix out = m;
+  out.data = m.data + first * m.element_bytes();
+  out.cols = count;
+  out.stride = m.ld();
+  return out;
+}
+
 std::vector<float> ToF32(const WeightMatrix& m) {
   std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
   for (int64_t r = 0; r < m.rows; ++r) ReadRowF32(m, r, out.data() + r * m.cols);

@@ -1,6 +1,8 @@
 // WeightMatrix (internal): a [rows][cols] row-major matrix of model weights in the dtype it is
 // stored in (F32, F16 or BF16), not owned — it points into a checkpoint's memory mapping or
-// into a buffer the model owns (engine/weights.h says who keeps the bytes alive).
+// into a buffer the model owns (engine/weights.h says who keeps the bytes alive). Rows may be
+// further apart than `cols` (`stride`): a tensor-parallel rank's column slice of a row-parallel
+// weight is such a view into the full matrix, never a copy.
 //
 // The kernels read F16/BF16 weights by converting each element to f32 exactly as it is loaded;
 // the arithmetic after that is the f32 arithmetic of the determinism contract, so a model gives
@@ -22,11 +24,19 @@ struct WeightMatrix {
   const std::byte* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
+  int64_t stride = 0;  // elements from one row to the next; 0: cols (dense)
 
   // Bytes of one element (4 or 2).
   int64_t element_bytes() const { return dtype == formats::DType::kF32 ? 4 : 2; }
-  const std::byte* row(int64_t r) const { return data + r * cols * element_bytes(); }
+  int64_t ld() const { return stride > 0 ? stride : cols; }
+  const std::byte* row(int64_t r) const { return data + r * ld() * element_bytes(); }
 };
+
+// Rows [first, first + count) of `m` (a column-parallel shard: output features).
+WeightMatrix RowSlice(const WeightMatrix& m, int64_t first, int64_t count);
+// Columns [first, first + count) of every row of `m` (a row-parallel shard: input features),
+// a strided view of the same bytes.
+WeightMatrix ColumnSlice(const WeightMatrix& m, int64_t first, int64_t count);
 
 // Row r of `m` as f32 values into out[0, cols).
 void ReadRowF32(const WeightMatrix& m, int64_t r, float* out);

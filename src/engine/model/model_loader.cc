@@ -195,8 +195,9 @@ StatusOr<ModelFormat> DetectModelFormat(const std::string& model) {
     if (in && std::string_view(magic, 4) == "GGUF") return ModelFormat::kGguf;
     return ModelFormat::kHuggingFace;
   }
-  return NotFoundError("model '" + model +
-                       "' is neither a built-in (tiny, small, tiny-odd) nor an existing path");
+  return NotFoundError(
+      "model '" + model +
+      "' is neither a built-in (tiny, small, tiny-odd, tiny-kv4) nor an existing path");
 }
 
 StatusOr<ModelWeights> LoadModelWeights(const std::string& model) {

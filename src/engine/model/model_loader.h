@@ -1,6 +1,7 @@
 // Loading a model from what a user names with --model (docs/models.md):
 //
-//   "tiny", "small", "tiny-odd"   a built-in model: weights generated from its seed
+//   "tiny", "small", "tiny-odd", "tiny-kv4"
+//                                 a built-in model: weights generated from its seed
 //   DIR                           a Hugging Face model directory: config.json (+ optional
 //                                 generation_config.json), model.safetensors or sharded
 //                                 model-0000i-of-0000n.safetensors + model.safetensors.index.json

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
 
 #include "kvferry/common/logging.h"
 #include "kvferry/transfer/loopback.h"
@@ -23,7 +24,18 @@ struct Registry {
   Mutex mu;
   std::map<std::string, LoopbackBackend*, std::less<>> agents GUARDED_BY(mu);
   std::map<std::string, std::deque<FaultEntry>, std::less<>> faults GUARDED_BY(mu);
+  std::map<std::string, std::deque<FaultEntry>, std::less<>> target_faults GUARDED_BY(mu);
 };
+
+// Pops the next fault queued for `name` in `faults`, if any.
+std::optional<FaultEntry> PopFault(
+    std::map<std::string, std::deque<FaultEntry>, std::less<>>& faults, std::string_view name) {
+  auto it = faults.find(name);
+  if (it == faults.end() || it->second.empty()) return std::nullopt;
+  FaultEntry f = it->second.front();
+  it->second.pop_front();
+  return f;
+}
 Registry& GetRegistry() {
   static Registry* r = new Registry;
   return *r;
@@ -38,6 +50,7 @@ class LoopbackBackend final : public Backend {
     auto it = reg.agents.find(ctx_.agent_name);
     if (it != reg.agents.end() && it->second == this) reg.agents.erase(it);
     reg.faults.erase(ctx_.agent_name);
+    reg.target_faults.erase(ctx_.agent_name);
   }
 
   Status Start() {
@@ -86,15 +99,14 @@ class LoopbackBackend final : public Backend {
       return UnavailableError("loopback peer '" + pit->second + "' is gone");
     LoopbackBackend* peer = ait->second;
     bool drop_notification = false;
-    auto fit = reg.faults.find(ctx_.agent_name);
-    if (fit != reg.faults.end() && !fit->second.empty()) {
-      FaultEntry f = fit->second.front();
-      fit->second.pop_front();
-      if (f.fault == loopback::Fault::kFailNext) {
-        completion->Finish(Status(f.code, "loopback: injected failure"));
+    std::optional<FaultEntry> f = PopFault(reg.faults, ctx_.agent_name);
+    if (!f.has_value()) f = PopFault(reg.target_faults, pit->second);
+    if (f.has_value()) {
+      if (f->fault == loopback::Fault::kFailNext) {
+        completion->Finish(Status(f->code, "loopback: injected failure"));
         return Status::Ok();
       }
-      if (f.fault == loopback::Fault::kStallNext) return Status::Ok();  // deadline will fire
+      if (f->fault == loopback::Fault::kStallNext) return Status::Ok();  // deadline will fire
       drop_notification = true;
     }
     for (const Segment& s : segments) {
@@ -167,11 +179,23 @@ Status InjectFault(std::string_view agent_name, Fault fault, StatusCode code) {
   return Status::Ok();
 }
 
+Status InjectTargetFault(std::string_view agent_name, Fault fault, StatusCode code) {
+  Registry& reg = GetRegistry();
+  MutexLock l(&reg.mu);
+  if (reg.agents.find(agent_name) == reg.agents.end()) {
+    return NotFoundError("no loopback agent '" + std::string(agent_name) + "'");
+  }
+  reg.target_faults[std::string(agent_name)].push_back({fault, code});
+  return Status::Ok();
+}
+
 void ClearFaults(std::string_view agent_name) {
   Registry& reg = GetRegistry();
   MutexLock l(&reg.mu);
   auto it = reg.faults.find(agent_name);
   if (it != reg.faults.end()) reg.faults.erase(it);
+  auto tit = reg.target_faults.find(agent_name);
+  if (tit != reg.target_faults.end()) reg.target_faults.erase(tit);
 }
 
 }  // namespace loopback

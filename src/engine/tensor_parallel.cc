@@ -1,0 +1,94 @@
+#include "engine/tensor_parallel.h"
+
+#include <string>
+
+namespace kvferry::engine {
+
+int32_t RowParallelGroups(const ModelConfig& c) {
+  if (c.num_heads % 4 == 0) return 4;
+  return c.num_heads % 2 == 0 ? 2 : 1;
+}
+
+namespace {
+
+// Boundary of leaf g of G over `width` columns (o_proj: G divides the heads, so whole heads).
+int64_t LeafBound(int64_t width, int32_t g, int32_t groups) { return width * g / groups; }
+
+std::vector<int64_t> LocalBounds(int64_t width, int32_t first_leaf, int32_t num_leaves,
+                                 int32_t groups) {
+  std::vector<int64_t> out;
+  const int64_t base = LeafBound(width, first_leaf, groups);
+  for (int32_t g = first_leaf; g <= first_leaf + num_leaves; ++g) {
+    out.push_back(LeafBound(width, g, groups) - base);
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::vector<RankShard>> PlanTensorParallel(const ModelConfig& c, int32_t tp_size) {
+  const int32_t groups = RowParallelGroups(c);
+  if (tp_size < 1 || groups % tp_size != 0) {
+    return InvalidArgumentError(
+        "tensor_parallel_size " + std::to_string(tp_size) + ": model " + c.name + " has " +
+        std::to_string(c.num_heads) + " attention heads, so its row-parallel layers reduce " +
+        "over " + std::to_string(groups) + " fixed groups and the TP size must divide " +
+        std::to_string(groups) + " (docs/engine.md, \"Tensor parallelism\")");
+  }
+  StatusOr<kv::HeadSharding> kv_sharding = kv::HeadSharding::Create(c.num_kv_heads, tp_size);
+  if (!kv_sharding.ok()) {
+    return InvalidArgumentError("tensor_parallel_size " + std::to_string(tp_size) + ": model " +
+                                c.name + ": " + std::string(kv_sharding.status().message()));
+  }
+  const int32_t leaves = groups / tp_size;
+  const int64_t o_width = int64_t{c.num_heads} * c.head_dim;
+  std::vector<RankShard> out;
+  for (int32_t r = 0; r < tp_size; ++r) {
+    RankShard s;
+    s.rank = r;
+    s.tp_size = tp_size;
+    s.num_q_heads = c.num_heads / tp_size;
+    s.q_head_first = r * s.num_q_heads;
+    s.kv_head_first = kv_sharding->FirstHead(r);
+    s.num_kv_heads = kv_sharding->HeadsPerRank();
+    // Groups of whole heads (G divides H), so the rank's heads are exactly its leaves.
+    s.o_bounds = LocalBounds(o_width, r * leaves, leaves, groups);
+    s.ffn_first = LeafBound(c.ffn_dim, r * leaves, groups);
+    s.ffn_count = LeafBound(c.ffn_dim, (r + 1) * leaves, groups) - s.ffn_first;
+    s.down_bounds = LocalBounds(c.ffn_dim, r * leaves, leaves, groups);
+    s.vocab_first = int64_t{c.vocab_size} * r / tp_size;
+    s.vocab_count = int64_t{c.vocab_size} * (r + 1) / tp_size - s.vocab_first;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+ModelShard ShardWeights(const ModelWeights& w, const RankShard& s) {
+  const int64_t d = w.config.head_dim;
+  ModelShard out;
+  out.full = &w;
+  out.shard = s;
+  const int64_t q0 = s.q_head_first * d, qn = s.num_q_heads * d;
+  const int64_t k0 = s.kv_head_first * d, kn = s.num_kv_heads * d;
+  for (const LayerWeights& lw : w.layers) {
+    LayerShard l;
+    l.full = &lw;
+    l.q = RowSlice(lw.q, q0, qn);
+    l.k = RowSlice(lw.k, k0, kn);
+    l.v = RowSlice(lw.v, k0, kn);
+    l.o = ColumnSlice(lw.o, q0, qn);
+    l.gate = RowSlice(lw.gate, s.ffn_first, s.ffn_count);
+    l.up = RowSlice(lw.up, s.ffn_first, s.ffn_count);
+    l.down = ColumnSlice(lw.down, s.ffn_first, s.ffn_count);
+    if (!lw.q_bias.empty()) {
+      l.q_bias = std::span<const float>(lw.q_bias).subspan(q0, qn);
+      l.k_bias = std::span<const float>(lw.k_bias).subspan(k0, kn);
+      l.v_bias = std::span<const float>(lw.v_bias).subspan(k0, kn);
+    }
+    out.layers.push_back(l);
+  }
+  out.lm_head = RowSlice(w.lm_head, s.vocab_first, s.vocab_count);
+  return out;
+}
+
+}  // namespace kvferry::engine
