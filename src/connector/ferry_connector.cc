@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <random>
 #include <thread>
 
@@ -31,16 +32,25 @@ FerryConnectorImpl::FerryConnectorImpl(const KvTransferConfig& config,
                                        std::vector<std::unique_ptr<transfer::Agent>> agents,
                                        SideChannelKeys keys)
     : config_(config), keys_(std::move(keys)), options_(options), engine_id_(std::move(engine_id)) {
-  for (auto& agent : agents) ranks_.push_back(RankEndpoint{.agent = std::move(agent)});
+  for (auto& agent : agents) {
+    RankEndpoint rank;
+    rank.agent = std::move(agent);
+    ranks_.push_back(std::move(rank));
+  }
   // Fault injection for the process-level fault tests (docs/reliability.md): widen the window
   // between a pull's data READ and its generation READ (which carries the notification), so a
   // test can kill P in it. Blocks the engine thread for that long; never set it in production.
+  // KVFERRY_FAULT_DATA_READ_MARKER names a file that gets one line per completed data READ
+  // before the pause, so the test acts inside the window instead of guessing when it opens.
   if (const char* env = std::getenv("KVFERRY_FAULT_PAUSE_AFTER_DATA_READ_MS")) {
     const int pause_ms = std::atoi(env);
+    const char* marker = std::getenv("KVFERRY_FAULT_DATA_READ_MARKER");
     if (pause_ms > 0) {
       KVF_LOG_WARN("connector {}: fault injection: pausing {} ms after each data READ", engine_id_,
                    pause_ms);
-      after_data_read_for_test = [pause_ms](const std::string&) {
+      after_data_read_for_test = [pause_ms, path = std::string(marker ? marker : "")](
+                                     const std::string& request_id) {
+        if (!path.empty()) std::ofstream(path, std::ios::app) << request_id << "\n";
         std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
       };
     }

@@ -4,7 +4,9 @@ Both instances use UCX over tcp (UCX_TLS=tcp), where P's worker must progress fo
 complete, so a stopped P really stalls the pull. Every case checks the answer's exactness
 against a colocated reference instance and a stated time bound.
 """
+import os
 import signal
+import tempfile
 import time
 
 from kvf_harness import (Background, Node, parse_args, check, decode_body, is_openai_error, kv_config, measure, prefill,
@@ -134,26 +136,41 @@ def case_p_killed_during_pull():
 PAUSE_MS = 2000
 
 
+def data_reads(marker):
+    """Data READs D's fault hook has recorded in MARKER so far."""
+    try:
+        with open(marker) as f:
+            return len(f.read().splitlines())
+    except FileNotFoundError:
+        return 0
+
+
 def case_p_killed_after_pull_before_notification():
     """P dies after D's data READ completed but before the generation READ that carries the
     notification: D cannot prove the bytes were not reused, so it is a load failure; D
     recomputes and the answer is exact. D's fault hook widens the window to PAUSE_MS."""
     want = reference(BODY)
     p = start_p()
-    d = start_d(env={"KVFERRY_FAULT_PAUSE_AFTER_DATA_READ_MS": str(PAUSE_MS)})
+    marker = os.path.join(tempfile.mkdtemp(prefix="kvf-fault-"), "data-reads")
+    d = start_d(env={"KVFERRY_FAULT_PAUSE_AFTER_DATA_READ_MS": str(PAUSE_MS),
+                     "KVFERRY_FAULT_DATA_READ_MARKER": marker})
     warm_up(p, d)
     params = prefill(p, BODY)
     before = d.gauge("kvferry:kv_transfers_total")
+    reads_before = data_reads(marker)
     pull = Background(lambda: d.post(decode_body(BODY, params)))
-    # The data READ completes in milliseconds; D then sleeps PAUSE_MS before the generation READ
-    # (its engine thread sleeps, so /metrics is read afterwards to prove the order).
-    time.sleep(PAUSE_MS / 1000 / 3)
+    # D's hook appends a line to the marker when the data READ completed, then sleeps PAUSE_MS
+    # before the generation READ: P is killed inside that window, however loaded the machine.
+    check(wait_until(lambda: data_reads(marker) > reads_before, 10) is not None,
+          "D's data READ never completed")
     killed_at = time.monotonic()
     p.kill()
     status, resp, _ = pull.result(60, "D")
     check(status == 200 and text_of(resp) == want, f"D answered {status}: {resp}")
-    eventually(lambda: d.gauge("kvferry:kv_transfers_total") == before + 1,
-               "P was killed before D's data READ completed (window missed)")
+    # The data READ moved the bytes, but a pull whose generation READ failed is not a completed
+    # pull: kv_transfers_total counts only verified loads.
+    check(d.gauge("kvferry:kv_transfers_total") == before,
+          "an unverified pull was counted as a completed transfer")
     check(sum(failures(d, k) for k in ("transfer", "deadline", "generation")) >= 1,
           "no load failure counted for the unverifiable pull")
     measure("p_killed_after_pull_before_notification.after_kill", pull.finished_at - killed_at,
