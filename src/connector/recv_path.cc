@@ -41,7 +41,8 @@ LoadReport ReportOf(const std::string& id, const RecvState& r, LoadOutcome outco
   report.local_hit_tokens = r.spec.num_local_computed_tokens;
   if (outcome != LoadOutcome::kPulled) return report;
   report.tokens = r.spec.num_external_tokens;
-  for (int32_t d = 0; d < d_tp_size; ++d) report.ranks.push_back(RankLoad{.rank = d});
+  report.ranks.resize(static_cast<size_t>(d_tp_size));
+  for (int32_t d = 0; d < d_tp_size; ++d) report.ranks[d].rank = d;
   for (const SourceRead& read : r.reads) {
     RankLoad& rank = report.ranks[read.d_rank];
     rank.source_ranks.push_back(read.heads.src_rank);
@@ -231,7 +232,9 @@ void FerryConnectorImpl::StartPull(RecvState& r, PeerEntry& peer) {
   r.posted_at = Deadline::Clock::now();
   for (int32_t d = 0; d < tp_size(); ++d) {
     for (const kv::HeadRead& heads : peer.reads[d]) {
-      r.reads.push_back(SourceRead{.d_rank = d, .heads = heads});
+      SourceRead& read = r.reads.emplace_back();
+      read.d_rank = d;
+      read.heads = heads;
     }
   }
   for (SourceRead& read : r.reads) {

@@ -128,6 +128,7 @@ std::optional<nlohmann::json> Post(int port, const std::string& path, const nloh
     nlohmann::json ids = nlohmann::json::array(), lps = nlohmann::json::array();
     std::string finish;
     nlohmann::json kv_load;  // on the final chunk
+    nlohmann::json usage;
     size_t pos = 0;
     while ((pos = r->body.find("data: ", pos)) != std::string::npos) {
       const size_t end = r->body.find("\n\n", pos);
@@ -135,12 +136,20 @@ std::optional<nlohmann::json> Post(int port, const std::string& path, const nloh
       pos = end;
       if (data == "[DONE]") break;
       nlohmann::json ev = nlohmann::json::parse(data, nullptr, false);
+      if (!ev.is_discarded() && ev.contains("usage") && ev["usage"].is_object()) {
+        usage = ev["usage"];  // stream_options.include_usage: a last chunk without choices
+      }
       if (ev.is_discarded() || !ev.contains("choices") || ev["choices"].empty()) continue;
       const nlohmann::json& ch = ev["choices"][0];
       text += ch.value("text", "");
+      if (ch.contains("delta") && ch["delta"]["content"].is_string()) {
+        text += ch["delta"]["content"].get<std::string>();  // a chat chunk
+      }
       for (const auto& id : ch.value("token_ids", nlohmann::json::array())) ids.push_back(id);
-      if (ch["logprobs"].is_object()) {
+      if (ch["logprobs"].is_object() && ch["logprobs"].contains("token_logprobs")) {
         for (const auto& lp : ch["logprobs"]["token_logprobs"]) lps.push_back(lp);
+      } else if (ch["logprobs"].is_object() && ch["logprobs"].contains("content")) {
+        for (const auto& t : ch["logprobs"]["content"]) lps.push_back(t["logprob"]);
       }
       if (ch["finish_reason"].is_string()) finish = ch["finish_reason"];
       if (ev.contains("kv_load")) kv_load = ev["kv_load"];
@@ -151,6 +160,7 @@ std::optional<nlohmann::json> Post(int port, const std::string& path, const nloh
               {"logprobs", {{"token_logprobs", lps}}},
               {"finish_reason", finish}}}}};
     if (!kv_load.is_null()) out["kv_load"] = kv_load;
+    if (!usage.is_null()) out["usage"] = usage;
   } else {
     out = nlohmann::json::parse(r->body, nullptr, false);
     if (out.is_discarded()) out = {{"raw", r->body}};

@@ -48,8 +48,9 @@ class KvferryProcess {
 
 // POSTs `body` to 127.0.0.1:port `path`. Returns the parsed JSON answer with "_status" added,
 // or nullopt when the connection failed. With "stream": true, the server-sent events are
-// folded into one completion-shaped object: choices[0].text, token_ids, logprobs.token_logprobs,
-// and the final chunk's "kv_load" when it has one.
+// folded into one completion-shaped object: choices[0].text (a chat stream's delta contents),
+// token_ids, logprobs.token_logprobs (a chat stream's logprobs.content[].logprob), the final
+// chunk's "kv_load" and the "usage" chunk when they are sent.
 std::optional<nlohmann::json> Post(int port, const std::string& path, const nlohmann::json& body,
                                    int timeout_s = 60);
 
