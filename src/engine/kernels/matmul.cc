@@ -47,6 +47,12 @@ struct F16Weights {
   static float At(const uint16_t* p) { return F16ToF32(*p); }
 };
 
+// clang refuses a 256-bit vector returned from an AVX2 function (the F16C loader) into a shared
+// template compiled without AVX, even when `flatten` inlines it all; a clang build (`make tsa`)
+// therefore takes the portable F16 path everywhere: the same bits (the conversion is exact
+// either way), only slower. The shipped build is g++'s.
+#if !defined(__clang__)
+#define KVF_MATMUL_F16C 1
 // F16 with the F16C instruction (same values: the conversion is exact either way).
 struct F16cWeights {
   using T = uint16_t;
@@ -58,6 +64,8 @@ struct F16cWeights {
   }
   static float At(const uint16_t* p) { return F16ToF32(*p); }
 };
+
+#endif  // !defined(__clang__)
 
 // ---- Tiles. Each output follows exactly the canonical Dot order: one V8 accumulator over k in
 // steps of 8, the fixed lane combine, then the tail. ----
@@ -196,6 +204,7 @@ inline void Columns(const float* x, int64_t M, int64_t K, int64_t ldx,
   }
 }
 
+#if KVF_MATMUL_F16C
 // `flatten` inlines the whole template chain into each entry point, where the F16C loader's
 // target matches the caller's.
 __attribute__((target("avx2,f16c"), flatten)) void ColumnsAvx2(const float* x, int64_t M, int64_t K,
@@ -205,6 +214,8 @@ __attribute__((target("avx2,f16c"), flatten)) void ColumnsAvx2(const float* x, i
                                                                int64_t n1) {
   Columns<F16cWeights>(x, M, K, ldx, parts, ldy, y, n0, n1);
 }
+
+#endif
 
 __attribute__((flatten)) void ColumnsGeneric(const float* x, int64_t M, int64_t K, int64_t ldx,
                                              std::span<const WeightMatrix> parts, int64_t ldy,
@@ -236,7 +247,11 @@ void MatMulStrided(const float* x, int64_t M, int64_t K, int64_t ldx,
                    std::span<const WeightMatrix> parts, float* y, int64_t ldy, ThreadPool* pool) {
   int64_t N = 0;
   for (const WeightMatrix& p : parts) N += p.rows;
+#if KVF_MATMUL_F16C
   auto run = CpuHasAvx2() ? &ColumnsAvx2 : &ColumnsGeneric;
+#else
+  auto run = &ColumnsGeneric;
+#endif
   auto body = [&](int64_t n0, int64_t n1) { run(x, M, K, ldx, parts, ldy, y, n0, n1); };
   // Split columns in multiples of 16 (whole tiles); small problems run inline.
   if (pool == nullptr || M * N * K < (int64_t{1} << 16)) {
