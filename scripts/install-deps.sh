@@ -23,6 +23,7 @@ PACKAGES=(
   libopenblas-dev                          # benchmark-only peer for the matmul
   iperf3 iproute2 procps psmisc curl       # benchmark ceilings, netns fault tests, e2e scripts
   time                                     # bench/models/load_rss.sh: peak RSS (/usr/bin/time -v)
+  jq                                       # bench/models/llamacpp_compare.sh: JSON of both engines
   python3                                  # tests/fault and tests/load drivers (stdlib only)
   python3-jinja2                           # tests/jinja: Jinja2 is the oracle for kvferry::jinja
   gnuplot-nox                              # bench serve/xfer --plot: SVG pictures of the figures

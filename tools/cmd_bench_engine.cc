@@ -13,9 +13,11 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "engine/kernels/matmul.h"
+#include "engine/kernels/simd.h"
 #include "engine/thread_pool.h"
 #include "kvferry/engine/engine.h"
 #include "tools/command_registry.h"
@@ -41,6 +43,8 @@ struct BenchOptions {
   int threads = 2;
   double min_seconds = 0.3;
   bool json = false;
+  bool matmul = true;         // the matmul shapes beside OpenBLAS
+  bool memory_read = false;   // the memory-read ceiling (GB/s) of `threads` threads
 };
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -133,6 +137,46 @@ EngineResult BenchEngine(const std::string& model, int batch, int tp, const Benc
   return r;
 }
 
+// Sum of n floats (n a multiple of 32) with four independent 8-wide accumulators, so that the
+// loop is bound by loads, not by the latency of one chain of adds.
+double SumFloats(const float* p, size_t n) {
+  using kvferry::engine::kernels::Load8;
+  using kvferry::engine::kernels::V8;
+  V8 a = {}, b = {}, c = {}, d = {};
+  for (size_t i = 0; i < n; i += 32) {
+    a += Load8(p + i);
+    b += Load8(p + i + 8);
+    c += Load8(p + i + 16);
+    d += Load8(p + i + 24);
+  }
+  return kvferry::engine::kernels::Combine8((a + b) + (c + d));
+}
+
+// Memory-read ceiling: `threads` threads each sum their share of a 1 GiB buffer (far beyond
+// any cache) with 8-wide vector adds (SumFloats); the best of 5 passes, in GB/s. What a memory-bound decode
+// step, which reads every weight once, can at most stream.
+double MemoryReadGbs(int threads) {
+  const size_t n = size_t{1} << 28;  // floats: 1 GiB
+  std::vector<float> buf(n, 1.0f);
+  std::vector<double> sums(static_cast<size_t>(threads));
+  double best = 0;
+  for (int pass = 0; pass < 5; ++pass) {
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const size_t chunk = n / threads / 32 * 32;  // whole 32-float steps
+        const size_t b = chunk * t, e = t + 1 == threads ? n : b + chunk;
+        sums[t] = SumFloats(buf.data() + b, e - b);
+      });
+    }
+    for (std::thread& th : pool) th.join();
+    best = std::max(best, static_cast<double>(n * sizeof(float)) / Seconds(t0, Clock::now()) / 1e9);
+  }
+  if (sums[0] < 0) std::fprintf(stderr, "unreachable\n");  // keep the sums observable
+  return best;
+}
+
 struct MatmulResult {
   std::string shape;
   int64_t m = 0, k = 0, n = 0;
@@ -200,10 +244,15 @@ int RunBench(const BenchOptions& o) {
       }
     }
   }
+  const double read_gbs = o.memory_read ? MemoryReadGbs(o.threads) : 0;
+  if (o.memory_read && !o.json) {
+    std::printf("memory read ceiling (%d threads) %.2f GB/s\n", o.threads, read_gbs);
+  }
   // The small model's projection shapes: decode (M = 1, 16) and prefill (M = 128) rows.
   kvferry::engine::ThreadPool pool(o.threads);
   std::vector<MatmulResult> mms;
   for (int64_t m : {1, 16, 128}) {
+    if (!o.matmul) break;
     mms.push_back(BenchMatmul("small.qkv", m, 512, 1024, &pool, o.min_seconds));
     mms.push_back(BenchMatmul("small.gate_up", m, 512, 2816, &pool, o.min_seconds));
     mms.push_back(BenchMatmul("small.down", m, 1408, 512, &pool, o.min_seconds));
@@ -229,6 +278,7 @@ int RunBench(const BenchOptions& o) {
   j["threads"] = o.threads;
   j["prompt_len"] = o.prompt_len;
   j["decode_tokens"] = o.decode_tokens;
+  if (o.memory_read) j["memory_read_gbs"] = read_gbs;
   for (const EngineResult& r : engines) {
     j["engine"].push_back({{"model", r.model},
                            {"batch", r.batch},
@@ -287,6 +337,9 @@ void AddBenchEngine(CLI::App& app) {
   sub->add_option("--min-seconds", opts->min_seconds, "Minimum time per measurement")
       ->capture_default_str();
   sub->add_flag("--json", opts->json, "Print JSON instead of a table");
+  sub->add_flag("!--no-matmul", opts->matmul, "Skip the matmul shapes beside OpenBLAS");
+  sub->add_flag("--memory-read", opts->memory_read,
+                "Also measure the memory-read ceiling of --threads threads (GB/s, 1 GiB buffer)");
   sub->callback([opts] { throw CLI::RuntimeError(RunBench(*opts)); });
 }
 KVF_REGISTER_COMMAND(AddBenchEngine);

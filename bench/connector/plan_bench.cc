@@ -66,7 +66,7 @@ void BM_PlanAndDescriptors(benchmark::State& state) {
   for (uint32_t r = 0; r < 16; ++r) regions.push_back({r});
   uint64_t descriptors = 0;
   for (auto _ : state) {
-    PullRequest req{p, d, true, remote, local, 0, tokens - 1};
+    PullRequest req{p, d, true, remote, local, 0, tokens - 1, {}};
     StatusOr<PullPlan> plan = PlanPull(req);
     if (!plan.ok()) {
       state.SkipWithError(plan.status().ToString().c_str());

@@ -190,8 +190,10 @@ TEST(PdTpTest, PRankReleasesAfterAllItsReaders) {
   auto ranks = connector::internal::DecodeHandshakeReply(*reply, hash);
   ASSERT_TRUE(ranks.ok()) << ranks.status();
   ASSERT_EQ(ranks->size(), 2u);
-  auto d =
-      transfer::Agent::Create({.name = "stand-in-d", .backend = transfer::BackendKind::kLoopback});
+  transfer::AgentOptions d_options;
+  d_options.name = "stand-in-d";
+  d_options.backend = transfer::BackendKind::kLoopback;
+  auto d = transfer::Agent::Create(d_options);
   ASSERT_TRUE(d.ok()) << d.status();
   std::vector<transfer::PeerHandle> to;
   for (const auto& m : *ranks) to.push_back((*d)->LoadRemoteMetadata(m.agent_metadata).value());

@@ -4,6 +4,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 
 #include "engine/kernels/simd.h"
 #include "engine/thread_pool.h"
@@ -236,6 +237,40 @@ bool CpuHasAvx2() {
   return has;
 }
 
+namespace {
+
+std::atomic<MatMulPath> g_forced_path{MatMulPath::kAuto};
+
+bool UseF16cPath() {
+  switch (g_forced_path.load(std::memory_order_relaxed)) {
+    case MatMulPath::kPortable:
+      return false;
+    case MatMulPath::kF16c:
+      return MatMulHasF16cPath();
+    case MatMulPath::kAuto:
+      break;
+  }
+  return MatMulHasF16cPath();
+}
+
+#if KVF_MATMUL_F16C
+constexpr auto ColumnsF16c = &ColumnsAvx2;
+#else
+constexpr auto ColumnsF16c = &ColumnsGeneric;  // never taken: MatMulHasF16cPath() is false
+#endif
+
+}  // namespace
+
+bool MatMulHasF16cPath() {
+#if KVF_MATMUL_F16C
+  return CpuHasAvx2();
+#else
+  return false;
+#endif
+}
+
+void ForceMatMulPathForTest(MatMulPath path) { g_forced_path.store(path); }
+
 void MatMul(const float* x, int64_t M, int64_t K, std::span<const WeightMatrix> parts, float* y,
             ThreadPool* pool) {
   int64_t N = 0;
@@ -247,11 +282,7 @@ void MatMulStrided(const float* x, int64_t M, int64_t K, int64_t ldx,
                    std::span<const WeightMatrix> parts, float* y, int64_t ldy, ThreadPool* pool) {
   int64_t N = 0;
   for (const WeightMatrix& p : parts) N += p.rows;
-#if KVF_MATMUL_F16C
-  auto run = CpuHasAvx2() ? &ColumnsAvx2 : &ColumnsGeneric;
-#else
-  auto run = &ColumnsGeneric;
-#endif
+  auto run = UseF16cPath() ? ColumnsF16c : &ColumnsGeneric;
   auto body = [&](int64_t n0, int64_t n1) { run(x, M, K, ldx, parts, ldy, y, n0, n1); };
   // Split columns in multiples of 16 (whole tiles); small problems run inline.
   if (pool == nullptr || M * N * K < (int64_t{1} << 16)) {

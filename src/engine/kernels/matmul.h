@@ -36,6 +36,15 @@ void MatMulStrided(const float* x, int64_t M, int64_t K, int64_t ldx,
 void MatMul(const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y,
             ThreadPool* pool);
 
+// The SIMD path F16 weights take: F16C conversion (g++ builds on CPUs with AVX2 and F16C) or the
+// portable one. Both give the same bits — the conversion is exact — so P and D on different CPU
+// generations compute alike; ForceMatMulPathForTest lets a test run each path on one machine
+// (process-wide; not to be called while another thread runs MatMul). A forced kF16c falls back
+// to the portable path where MatMulHasF16cPath() is false.
+enum class MatMulPath { kAuto, kPortable, kF16c };
+bool MatMulHasF16cPath();
+void ForceMatMulPathForTest(MatMulPath path);
+
 // Naive reference (same canonical Dot per element, no tiling), for tests.
 void MatMulReference(const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y);
 

@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "engine/thread_pool.h"
+#include "kvferry/common/half.h"
 
 namespace kvferry::engine::kernels {
 namespace {
@@ -59,6 +61,49 @@ TEST(MatMulTest, RowDoesNotDependOnBatchOrThreads) {
       ASSERT_EQ(0, std::memcmp(alone.data(), y.data() + 17 * N, N * 4)) << M << " " << threads;
     }
   }
+}
+
+
+// F16 and BF16 weights give the bits of the F32 product on the exactly converted weights, on
+// every SIMD path this machine can run (F16C and portable), stacked and strided parts included:
+// P and D on different CPU generations compute alike.
+TEST(MatMulTest, HalfWeightsEqualF32OnEverySimdPath) {
+  ThreadPool pool(2);
+  const int64_t K = 77, N0 = 40, N1 = 23;
+  for (formats::DType dtype : {formats::DType::kF16, formats::DType::kBF16}) {
+    // Two parts; the second is a strided view (every row K + 5 elements apart).
+    const auto w0f = Random(N0 * K, 5), w1f = Random(N1 * (K + 5), 6);
+    auto to_half = [dtype](const std::vector<float>& v) {
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) {
+        h[i] = dtype == formats::DType::kF16 ? F32ToF16(v[i]) : F32ToBF16(v[i]);
+      }
+      return h;
+    };
+    const auto w0 = to_half(w0f), w1 = to_half(w1f);
+    const WeightMatrix parts[2] = {
+        {dtype, reinterpret_cast<const std::byte*>(w0.data()), N0, K, 0},
+        {dtype, reinterpret_cast<const std::byte*>(w1.data()), N1, K, K + 5}};
+    // The reference: the converted weights as one dense F32 matrix.
+    std::vector<float> wf((N0 + N1) * K);
+    for (int64_t n = 0; n < N0 + N1; ++n) {
+      ReadRowF32(n < N0 ? parts[0] : parts[1], n < N0 ? n : n - N0, wf.data() + n * K);
+    }
+    for (int64_t M : {1, 2, 5, 33}) {
+      const auto x = Random(M * K, 7);
+      std::vector<float> ref(M * (N0 + N1));
+      MatMul(x.data(), M, K, wf.data(), N0 + N1, ref.data(), &pool);
+      for (MatMulPath path : {MatMulPath::kPortable, MatMulPath::kF16c, MatMulPath::kAuto}) {
+        ForceMatMulPathForTest(path);
+        std::vector<float> y(ref.size());
+        MatMul(x.data(), M, K, parts, y.data(), &pool);
+        ForceMatMulPathForTest(MatMulPath::kAuto);
+        ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+            << formats::DTypeName(dtype) << " M=" << M << " path " << static_cast<int>(path);
+      }
+    }
+  }
+  std::printf("F16C path %s\n", MatMulHasF16cPath() ? "run" : "unavailable here (CPU or clang build)");
 }
 
 }  // namespace
