@@ -43,8 +43,8 @@ struct BenchOptions {
   int threads = 2;
   double min_seconds = 0.3;
   bool json = false;
-  bool matmul = true;         // the matmul shapes beside OpenBLAS
-  bool memory_read = false;   // the memory-read ceiling (GB/s) of `threads` threads
+  bool matmul = true;        // the matmul shapes beside OpenBLAS
+  bool memory_read = false;  // the memory-read ceiling (GB/s) of `threads` threads
 };
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -153,8 +153,8 @@ double SumFloats(const float* p, size_t n) {
 }
 
 // Memory-read ceiling: `threads` threads each sum their share of a 1 GiB buffer (far beyond
-// any cache) with 8-wide vector adds (SumFloats); the best of 5 passes, in GB/s. What a memory-bound decode
-// step, which reads every weight once, can at most stream.
+// any cache) with 8-wide vector adds (SumFloats); the best of 5 passes, in GB/s. What a
+// memory-bound decode step, which reads every weight once, can at most stream.
 double MemoryReadGbs(int threads) {
   const size_t n = size_t{1} << 28;  // floats: 1 GiB
   std::vector<float> buf(n, 1.0f);

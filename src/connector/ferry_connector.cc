@@ -48,11 +48,11 @@ FerryConnectorImpl::FerryConnectorImpl(const KvTransferConfig& config,
     if (pause_ms > 0) {
       KVF_LOG_WARN("connector {}: fault injection: pausing {} ms after each data READ", engine_id_,
                    pause_ms);
-      after_data_read_for_test = [pause_ms, path = std::string(marker ? marker : "")](
-                                     const std::string& request_id) {
-        if (!path.empty()) std::ofstream(path, std::ios::app) << request_id << "\n";
-        std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
-      };
+      after_data_read_for_test =
+          [pause_ms, path = std::string(marker ? marker : "")](const std::string& request_id) {
+            if (!path.empty()) std::ofstream(path, std::ios::app) << request_id << "\n";
+            std::this_thread::sleep_for(std::chrono::milliseconds(pause_ms));
+          };
     }
   }
 }

