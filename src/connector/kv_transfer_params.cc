@@ -37,7 +37,8 @@ Status ParseFirstToken(const JsonFields& fields, KvTransferParams* p) {
     }
     return Status::Ok();
   }
-  if (logprob == nullptr) return fields.Error("first_token_logprob", "required with first_token_id");
+  if (logprob == nullptr)
+    return fields.Error("first_token_logprob", "required with first_token_id");
   if (seed == nullptr) return fields.Error("sampling_seed", "required with first_token_id");
   KVF_ASSIGN_OR_RETURN(first.logprob, Logprob(fields, "first_token_logprob", *logprob));
   if (!seed->is_number_unsigned() && !(seed->is_number_integer() && seed->get<int64_t>() >= 0)) {
@@ -50,7 +51,8 @@ Status ParseFirstToken(const JsonFields& fields, KvTransferParams* p) {
     }
     for (const auto& alt : *top) {
       if (!alt.is_array() || alt.size() != 2 || !alt[0].is_number_integer() ||
-          alt[0].get<int64_t>() < 0 || alt[0].get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+          alt[0].get<int64_t>() < 0 ||
+          alt[0].get<int64_t>() > std::numeric_limits<int32_t>::max()) {
         return fields.Error("first_token_top_logprobs", "entries must be [token_id, logprob]");
       }
       KVF_ASSIGN_OR_RETURN(float lp, Logprob(fields, "first_token_top_logprobs", alt[1]));
@@ -66,7 +68,8 @@ nlohmann::json FirstTokenJson(const FirstToken& first, nlohmann::json j) {
   j["first_token_logprob"] = first.logprob;
   if (!first.top_logprobs.empty()) {
     nlohmann::json top = nlohmann::json::array();
-    for (const FirstTokenAlternative& a : first.top_logprobs) top.push_back({a.token_id, a.logprob});
+    for (const FirstTokenAlternative& a : first.top_logprobs)
+      top.push_back({a.token_id, a.logprob});
     j["first_token_top_logprobs"] = std::move(top);
   }
   j["sampling_seed"] = first.sampling_seed;

@@ -94,8 +94,8 @@ TEST(KvTransferParamsTest, FirstTokenRoundTrips) {
   p.remote_host = "h";
   p.remote_port = 9;
   // Values that float -> JSON double -> float must keep bit for bit.
-  p.first_token = FirstToken{42, -0.123456789f, {{42, -0.123456789f}, {7, -3.75e-3f}},
-                             0xfedcba9876543210ull};
+  p.first_token =
+      FirstToken{42, -0.123456789f, {{42, -0.123456789f}, {7, -3.75e-3f}}, 0xfedcba9876543210ull};
   const nlohmann::json j = ToJson(p);
   EXPECT_EQ(j["first_token_id"], 42);
   EXPECT_EQ(j["sampling_seed"].get<uint64_t>(), 0xfedcba9876543210ull);
@@ -126,8 +126,7 @@ TEST(KvTransferParamsTest, RejectsBadFirstTokenFieldsNamingThem) {
     const char* field;
   };
   const Case cases[] = {
-      {R"({"first_token_id": -1, "first_token_logprob": 0, "sampling_seed": 1})",
-       "first_token_id"},
+      {R"({"first_token_id": -1, "first_token_logprob": 0, "sampling_seed": 1})", "first_token_id"},
       {R"({"first_token_id": "5", "first_token_logprob": 0, "sampling_seed": 1})",
        "first_token_id"},
       {R"({"first_token_id": 5, "sampling_seed": 1})", "first_token_logprob"},
@@ -136,8 +135,7 @@ TEST(KvTransferParamsTest, RejectsBadFirstTokenFieldsNamingThem) {
        "first_token_logprob"},
       {R"({"first_token_id": 5, "first_token_logprob": "x", "sampling_seed": 1})",
        "first_token_logprob"},
-      {R"({"first_token_id": 5, "first_token_logprob": -1, "sampling_seed": -3})",
-       "sampling_seed"},
+      {R"({"first_token_id": 5, "first_token_logprob": -1, "sampling_seed": -3})", "sampling_seed"},
       {R"({"first_token_logprob": -1})", "first_token_logprob"},
       {R"({"first_token_top_logprobs": [[1, -1]]})", "first_token_top_logprobs"},
       {R"({"first_token_id": 5, "first_token_logprob": -1, "sampling_seed": 1,

@@ -1,8 +1,9 @@
 // The scheduler's connector hooks, driven by a fake connector that moves KV between two
 // in-process engines (P and D) by copying logical blocks. Proves: WAITING_FOR_REMOTE_KV does not
 // block the queue, the loaded prompt is reused and D resumes after P's first token (or, without
-// it, recomputes only the last prompt token; outputs equal colocated, bit for bit), delayed free holds P's blocks until finished_sending, invalid blocks
-// are recomputed or fail per policy, and both pools end where they started.
+// it, recomputes only the last prompt token; outputs equal colocated, bit for bit), delayed free
+// holds P's blocks until finished_sending, invalid blocks are recomputed or fail per policy, and
+// both pools end where they started.
 #include <gtest/gtest.h>
 
 #include <cstring>

@@ -85,8 +85,9 @@ Status CheckFirstToken(const connector::FirstToken& first, int32_t vocab) {
   bool bad = outside(first.token_id);
   for (const connector::FirstTokenAlternative& a : first.top_logprobs) bad |= outside(a.token_id);
   if (!bad) return Status::Ok();
-  return InvalidArgumentError("kv_transfer_params.first_token_id: token id outside the vocabulary [0, " +
-                              std::to_string(vocab) + ")");
+  return InvalidArgumentError(
+      "kv_transfer_params.first_token_id: token id outside the vocabulary [0, " +
+      std::to_string(vocab) + ")");
 }
 
 Status ValidateConfig(const EngineConfig& c) {

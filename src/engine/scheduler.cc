@@ -272,9 +272,9 @@ void Scheduler::AppendToken(Request* r, int32_t token, float logprob,
 
 void Scheduler::FinishIfDone(Request* r, int32_t token) {
   const SamplingParams& p = r->params;
-  const bool eos = !p.ignore_eos && std::find(options_.eos_token_ids.begin(),
-                                              options_.eos_token_ids.end(),
-                                              token) != options_.eos_token_ids.end();
+  const bool eos = !p.ignore_eos &&
+                   std::find(options_.eos_token_ids.begin(), options_.eos_token_ids.end(), token) !=
+                       options_.eos_token_ids.end();
   const bool stop_token =
       std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
   const bool at_max_len = r->num_tokens() >= options_.max_model_len;

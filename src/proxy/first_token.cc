@@ -71,12 +71,9 @@ std::string PrefillUsageChunk(std::string_view body) {
   if (!j.is_object() || !j.contains("usage")) return "";
   std::string object = j.value("object", "text_completion");
   if (object == "chat.completion") object = "chat.completion.chunk";
-  json chunk = {{"id", j.value("id", "")},
-                {"object", object},
-                {"created", j.value("created", 0)},
-                {"model", j.value("model", "")},
-                {"choices", json::array()},
-                {"usage", j["usage"]}};
+  json chunk = {{"id", j.value("id", "")},          {"object", object},
+                {"created", j.value("created", 0)}, {"model", j.value("model", "")},
+                {"choices", json::array()},         {"usage", j["usage"]}};
   return "data: " + Dump(chunk) + "\n\n";
 }
 

@@ -267,8 +267,7 @@ void Flow::Run(httplib::Response& res) {
   res.set_header("X-Request-Id", request_id_);
   const std::optional<int64_t> max_tokens = ClientMaxTokens(req_.body);
   const bool whole_on_p = max_tokens && *max_tokens == 1;
-  auto prefill_body =
-      whole_on_p ? BuildWholeOnPrefillBody(req_.body) : BuildPrefillBody(req_.body);
+  auto prefill_body = whole_on_p ? BuildWholeOnPrefillBody(req_.body) : BuildPrefillBody(req_.body);
   if (!prefill_body.ok()) {
     Attempt bad = AnswerError(prefill_body.status());
     return Reply(res, bad, nullptr);
@@ -295,8 +294,7 @@ void Flow::Run(httplib::Response& res) {
     return Reply(res, bad, nullptr);
   }
   if (stream_ && answer->has_first_token) {
-    return StreamAfterFirstToken(res, p.body, std::move(decode_body).value(),
-                                 p_route->member_id());
+    return StreamAfterFirstToken(res, p.body, std::move(decode_body).value(), p_route->member_id());
   }
   auto [d, d_route] = WithRetries(Leg::kDecode, p_route->member_id(),
                                   [&](const Route& r) { return TryDecode(r, *decode_body); });
@@ -365,9 +363,8 @@ void Flow::StreamAfterFirstToken(httplib::Response& res, const std::string& p_bo
 bool Flow::PumpResumed(ResumedStream& state, httplib::DataSink& sink) {
   if (!sink.write(state.first_chunk.data(), state.first_chunk.size())) return false;
   // D's leg, with retries: nothing of D reached the client before its first chunk.
-  auto [d, d_route] = WithRetries(Leg::kDecode, state.prefill_member, [&](const Route& r) {
-    return TryDecode(r, state.decode_body);
-  });
+  auto [d, d_route] = WithRetries(Leg::kDecode, state.prefill_member,
+                                  [&](const Route& r) { return TryDecode(r, state.decode_body); });
   if (d.kind != Attempt::Kind::kOk) {
     if (d_route) d_route->Finish(d.outcome);
     const std::string error = !d.error.ok() ? OpenAiErrorBody(d.error)

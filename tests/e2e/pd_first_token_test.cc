@@ -26,8 +26,17 @@ std::vector<std::string> ServeArgs(const std::string& engine_id, int block_size,
              {"engine_id", engine_id},
              {"kv_connector_extra_config",
               {{"side_channel_host", "127.0.0.1"}, {"side_channel_port", 0}}}};
-  return {"serve",        "--port", "0",    "--threads", "1", "--block-size", std::to_string(block_size),
-          "--kv-cache-layout", layout, "--kv-transfer-config", kv.dump()};
+  return {"serve",
+          "--port",
+          "0",
+          "--threads",
+          "1",
+          "--block-size",
+          std::to_string(block_size),
+          "--kv-cache-layout",
+          layout,
+          "--kv-transfer-config",
+          kv.dump()};
 }
 
 std::string Text(int len, int salt) {
@@ -71,8 +80,8 @@ json StreamEssence(const json& a) {
 class PdFirstTokenTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = std::filesystem::temp_directory_path() /
-           ("kvferry-e2e-first-" + std::to_string(getpid()));
+    dir_ =
+        std::filesystem::temp_directory_path() / ("kvferry-e2e-first-" + std::to_string(getpid()));
     std::filesystem::create_directories(dir_);
     colocated_ = std::make_unique<KvferryProcess>(
         "colocated", std::vector<std::string>{"serve", "--port", "0", "--threads", "1"}, dir_);
@@ -150,10 +159,10 @@ TEST_F(PdFirstTokenTest, CompletionsAndChatStreamedAndNotEqualColocated) {
   for (const bool seeded : {false, true}) {
     for (const bool stream : {false, true}) {
       SCOPED_TRACE(std::string(seeded ? "seeded" : "greedy") + (stream ? ", streamed" : ""));
-      json completion = {{"prompt", Text(300, ++salt)}, {"max_tokens", 12},
-                         {"logprobs", 3},               {"return_token_ids", true},
-                         {"ignore_eos", true},          {"stream", stream},
-                         {"temperature", seeded ? 0.9 : 0.0}};
+      json completion = {
+          {"prompt", Text(300, ++salt)},      {"max_tokens", 12},   {"logprobs", 3},
+          {"return_token_ids", true},         {"ignore_eos", true}, {"stream", stream},
+          {"temperature", seeded ? 0.9 : 0.0}};
       json chat = {{"messages", {{{"role", "user"}, {"content", Text(200, ++salt)}}}},
                    {"max_tokens", 10},
                    {"logprobs", true},
@@ -201,7 +210,7 @@ TEST_F(PdFirstTokenTest, StreamedFirstTokenIsPsAndNotRepeated) {
 
 TEST_F(PdFirstTokenTest, FirstTokenThatEndsTheRequestIsPsAnswer) {
   const json base = {{"prompt", Text(260, 9)}, {"max_tokens", 8}, {"temperature", 0},
-                     {"ignore_eos", true},      {"logprobs", 1},   {"return_token_ids", true}};
+                     {"ignore_eos", true},     {"logprobs", 1},   {"return_token_ids", true}};
   auto ref = Post(colocated_->port(), "/v1/completions", base);
   ASSERT_TRUE(ref.has_value());
   const int first = (*ref)["choices"][0]["token_ids"][0].get<int>();
