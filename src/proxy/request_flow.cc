@@ -116,6 +116,7 @@ struct ResumedStream {
   std::string first_chunk;
   std::string decode_body;
   std::string prefill_member;
+  std::unique_ptr<Route> first_decode;  // picked before the headers went out
   std::shared_ptr<StreamRelay> relay;
   std::shared_ptr<Route> route;
 };
@@ -136,8 +137,10 @@ class Flow : public std::enable_shared_from_this<Flow> {
 
  private:
   using Placed = std::pair<Attempt, std::unique_ptr<Route>>;
+  // `first`: the member of the first try when already picked (null: pick one).
   template <typename TryOnce>
-  Placed WithRetries(Leg leg, const std::string& avoid, TryOnce try_once);
+  Placed WithRetries(Leg leg, const std::string& avoid, TryOnce try_once,
+                     std::unique_ptr<Route> first = nullptr);
   // need_params: P must return kv_transfer_params (not so for a request P answers whole).
   Attempt TryPrefill(const Route& route, const std::string& body, bool need_params);
   Attempt TryDecode(const Route& route, const std::string& body);
@@ -167,11 +170,13 @@ class Flow : public std::enable_shared_from_this<Flow> {
 };
 
 template <typename TryOnce>
-Flow::Placed Flow::WithRetries(Leg leg, const std::string& avoid, TryOnce try_once) {
+Flow::Placed Flow::WithRetries(Leg leg, const std::string& avoid, TryOnce try_once,
+                               std::unique_ptr<Route> first) {
   std::vector<std::string> tried;
   Attempt last;
   for (int32_t t = 0; t < std::max(options_.max_tries, 1); ++t) {
-    auto route = cluster_->Pick(leg, route_request_, tried, avoid);
+    auto route = first != nullptr ? StatusOr<std::unique_ptr<Route>>(std::move(first))
+                                  : cluster_->Pick(leg, route_request_, tried, avoid);
     if (!route.ok()) {
       if (t == 0) return {AnswerError(route.status()), nullptr};
       break;  // nobody left to try: answer with the last failure
@@ -344,7 +349,15 @@ void Flow::StreamAfterFirstToken(httplib::Response& res, const std::string& p_bo
     Attempt bad = AnswerError(chunk.status());
     return Reply(res, bad, nullptr);
   }
+  // The first D is picked now, so the headers can name it (a retry inside the stream cannot).
+  auto d_route = cluster_->Pick(Leg::kDecode, route_request_, {}, prefill_member);
+  if (!d_route.ok()) {
+    Attempt none = AnswerError(d_route.status());
+    return Reply(res, none, nullptr);
+  }
+  res.set_header("X-Kvferry-Decode", (*d_route)->member_id());
   auto state = std::make_shared<ResumedStream>();
+  state->first_decode = std::move(d_route).value();
   state->first_chunk = std::move(chunk).value();
   state->decode_body = std::move(decode_body);
   state->prefill_member = std::move(prefill_member);
@@ -363,8 +376,10 @@ void Flow::StreamAfterFirstToken(httplib::Response& res, const std::string& p_bo
 bool Flow::PumpResumed(ResumedStream& state, httplib::DataSink& sink) {
   if (!sink.write(state.first_chunk.data(), state.first_chunk.size())) return false;
   // D's leg, with retries: nothing of D reached the client before its first chunk.
-  auto [d, d_route] = WithRetries(Leg::kDecode, state.prefill_member,
-                                  [&](const Route& r) { return TryDecode(r, state.decode_body); });
+  auto [d, d_route] = WithRetries(
+      Leg::kDecode, state.prefill_member,
+      [&](const Route& r) { return TryDecode(r, state.decode_body); },
+      std::move(state.first_decode));
   if (d.kind != Attempt::Kind::kOk) {
     if (d_route) d_route->Finish(d.outcome);
     const std::string error = !d.error.ok() ? OpenAiErrorBody(d.error)

@@ -14,8 +14,9 @@
 //   3. once the first chunk of a stream went to the client nothing is retried: a D failing
 //      mid-stream ends the stream with an OpenAI error event and [DONE], never repeated tokens.
 //   P's first token (kv_transfer_params.first_token_id, first_token.h): a stream sends it as
-//   the first event as soon as P answered and places the D leg from the stream provider (D's
-//   retries as in 2; no D at all: an error event and [DONE]). When the token ends the request
+//   the first event as soon as P answered and places the D leg from the stream provider (the
+//   first D picked before the headers, which name it; D's retries as in 2; none answered: an
+//   error event and [DONE]). When the token ends the request
 //   (P's finish_reason "stop", or the client's max_tokens 1, for which P gets the body without
 //   kv_transfer_params), P's answer is the client's and no D computes; a lease P granted anyway
 //   (a stop string) is given back through a D asked for max_tokens 1.

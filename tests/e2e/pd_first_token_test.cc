@@ -6,6 +6,7 @@
 // A first token that ends the request (a stop token, max_tokens 1, a stop string) is P's answer:
 // D computes nothing, and nothing stays held on P.
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <chrono>
 #include <filesystem>
@@ -206,6 +207,13 @@ TEST_F(PdFirstTokenTest, StreamedFirstTokenIsPsAndNotRepeated) {
   EXPECT_EQ(pd["choices"][0]["token_ids"].size(), 6u);
   EXPECT_EQ(pd["choices"][0]["text"], co["choices"][0]["text"]);
   EXPECT_EQ(pd["kv_load"]["outcome"], "pulled");
+  // The headers name both legs, though the stream started before D answered.
+  httplib::Client c("127.0.0.1", proxy_->port());
+  auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("X-Kvferry-Prefill"), p_->url());
+  EXPECT_EQ(r->get_header_value("X-Kvferry-Decode"), d_->url());
 }
 
 TEST_F(PdFirstTokenTest, FirstTokenThatEndsTheRequestIsPsAnswer) {
