@@ -246,14 +246,18 @@ TEST_F(PdFirstTokenTest, FirstTokenThatEndsTheRequestIsPsAnswer) {
 
   // A stop string in the first token: P's answer again; the lease P granted (its engine does
   // not see stop strings) is given back through D without a pull.
-  if (!first_text.empty() && first_text.find_first_not_of(" ") != std::string::npos) {
-    json stop_string = base;
-    stop_string["stop"] = {first_text};
-    auto [co, pd] = Both("/v1/completions", stop_string);
-    if (!co.is_null()) EXPECT_EQ(Essence(pd), Essence(co));
-    EXPECT_EQ(Metric(d_->port(), "kvferry:kv_transfers_total"), 0);
-  }
+  ASSERT_FALSE(first_text.empty());  // this prompt's first token is a printable byte
+  json stop_string = base;
+  stop_string["stop"] = {first_text};
+  auto [co, pd] = Both("/v1/completions", stop_string);
+  ASSERT_FALSE(co.is_null());
+  EXPECT_EQ(Essence(pd), Essence(co));
+  EXPECT_EQ(co["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(Metric(p_->port(), "kvferry:kv_leases_total{event=\"granted\"}"), 1);
+  EXPECT_EQ(Metric(d_->port(), "kvferry:kv_transfers_total"), 0);
+  // Released by D (side-channel release), not by expiry: nothing is held a moment later.
   ExpectNothingHeld();
+  EXPECT_EQ(Metric(p_->port(), "kvferry:kv_leases_total{event=\"released_by_notification\"}"), 1);
 }
 
 }  // namespace
