@@ -38,6 +38,18 @@ StatusOr<PrefillAnswer> ReadPrefillAnswer(std::string_view body) {
   return a;
 }
 
+PrefillAnswer WithoutFirstToken(PrefillAnswer answer) {
+  answer.has_first_token = false;
+  json kv = json::parse(answer.kv_transfer_params, nullptr, /*allow_exceptions=*/false);
+  if (!kv.is_object()) return answer;
+  for (const char* key :
+       {"first_token_id", "first_token_logprob", "first_token_top_logprobs", "sampling_seed"}) {
+    kv.erase(key);
+  }
+  answer.kv_transfer_params = Dump(kv);
+  return answer;
+}
+
 std::optional<int64_t> ClientMaxTokens(std::string_view client_body) {
   json j = json::parse(client_body, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return std::nullopt;

@@ -32,6 +32,10 @@ struct PrefillAnswer {
 // InvalidArgument when `body` is not a JSON object with one choice.
 StatusOr<PrefillAnswer> ReadPrefillAnswer(std::string_view body);
 
+// `answer` for a D that does not resume after P's token: first_token_* and sampling_seed
+// removed from its kv_transfer_params (D then computes the first token itself).
+PrefillAnswer WithoutFirstToken(PrefillAnswer answer);
+
 // The client's max_tokens (max_completion_tokens when both are there, as the server reads
 // them); nullopt when absent or not an integer.
 std::optional<int64_t> ClientMaxTokens(std::string_view client_body);

@@ -50,6 +50,18 @@ TEST(FirstTokenTest, ReadsPsAnswer) {
   EXPECT_FALSE(ReadPrefillAnswer(R"({"choices":[]})").ok());
 }
 
+TEST(FirstTokenTest, WithoutFirstTokenStripsItsFields) {
+  auto a = ReadPrefillAnswer(kCompletion);
+  ASSERT_TRUE(a.ok());
+  const PrefillAnswer old = WithoutFirstToken(*a);
+  EXPECT_FALSE(old.has_first_token);
+  const json kv = json::parse(old.kv_transfer_params);
+  EXPECT_FALSE(kv.contains("first_token_id"));
+  EXPECT_FALSE(kv.contains("first_token_logprob"));
+  EXPECT_FALSE(kv.contains("sampling_seed"));
+  EXPECT_EQ(kv["remote_block_ids"], json::array({1}));
+}
+
 TEST(FirstTokenTest, CompletionBecomesAChunk) {
   auto chunk = PrefillAnswerAsChunk(kCompletion, /*final=*/false);
   ASSERT_TRUE(chunk.ok()) << chunk.status();

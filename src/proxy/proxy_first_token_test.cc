@@ -68,8 +68,10 @@ const char* kDecodeStream =
     "data: {\"choices\":[{\"index\":0,\"text\":\"c\",\"finish_reason\":\"length\"}]}\n\n"
     "data: [DONE]\n\n";
 
-std::unique_ptr<ProxyServer> StartProxy(const std::string& p, const std::string& d) {
+std::unique_ptr<ProxyServer> StartProxy(const std::string& p, const std::string& d,
+                                        bool first_token_from_prefill = true) {
   ProxyOptions o;
+  o.first_token_from_prefill = first_token_from_prefill;
   o.port = 0;
   o.prefill_urls = {p};
   o.decode_urls = {d};
@@ -197,6 +199,29 @@ TEST(ProxyFirstTokenTest, OneTokenGoesToPWithoutKvTransferParams) {
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_FALSE(prefill_request.contains("kv_transfer_params"));
   EXPECT_EQ(prefill_request["stream"], false);
+}
+
+TEST(ProxyFirstTokenTest, OlderHandoffLeavesTheFirstTokenToD) {
+  // --no-first-token-from-prefill: D gets P's params without the token and streams every token.
+  std::mutex mu;
+  json decode_request;
+  FakeUpstream p([](const httplib::Request&, httplib::Response& res) {
+    res.set_content(PrefillAnswer("stop"), "application/json");
+  });
+  FakeUpstream d([&](const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(mu);
+    decode_request = json::parse(req.body);
+    res.set_content(kDecodeStream, "text/event-stream");
+  });
+  auto proxy = StartProxy(p.url(), d.url(), /*first_token_from_prefill=*/false);
+  httplib::Client c("127.0.0.1", proxy->port());
+  auto r = c.Post("/v1/completions", R"({"prompt":"abc","max_tokens":1,"stream":true})",
+                  "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body, kDecodeStream);
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_FALSE(decode_request["kv_transfer_params"].contains("first_token_id"));
+  EXPECT_EQ(decode_request["kv_transfer_params"]["remote_engine_id"], "p");
 }
 
 }  // namespace

@@ -271,7 +271,8 @@ void Flow::Reply(httplib::Response& res, Attempt& a, Route* route) {
 void Flow::Run(httplib::Response& res) {
   res.set_header("X-Request-Id", request_id_);
   const std::optional<int64_t> max_tokens = ClientMaxTokens(req_.body);
-  const bool whole_on_p = max_tokens && *max_tokens == 1;
+  const bool first_token = options_.first_token_from_prefill;
+  const bool whole_on_p = first_token && max_tokens && *max_tokens == 1;
   auto prefill_body = whole_on_p ? BuildWholeOnPrefillBody(req_.body) : BuildPrefillBody(req_.body);
   if (!prefill_body.ok()) {
     Attempt bad = AnswerError(prefill_body.status());
@@ -288,6 +289,7 @@ void Flow::Run(httplib::Response& res) {
     Attempt bad = AnswerError(answer.status().WithContext("prefill " + p_route->member_id()));
     return Reply(res, bad, nullptr);
   }
+  if (!first_token) *answer = WithoutFirstToken(*std::move(answer));
   if (whole_on_p || answer->ends_request()) {
     if (answer->holds_blocks) ReleaseOnDecoder(answer->kv_transfer_params, p_route->member_id());
     return ReplyWithPrefillAnswer(res, p.body);

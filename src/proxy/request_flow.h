@@ -47,7 +47,8 @@ struct FlowOptions {
   int64_t decode_timeout_ms = 300000;
   int32_t max_tries = 3;
   int32_t affinity_prefix = 128;
-  UpstreamAccess upstream;  // toward P and D: the proxy's key and CA bundle
+  UpstreamAccess upstream;               // toward P and D: the proxy's key and CA bundle
+  bool first_token_from_prefill = true;  // ProxyOptions::first_token_from_prefill
 };
 
 // Serves `req` (POST /v1/completions or /v1/chat/completions) into `res`.
