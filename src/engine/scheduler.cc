@@ -312,9 +312,10 @@ void Scheduler::ReleaseBlocks(Request* r) {
       out.finish_reason = FinishReason::kError;
       out.error = fr.error;
     }
-    if (fr.kv_transfer_params && r->first_output && r->num_output_tokens() > 0 &&
+    if (fr.kv_transfer_params && r->first_output && r->num_output_tokens() == 1 &&
         r->kv_transfer_params && r->kv_transfer_params->do_remote_decode) {
-      fr.kv_transfer_params->first_token = r->first_output;  // P: D resumes from it
+      // P of a prefill-only request (one token generated): a D resumes after that token.
+      fr.kv_transfer_params->first_token = r->first_output;
     }
     if (fr.kv_transfer_params && !r->aborted) {
       auto it = output_index_.find(r->request_id);
