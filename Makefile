@@ -39,11 +39,17 @@ fuzz: deps
 	cmake --build build-fuzz -j $(JOBS) --target fuzz_all
 	tests/fuzz/run.sh build-fuzz $(FUZZ_SECONDS)
 
-# Second build with clang and -Wthread-safety (errors), libraries and tests only, no run.
+# Second build with clang and -Wthread-safety (errors), libraries and tests only, no run (no
+# debug info: nothing runs it).
 tsa: deps
 	cmake -S . -B build-tsa $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
-	  -DCMAKE_C_COMPILER=clang -DKVFERRY_THREAD_SAFETY=ON -DKVFERRY_BENCH=OFF
+	  -DCMAKE_C_COMPILER=clang -DKVFERRY_THREAD_SAFETY=ON -DKVFERRY_BENCH=OFF \
+	  -DCMAKE_CXX_FLAGS_DEBUG=-O0 -DCMAKE_C_FLAGS_DEBUG=-O0
 	cmake --build build-tsa -j $(JOBS)
+
+# Sanitizer builds optimise lightly and keep line tables only (-g1: file:line in reports), which
+# compiles faster than -O2 -g.
+SAN_FLAGS = -DKVFERRY_RELWITHDEBINFO_FLAGS="-O1 -g1"
 
 # Sanitizer runs (docs/reliability.md, "Sanitizers"). Only the targets the selected tests run
 # are built (tests/sanitize/ctest_targets.py). UCX's malloc/mmap hooks, signal handlers and VFS
@@ -59,12 +65,12 @@ ASAN_SELECT = -LE "long|e2e|nosan"
 TSAN_SELECT = -L "transfer|connector|threads" -LE "long|nosan"
 
 asan: deps
-	cmake -S . -B build-asan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVFERRY_SANITIZE=address,undefined -DKVFERRY_BENCH=OFF
+	cmake -S . -B build-asan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVFERRY_SANITIZE=address,undefined -DKVFERRY_BENCH=OFF $(SAN_FLAGS)
 	cmake --build build-asan -j $(JOBS) --target $$(tests/sanitize/ctest_targets.py build-asan $(ASAN_SELECT))
 	cd build-asan && env $(SAN_ENV) ctest --output-on-failure -j $(JOBS) $(ASAN_SELECT)
 
 tsan: deps
-	cmake -S . -B build-tsan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVFERRY_SANITIZE=thread -DKVFERRY_BENCH=OFF
+	cmake -S . -B build-tsan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVFERRY_SANITIZE=thread -DKVFERRY_BENCH=OFF $(SAN_FLAGS)
 	cmake --build build-tsan -j $(JOBS) --target $$(tests/sanitize/ctest_targets.py build-tsan $(TSAN_SELECT))
 	cd build-tsan && env $(SAN_ENV) ctest --output-on-failure -j $(JOBS) $(TSAN_SELECT)
 

@@ -98,9 +98,11 @@ class PdFirstTokenTest : public ::testing::Test {
     ASSERT_TRUE(proxy_->ok()) << proxy_->error();
   }
   void TearDown() override {
-    if (proxy_) EXPECT_TRUE(proxy_->Stop());
-    if (d_) EXPECT_TRUE(d_->Stop());
-    if (p_) EXPECT_TRUE(p_->Stop());
+    for (auto* process : {&proxy_, &d_, &p_}) {
+      if (*process) {
+        EXPECT_TRUE((*process)->Stop());
+      }
+    }
     if (!HasFailure()) std::filesystem::remove_all(dir_);
   }
 
