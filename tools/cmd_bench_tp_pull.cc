@@ -109,6 +109,10 @@ StatusOr<PairResult> BenchPair(const PullOptions& o, int p_tp, int d_tp) {
   engine::SamplingParams sp;
   sp.max_tokens = 1;
   sp.ignore_eos = true;
+  // D resumes after P's first token: asked for that one token alone it would finish without a
+  // pull, so it is asked for two (one decode step after the pull).
+  engine::SamplingParams d_sp = sp;
+  d_sp.max_tokens = 2;
   PairResult r{p_tp, d_tp, {}, {}};
   for (int rep = 0; rep <= o.reps; ++rep) {  // rep 0: handshake and warm-up, not timed
     const std::string id = "r" + std::to_string(rep);
@@ -119,7 +123,7 @@ StatusOr<PairResult> BenchPair(const PullOptions& o, int p_tp, int d_tp) {
                          Run({p.engine.get()}, p.engine.get(), id, false));
     if (!prefilled.kv_transfer_params) return InternalError("P returned no kv_transfer_params");
     const uint64_t before = d.connector->Stats().duration_us_total;
-    KVF_RETURN_IF_ERROR(d.engine->AddRequest(id, prompt, sp, *prefilled.kv_transfer_params));
+    KVF_RETURN_IF_ERROR(d.engine->AddRequest(id, prompt, d_sp, *prefilled.kv_transfer_params));
     KVF_ASSIGN_OR_RETURN(engine::RequestOutput out,
                          Run({d.engine.get(), p.engine.get()}, d.engine.get(), id, true));
     if (!out.kv_load || out.kv_load->outcome != connector::LoadOutcome::kPulled) {
