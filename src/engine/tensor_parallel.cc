@@ -24,6 +24,25 @@ std::vector<int64_t> LocalBounds(int64_t width, int32_t first_leaf, int32_t num_
   return out;
 }
 
+// MLA's per-head absorbed key matrices and value views (LayerShard::k_absorb, v_up).
+void ShardMla(const ModelConfig& c, const LayerWeights& lw, LayerShard& l, ModelShard& out) {
+  const MlaShape& m = c.mla;
+  const int64_t per_head = m.qk_nope_head_dim + m.v_head_dim;
+  const std::vector<float> kv_b = ToF32(lw.kv_b);  // [H * per_head][kv_lora]
+  for (int32_t h = 0; h < c.num_heads; ++h) {
+    auto t = std::make_shared<std::vector<float>>(
+        static_cast<size_t>(int64_t{m.kv_lora_rank} * m.qk_nope_head_dim));
+    for (int64_t i = 0; i < m.qk_nope_head_dim; ++i) {
+      for (int64_t j = 0; j < m.kv_lora_rank; ++j) {
+        (*t)[j * m.qk_nope_head_dim + i] = kv_b[(h * per_head + i) * m.kv_lora_rank + j];
+      }
+    }
+    l.k_absorb.push_back(F32Matrix(t->data(), m.kv_lora_rank, m.qk_nope_head_dim));
+    l.v_up.push_back(RowSlice(lw.kv_b, h * per_head + m.qk_nope_head_dim, m.v_head_dim));
+    out.storage.push_back(std::move(t));
+  }
+}
+
 }  // namespace
 
 StatusOr<std::vector<RankShard>> PlanTensorParallel(const ModelConfig& c, int32_t tp_size) {
@@ -35,13 +54,18 @@ StatusOr<std::vector<RankShard>> PlanTensorParallel(const ModelConfig& c, int32_
         "over " + std::to_string(groups) + " fixed groups and the TP size must divide " +
         std::to_string(groups) + " (docs/engine.md, \"Tensor parallelism\")");
   }
+  if (c.is_mla() && tp_size > 1) {
+    return InvalidArgumentError(
+        "tensor_parallel_size " + std::to_string(tp_size) + ": model " + c.name +
+        " uses multi-head latent attention, which kvferry runs at tensor_parallel_size 1 only");
+  }
   StatusOr<kv::HeadSharding> kv_sharding = kv::HeadSharding::Create(c.num_kv_heads, tp_size);
   if (!kv_sharding.ok()) {
     return InvalidArgumentError("tensor_parallel_size " + std::to_string(tp_size) + ": model " +
                                 c.name + ": " + std::string(kv_sharding.status().message()));
   }
   const int32_t leaves = groups / tp_size;
-  const int64_t o_width = int64_t{c.num_heads} * c.head_dim;
+  const int64_t o_width = int64_t{c.num_heads} * c.attn_out_head_dim();
   std::vector<RankShard> out;
   for (int32_t r = 0; r < tp_size; ++r) {
     RankShard s;
@@ -73,10 +97,17 @@ ModelShard ShardWeights(const ModelWeights& w, const RankShard& s) {
   for (const LayerWeights& lw : w.layers) {
     LayerShard l;
     l.full = &lw;
-    l.q = RowSlice(lw.q, q0, qn);
-    l.k = RowSlice(lw.k, k0, kn);
-    l.v = RowSlice(lw.v, k0, kn);
-    l.o = ColumnSlice(lw.o, q0, qn);
+    if (w.config.is_mla()) {
+      // TP 1 only (PlanTensorParallel): the rank sees the whole layer.
+      l.q = lw.q;
+      l.o = lw.o;
+      ShardMla(w.config, lw, l, out);
+    } else {
+      l.q = RowSlice(lw.q, q0, qn);
+      l.k = RowSlice(lw.k, k0, kn);
+      l.v = RowSlice(lw.v, k0, kn);
+      l.o = ColumnSlice(lw.o, q0, qn);
+    }
     l.gate = RowSlice(lw.gate, s.ffn_first, s.ffn_count);
     l.up = RowSlice(lw.up, s.ffn_first, s.ffn_count);
     l.down = ColumnSlice(lw.down, s.ffn_first, s.ffn_count);

@@ -305,6 +305,30 @@ TEST(TensorParallelEngineTest, RefusesSizesTheModelDoesNotAllow) {
   EXPECT_EQ(Engine::Create(ec).status().code(), StatusCode::kInvalidArgument);
 }
 
+// MLA's latent would be replicated on every rank; kvferry runs MLA at TP 1 only and says so.
+TEST(TensorParallelEngineTest, RefusesMlaAboveTpOne) {
+  EngineConfig ec;
+  ec.model = "tiny-mla";
+  ec.tensor_parallel_size = 2;
+  const Status st = Engine::Create(ec).status();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("multi-head latent attention"), std::string_view::npos) << st;
+}
+
+// An MLA model's cache: one region per layer, one row of [latent | rope key] per token.
+TEST(TensorParallelEngineTest, MlaCacheHoldsLatentAndRopeKeyOnly) {
+  EngineConfig ec;
+  ec.model = "tiny-mla";
+  ec.num_kv_blocks = 10;
+  auto engine = Engine::Create(ec).value();
+  const kv::CacheSpec& spec = engine->kv_cache(0)->spec();
+  EXPECT_EQ(spec.kind, kv::AttentionKind::kMLA);
+  EXPECT_EQ(spec.num_regions(), 2);  // tiny-mla's 2 layers
+  EXPECT_EQ(spec.num_kv_heads, 1);
+  EXPECT_EQ(spec.head_dim, 32 + 8);  // kv_lora_rank + qk_rope_head_dim
+  EXPECT_EQ(spec.bytes_per_token_slot(), 40u * 4);
+}
+
 TEST(TensorParallelEngineTest, EachRankOwnsACacheOfItsHeads) {
   EngineConfig ec;
   ec.model = "tiny-kv4";

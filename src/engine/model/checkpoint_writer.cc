@@ -30,12 +30,20 @@ std::vector<std::byte> Encode(const std::vector<float>& values, formats::DType d
   return out;
 }
 
+// The writers know the Llama-family tensor names only.
+Status RefuseMla(const ModelConfig& c) {
+  if (!c.is_mla()) return Status::Ok();
+  return UnimplementedError("model " + c.name +
+                            ": writing checkpoints of MLA (deepseek) models is not supported");
+}
+
 // Calls add(name, shape, bytes) for every tensor of `weights` under `naming`. Norms and biases
 // stay F32 (as llama.cpp's converter keeps 1-D tensors); matrices take `dtype`.
 Status ForEachTensor(
     const ModelWeights& weights, TensorNaming naming, formats::DType dtype,
     const std::function<Status(const std::string&, formats::DType, const std::vector<int64_t>&,
                                const std::vector<std::byte>&)>& add) {
+  KVF_RETURN_IF_ERROR(RefuseMla(weights.config));
   if (dtype != formats::DType::kF32 && dtype != formats::DType::kF16 &&
       dtype != formats::DType::kBF16) {
     return InvalidArgumentError("checkpoints are written in F32, F16 or BF16, not " +
@@ -81,6 +89,7 @@ Status WriteGgufCheckpoint(const ModelWeights& weights, const std::string& path,
                            formats::DType dtype,
                            const std::function<Status(formats::GgufWriter*)>& add_tokenizer) {
   formats::GgufWriter writer;
+  KVF_RETURN_IF_ERROR(RefuseMla(weights.config));
   KVF_RETURN_IF_ERROR(AddGgufModelMetadata(weights.config, &writer));
   if (add_tokenizer) KVF_RETURN_IF_ERROR(add_tokenizer(&writer));
   KVF_RETURN_IF_ERROR(
@@ -93,6 +102,7 @@ Status WriteGgufCheckpoint(const ModelWeights& weights, const std::string& path,
 }
 
 Status SaveCheckpoint(const ModelWeights& weights, const std::string& path) {
+  KVF_RETURN_IF_ERROR(RefuseMla(weights.config));
   formats::SafetensorsWriter writer;
   nlohmann::json config = HfConfigJson(weights.config, "float32");
   config["name"] = weights.config.name;

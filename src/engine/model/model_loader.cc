@@ -197,7 +197,7 @@ StatusOr<ModelFormat> DetectModelFormat(const std::string& model) {
   }
   return NotFoundError(
       "model '" + model +
-      "' is neither a built-in (tiny, small, tiny-odd, tiny-kv4) nor an existing path");
+      "' is neither a built-in (tiny, small, tiny-odd, tiny-kv4, tiny-mla) nor an existing path");
 }
 
 StatusOr<ModelWeights> LoadModelWeights(const std::string& model) {

@@ -66,7 +66,8 @@ ModelConfig Variant(const std::string& arch) {
   c.qk_norm = arch == "qwen3";
   if (arch == "llama") {
     c.rope_theta = 500000.0f;
-    c.rope_scaling = {RopeScaling::Type::kLlama3, 8.0f, 1.0f, 4.0f, 64, {}};
+    c.rope_scaling = {
+        RopeScaling::Type::kLlama3, 8.0f, 1.0f, 4.0f, 64, {}, 32.0f, 1.0f, 1.0f, 0.0f};
   }
   return c;
 }
