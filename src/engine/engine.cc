@@ -113,6 +113,7 @@ StatusOr<int32_t> AllocateCaches(const EngineConfig& config, const ModelConfig& 
   spec.head_dim = mc.kv_cache_head_dim();
   spec.dtype = config.kv_cache_dtype;
   spec.kind = mc.is_mla() ? kv::AttentionKind::kMLA : kv::AttentionKind::kStandard;
+  spec.mla_rope_dim = mc.is_mla() ? mc.mla.qk_rope_head_dim : 0;
   spec.layout = config.kv_cache_layout;
   spec.block_size_kernel = geometry.block_size_kernel();
   spec.num_blocks_kernel = 1;

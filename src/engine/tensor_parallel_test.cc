@@ -326,6 +326,7 @@ TEST(TensorParallelEngineTest, MlaCacheHoldsLatentAndRopeKeyOnly) {
   EXPECT_EQ(spec.num_regions(), 2);  // tiny-mla's 2 layers
   EXPECT_EQ(spec.num_kv_heads, 1);
   EXPECT_EQ(spec.head_dim, 32 + 8);  // kv_lora_rank + qk_rope_head_dim
+  EXPECT_EQ(spec.mla_rope_dim, 8);
   EXPECT_EQ(spec.bytes_per_token_slot(), 40u * 4);
 }
 
