@@ -93,6 +93,9 @@ Status ModelConfig::Validate() const {
       static_cast<int32_t>(rope_scaling.freq_factors.size()) != rope_dim() / 2) {
     return InvalidArgumentError("model config: rope frequency factors must number head_dim / 2");
   }
+  if (rope_scaling.type == RopeScaling::Type::kYarn && !is_mla()) {
+    return InvalidArgumentError("model config: yarn rope_scaling is supported for MLA only");
+  }
   if (rope_scaling.type == RopeScaling::Type::kYarn &&
       YarnMscale(rope_scaling.factor, rope_scaling.mscale) !=
           YarnMscale(rope_scaling.factor, rope_scaling.mscale_all_dim)) {

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/model/deepseek_rope.h"
 #include "engine/model/gguf_config.h"
 #include "engine/model/hf_config.h"
 #include "engine/model/model_loader.h"
@@ -30,11 +31,11 @@ std::vector<std::byte> Encode(const std::vector<float>& values, formats::DType d
   return out;
 }
 
-// The writers know the Llama-family tensor names only.
-Status RefuseMla(const ModelConfig& c) {
+// GGUF has no DeepSeek tensor names here (Hugging Face directories and kvferry files do).
+Status RefuseMlaGguf(const ModelConfig& c) {
   if (!c.is_mla()) return Status::Ok();
   return UnimplementedError("model " + c.name +
-                            ": writing checkpoints of MLA (deepseek) models is not supported");
+                            ": writing MLA (deepseek) models as GGUF is not supported");
 }
 
 // Calls add(name, shape, bytes) for every tensor of `weights` under `naming`. Norms and biases
@@ -43,13 +44,14 @@ Status ForEachTensor(
     const ModelWeights& weights, TensorNaming naming, formats::DType dtype,
     const std::function<Status(const std::string&, formats::DType, const std::vector<int64_t>&,
                                const std::vector<std::byte>&)>& add) {
-  KVF_RETURN_IF_ERROR(RefuseMla(weights.config));
+  if (naming == TensorNaming::kGguf) KVF_RETURN_IF_ERROR(RefuseMlaGguf(weights.config));
   if (dtype != formats::DType::kF32 && dtype != formats::DType::kF16 &&
       dtype != formats::DType::kBF16) {
     return InvalidArgumentError("checkpoints are written in F32, F16 or BF16, not " +
                                 std::string(formats::DTypeName(dtype)));
   }
   ModelWeights copy = weights;  // shares the bytes; the slots point into the copy
+  PermuteMlaRopeRows(&copy, /*to_interleaved=*/true);  // DeepSeek checkpoints' pair order
   for (const TensorSlot& slot : TensorSlots(naming, &copy)) {
     if (slot.vector != nullptr) {
       KVF_RETURN_IF_ERROR(add(slot.name, formats::DType::kF32, slot.shape,
@@ -89,7 +91,7 @@ Status WriteGgufCheckpoint(const ModelWeights& weights, const std::string& path,
                            formats::DType dtype,
                            const std::function<Status(formats::GgufWriter*)>& add_tokenizer) {
   formats::GgufWriter writer;
-  KVF_RETURN_IF_ERROR(RefuseMla(weights.config));
+  KVF_RETURN_IF_ERROR(RefuseMlaGguf(weights.config));
   KVF_RETURN_IF_ERROR(AddGgufModelMetadata(weights.config, &writer));
   if (add_tokenizer) KVF_RETURN_IF_ERROR(add_tokenizer(&writer));
   KVF_RETURN_IF_ERROR(
@@ -102,7 +104,6 @@ Status WriteGgufCheckpoint(const ModelWeights& weights, const std::string& path,
 }
 
 Status SaveCheckpoint(const ModelWeights& weights, const std::string& path) {
-  KVF_RETURN_IF_ERROR(RefuseMla(weights.config));
   formats::SafetensorsWriter writer;
   nlohmann::json config = HfConfigJson(weights.config, "float32");
   config["name"] = weights.config.name;
