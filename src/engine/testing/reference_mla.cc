@@ -65,7 +65,13 @@ void ReferenceModel::MlaAttentionBlock(const ReferenceLayer& layer, int32_t pos,
   // Expand every cached latent into each head's key and value: kv_b's rows per head are its
   // nope key rows, then its value rows.
   const int32_t n = pos + 1;
-  const double scale = c.softmax_scale();
+  // DeepSeek's softmax_scale: q_head_dim^-0.5, times yarn_get_mscale(factor, mscale_all_dim)^2.
+  double scale = 1.0 / std::sqrt(static_cast<double>(nope + rope));
+  const RopeScaling& r = c.rope_scaling;
+  if (r.type == RopeScaling::Type::kYarn && r.factor > 1.0f) {
+    const double mscale = 0.1 * r.mscale_all_dim * std::log(static_cast<double>(r.factor)) + 1.0;
+    scale *= mscale * mscale;
+  }
   std::vector<double> attn(static_cast<size_t>(heads * vd), 0.0);
   std::vector<double> scores(n), values(static_cast<size_t>(n * vd));
   for (int64_t j = 0; j < heads; ++j) {
