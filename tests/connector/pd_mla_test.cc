@@ -130,8 +130,9 @@ TEST_F(PdMlaTest, LayoutsAndHalfPrecision) {
 }
 
 // Bytes per token are exactly layers x (latent + rope key) x dtype bytes when the pulled tokens
-// fill P's kernel blocks: 2 x 40 x 4 = 320 B (f32). tiny (GQA, the same width 128) moves
-// 2 x 2 KV heads x 32 x 4 = 512 B per token per layer where tiny-mla moves 40 x 4 = 160.
+// fill P's kernel blocks: 2 x 40 x 4 = 320 B (f32). GQA models of the same width 128 move more:
+// tiny 2 x 2 KV heads x 32 x 4 = 512 B per token per layer where tiny-mla moves 40 x 4 = 160,
+// and tiny-kv4 (2 layers like tiny-mla) 1024 B per token in all against 320.
 TEST_F(PdMlaTest, BytesPerTokenAreTheLatentRowAndFewerThanGqa) {
   const std::vector<int32_t> prompt = MakePrompt(16 * 20 + 1, 3);  // 320 pulled tokens
   auto pull = [&](const std::string& model) {
@@ -156,6 +157,11 @@ TEST_F(PdMlaTest, BytesPerTokenAreTheLatentRowAndFewerThanGqa) {
   const double gqa = pull("tiny");
   EXPECT_EQ(gqa, 512.0);
   EXPECT_LT(mla, gqa);
+  // tiny-kv4: GQA at the same width and the same 2 layers (4 KV heads of 16): 1024 B per token
+  // in all against tiny-mla's 320.
+  const double kv4 = pull("tiny-kv4");
+  EXPECT_EQ(kv4 * 2, 1024.0);
+  EXPECT_LT(mla * 2, kv4 * 2);
 }
 
 // A D whose cache is not P's MLA geometry (here a GQA model) fails the handshake with the
