@@ -9,7 +9,9 @@
 //   o_lat  = MlaAttention(q_cat) over the cached rows          per head, [latent]
 //   attn   = o_lat[h] v_up[h]^T                               per head, [v_head_dim]
 // Every value is a canonical Dot (MatMul) or the attention kernel's fixed order: nothing
-// depends on the batch, the chunking or the cache geometry.
+// depends on the batch, the chunking or the cache geometry. A tensor-parallel rank computes its
+// query heads only (q_b / q_proj rows, k_absorb, v_up of its heads) and the whole latent, which
+// every rank caches: each rank's cache is the same bits.
 #include <cstring>
 
 #include "engine/kernels/kv_store.h"
@@ -26,8 +28,8 @@ void ModelRunner::MlaAttentionBlock(int32_t l, std::span<const kernels::Attentio
   const MlaShape& m = c.mla;
   const LayerShard& lw = shard_->layers[l];
   const int64_t d = c.hidden_dim;
-  const int32_t heads = c.num_heads;
-  const int64_t qhd = c.head_dim;  // nope + rope
+  const int32_t heads = shard_->shard.num_q_heads;  // this rank's query heads
+  const int64_t qhd = c.head_dim;                   // nope + rope
   const int64_t lat = m.kv_lora_rank;
   const int64_t row_dim = c.kv_cache_head_dim();  // lat + rope
 
@@ -37,7 +39,7 @@ void ModelRunner::MlaAttentionBlock(int32_t l, std::span<const kernels::Attentio
     kernels::MatMul(h_.data(), rows, d, {&lw.full->q_a, 1}, qa_.data(), pool_);
     kernels::RmsNorm(qa_.data(), rows, m.q_lora_rank, lw.full->q_a_norm.data(), c.rms_norm_eps,
                      qa_.data());
-    kernels::MatMul(qa_.data(), rows, m.q_lora_rank, {&lw.full->q_b, 1}, q_.data(), pool_);
+    kernels::MatMul(qa_.data(), rows, m.q_lora_rank, {&lw.q_b, 1}, q_.data(), pool_);
   } else {
     kernels::MatMul(h_.data(), rows, d, {&lw.q, 1}, q_.data(), pool_);
   }

@@ -10,7 +10,7 @@
 // query and KV heads (+ q/k/v biases: Qwen2); per-head RmsNorm of q and k (Qwen3); RoPE(q, k);
 // store k, v in its cache; attention over its heads (reads the cache, own token included);
 // x += AllReduce(o Wo^T over its heads); h = RmsNorm(x); x += AllReduce(SwiGlu(h Wgu^T)
-// Wdown^T over its ffn columns). MLA models (TP 1) replace the attention part by
+// Wdown^T over its ffn columns). MLA models replace the attention part by
 // MlaAttentionBlock (docs/engine.md, "Multi-head latent attention"). The all-reduce
 // (TpCommunicator) leaves every rank's x identical. Logits: RmsNorm(x) lm_head^T of its vocab rows,
 // for the last row of the chunks that ask for them.

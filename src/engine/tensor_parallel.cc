@@ -24,12 +24,24 @@ std::vector<int64_t> LocalBounds(int64_t width, int32_t first_leaf, int32_t num_
   return out;
 }
 
-// MLA's per-head absorbed key matrices and value views (LayerShard::k_absorb, v_up).
-void ShardMla(const ModelConfig& c, const LayerWeights& lw, LayerShard& l, ModelShard& out) {
+// One MLA layer as rank `s` sees it: its query heads' rows of q_proj (or q_b_proj), their
+// absorbed key matrices and value views (LayerShard::k_absorb, v_up) and their columns of
+// o_proj. q_a_proj and kv_a_proj_with_mqa stay whole: every rank computes (and caches) the latent.
+void ShardMla(const ModelConfig& c, const LayerWeights& lw, const RankShard& s, LayerShard& l,
+              ModelShard& out) {
   const MlaShape& m = c.mla;
+  const int64_t q0 = int64_t{s.q_head_first} * c.head_dim;
+  const int64_t qn = int64_t{s.num_q_heads} * c.head_dim;
+  if (m.q_lora_rank > 0) {
+    l.q_b = RowSlice(lw.q_b, q0, qn);
+  } else {
+    l.q = RowSlice(lw.q, q0, qn);
+  }
+  l.o = ColumnSlice(lw.o, int64_t{s.q_head_first} * m.v_head_dim,
+                    int64_t{s.num_q_heads} * m.v_head_dim);
   const int64_t per_head = m.qk_nope_head_dim + m.v_head_dim;
   const std::vector<float> kv_b = ToF32(lw.kv_b);  // [H * per_head][kv_lora]
-  for (int32_t h = 0; h < c.num_heads; ++h) {
+  for (int32_t h = s.q_head_first; h < s.q_head_first + s.num_q_heads; ++h) {
     auto t = std::make_shared<std::vector<float>>(
         static_cast<size_t>(int64_t{m.kv_lora_rank} * m.qk_nope_head_dim));
     for (int64_t i = 0; i < m.qk_nope_head_dim; ++i) {
@@ -53,11 +65,6 @@ StatusOr<std::vector<RankShard>> PlanTensorParallel(const ModelConfig& c, int32_
         std::to_string(c.num_heads) + " attention heads, so its row-parallel layers reduce " +
         "over " + std::to_string(groups) + " fixed groups and the TP size must divide " +
         std::to_string(groups) + " (docs/engine.md, \"Tensor parallelism\")");
-  }
-  if (c.is_mla() && tp_size > 1) {
-    return InvalidArgumentError(
-        "tensor_parallel_size " + std::to_string(tp_size) + ": model " + c.name +
-        " uses multi-head latent attention, which kvferry runs at tensor_parallel_size 1 only");
   }
   StatusOr<kv::HeadSharding> kv_sharding = kv::HeadSharding::Create(c.num_kv_heads, tp_size);
   if (!kv_sharding.ok()) {
@@ -98,10 +105,7 @@ ModelShard ShardWeights(const ModelWeights& w, const RankShard& s) {
     LayerShard l;
     l.full = &lw;
     if (w.config.is_mla()) {
-      // TP 1 only (PlanTensorParallel): the rank sees the whole layer.
-      l.q = lw.q;
-      l.o = lw.o;
-      ShardMla(w.config, lw, l, out);
+      ShardMla(w.config, lw, s, l, out);
     } else {
       l.q = RowSlice(lw.q, q0, qn);
       l.k = RowSlice(lw.k, k0, kn);

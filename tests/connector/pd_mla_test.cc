@@ -3,8 +3,9 @@
 // logical blocks {16, 64, 128, 256} x flash/paged x host buffer on/off, with and without a
 // partial prefix hit on D, and every load is proven pulled (not recomputed) with the exact bytes
 // of an MLA cache: layers x (latent + rope key) x dtype bytes per token of P's kernel blocks.
-// MLA moves fewer bytes per token and layer than `tiny`, the GQA model of the same width, and a
-// P and D of different attention geometry fail the handshake, saying why.
+// MLA moves fewer bytes per token and layer than `tiny`, the GQA model of the same width; at
+// tensor-parallel sizes {1, 2, 4} each way each D rank reads the latent once, the reads spread
+// over P's ranks; a P and D of different attention geometry fail the handshake, saying why.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -162,6 +163,47 @@ TEST_F(PdMlaTest, BytesPerTokenAreTheLatentRowAndFewerThanGqa) {
   const double kv4 = pull("tiny-kv4");
   EXPECT_EQ(kv4 * 2, 1024.0);
   EXPECT_LT(mla * 2, kv4 * 2);
+}
+
+// Tensor parallelism: every rank of P and of D caches the whole latent, so each D rank reads it
+// once, from P rank d mod P's TP size — the reads spread over P's ranks, each P rank read is
+// notified by its readers — and moves the full latent bytes. P and D at TP {1, 2, 4} each way
+// (host buffer on D at odd pairs), against colocated TP 1.
+TEST_F(PdMlaTest, TensorParallelReadsTheLatentOncePerDRankSpreadOverPRanks) {
+  int pair = 0;
+  for (int32_t p_tp : {1, 2, 4}) {
+    for (int32_t d_tp : {1, 2, 4}) {
+      InstanceSpec ps = Mla(64, "paged", false);
+      ps.tp = p_tp;
+      InstanceSpec ds = Mla(16, "flash", pair++ % 2 == 1, Layout::kHND);
+      ds.tp = d_tp;
+      SCOPED_TRACE("P " + Describe(ps) + "  D " + Describe(ds));
+      auto p = MakeInstance("P", ps, Config());
+      auto d = MakeInstance("D", ds, Config());
+      ASSERT_TRUE(p && d);
+      const std::vector<int32_t>& prompt = prompts_[1];
+      auto params = Prefill(*p, "r", prompt);
+      ASSERT_TRUE(params.has_value());
+      ASSERT_TRUE(d->engine->AddRequest("r", prompt, Greedy(4), *params).ok());
+      auto all = RunAll({d->engine.get(), p->engine.get()});
+      ASSERT_TRUE(all["r"].finished);
+      ExpectSame(all["r"], reference_[1], "tp pair");
+      const uint64_t rank_bytes = MlaPullBytes(64, 0, 599);
+      ExpectPulled(all["r"], 599, rank_bytes * d_tp, "tp pair");
+      ASSERT_TRUE(all["r"].kv_load.has_value());
+      ASSERT_EQ(all["r"].kv_load->ranks.size(), static_cast<size_t>(d_tp));
+      for (int32_t r = 0; r < d_tp; ++r) {
+        const connector::RankLoad& rank = all["r"].kv_load->ranks[r];
+        EXPECT_EQ(rank.bytes, rank_bytes) << "D rank " << r;
+        EXPECT_EQ(rank.source_ranks, std::vector<int32_t>{r % p_tp}) << "D rank " << r;
+      }
+      EXPECT_EQ(d->connector->Stats().notifications_sent, static_cast<uint64_t>(d_tp));
+      EXPECT_EQ(p->connector->Stats().leases_released_by_notification, 1u);
+      EXPECT_EQ(p->connector->Stats().leases_expired, 0u);
+      ExpectPoolClean(*p->engine, "P");
+      ExpectPoolClean(*d->engine, "D");
+    }
+  }
 }
 
 // A D whose cache is not P's MLA geometry (here a GQA model) fails the handshake with the
