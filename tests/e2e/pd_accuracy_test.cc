@@ -406,6 +406,38 @@ TEST_F(PdAccuracyTest, MlaModelThroughTheProxy) {
   EXPECT_TRUE(reference.Stop());
 }
 
+// tiny-mla with P and D at TP 2 (every rank caches the whole latent): each D rank pulls it once,
+// D rank r from P rank r, the full bytes each; output equal to a colocated TP-1 instance.
+TEST_F(PdAccuracyTest, MlaModelAtTensorParallel2ThroughTheProxy) {
+  const std::vector<std::string> extra = {"--model", "tiny-mla", "-tp", "2"};
+  KvferryProcess reference("mla-tp-colocated",
+                           {"serve", "--port", "0", "--threads", "1", "--model", "tiny-mla"},
+                           *log_dir_);
+  ASSERT_TRUE(reference.ok()) << reference.error();
+  Deployment dep =
+      Start({64, "paged", "NHD"}, {128, "flash", "HND"}, false, "mla-tp", "ucx", extra);
+  ASSERT_TRUE(dep.ok()) << dep.error();
+  const std::vector<json> bodies = {Request(Prompt(90, 81), 6), Request(Prompt(260, 82), 6)};
+  ExpectPdEqualsColocated(dep, bodies, &reference);
+  for (const json& body : bodies) {
+    auto answer = Post(dep.proxy->port(), "/v1/completions", body);
+    ASSERT_TRUE(answer.has_value());
+    const json& kl = (*answer)["kv_load"];
+    ASSERT_EQ(kl["ranks"].size(), 2u) << kl.dump();
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(kl["ranks"][r]["source_ranks"], json::array({r})) << kl.dump();
+      EXPECT_EQ(kl["ranks"][r]["pulled_bytes"].get<int64_t>() * 2,
+                kl["pulled_bytes"].get<int64_t>())
+          << kl.dump();
+    }
+  }
+  ExpectNoBlocksLeft(dep);
+  EXPECT_TRUE(dep.proxy->Stop());
+  EXPECT_TRUE(dep.d->Stop());
+  EXPECT_TRUE(dep.p->Stop());
+  EXPECT_TRUE(reference.Stop());
+}
+
 // An unreachable decode instance is a clear error within the deadline, and P frees its lease.
 TEST_F(PdAccuracyTest, DeadDecodeInstanceIsAnErrorAndLeaksNothing) {
   ASSERT_TRUE(colocated_->ok()) << colocated_->error();
