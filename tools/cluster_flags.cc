@@ -68,6 +68,10 @@ void AddProxyClusterFlags(CLI::App* p, proxy::ProxyOptions* o) {
   p->add_option("--min-free-kv-fraction", o->routing.min_free_kv_fraction,
                 "Decode instances with less free KV than this are chosen only if all are")
       ->capture_default_str();
+  p->add_flag("!--no-first-token-from-prefill", o->first_token_from_prefill,
+              "Let decode instances compute the first token again (the older hand-off, for "
+              "decode instances that do not resume after the prefill instance's first token, "
+              "e.g. vLLM's)");
   p->add_option("--poll-interval-ms", o->poll_interval_ms,
                 "How often each instance's /metrics (load and health) is read")
       ->capture_default_str();

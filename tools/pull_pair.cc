@@ -92,7 +92,10 @@ StatusOr<PairResult> BenchPair(const PullOptions& o, int p_tp, int d_tp) {
                          Run({p.engine.get()}, p.engine.get(), id, false));
     if (!prefilled.kv_transfer_params) return InternalError("P returned no kv_transfer_params");
     const uint64_t before = d.connector->Stats().duration_us_total;
-    KVF_RETURN_IF_ERROR(d.engine->AddRequest(id, prompt, sp, *prefilled.kv_transfer_params));
+    // Two tokens: the first is P's (D resumes after it), so D must pull to compute the second.
+    engine::SamplingParams d_sp = sp;
+    d_sp.max_tokens = 2;
+    KVF_RETURN_IF_ERROR(d.engine->AddRequest(id, prompt, d_sp, *prefilled.kv_transfer_params));
     KVF_ASSIGN_OR_RETURN(engine::RequestOutput out,
                          Run({d.engine.get(), p.engine.get()}, d.engine.get(), id, true));
     if (!out.kv_load || out.kv_load->outcome != connector::LoadOutcome::kPulled) {

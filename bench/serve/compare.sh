@@ -7,7 +7,8 @@
 #   colocated: one instance on cores 0-1 (--threads 2)
 #
 # usage: bench/serve/compare.sh [path/to/kvferry] [extra `bench serve` flags...]
-#   MODEL=tiny|small (default small)  WORKLOADS="prefill decode mixed" (default: all three)
+#   MODEL=tiny|small (default small)  WORKLOADS="prefill decode mixed" (default: those three;
+#   "ttft": 32 prompts of 512 tokens one at a time, for the hand-off's own TTFT cost)
 set -euo pipefail
 
 BIN=${1:-build/bin/kvferry}
@@ -52,6 +53,7 @@ for w in $WORKLOADS; do
     prefill) FLAGS=(--num-prompts 8 --input-len 512 --input-len-range 0.2 --output-len 8 --concurrency 4) ;;
     decode) FLAGS=(--num-prompts 8 --input-len 64 --input-len-range 0.5 --output-len 64 --concurrency 8) ;;
     mixed) FLAGS=(--num-prompts 12 --input-len 384 --input-len-range 0.5 --output-len 32 --request-rate 1 --concurrency 8) ;;
+    ttft) FLAGS=(--num-prompts 32 --input-len 512 --output-len 16 --concurrency 1) ;;
     *) echo "unknown workload $w" >&2; exit 2 ;;
   esac
   echo "### workload $w: ${FLAGS[*]} (model $MODEL)"

@@ -304,12 +304,14 @@ MatchResult SchedulerHalf::GetNumNewMatchedTokens(const RequestView& request,
     return {};
   }
   if (c_->loads_issued_.count(request.request_id) != 0) return {};  // one pull per request
-  // D computes the last prompt token itself (its logits give the first output token), so it
-  // needs P's KV for [local hit, prompt - 1) at most, and no further than what P offered.
+  // Without P's first token D computes the last prompt token itself (its logits give the first
+  // output token), so it needs P's KV for [local hit, prompt - 1) at most; with it, D resumes
+  // after it and needs every prompt token's KV. Never further than what P offered.
   const int32_t prompt = static_cast<int32_t>(request.prompt_tokens.size());
   const int32_t offered =
       p->remote_num_tokens < 0 ? prompt : std::min(p->remote_num_tokens, prompt);
-  const int32_t external = std::min(offered, prompt - 1) - num_local_computed_tokens;
+  const int32_t needed = p->first_token ? prompt : prompt - 1;
+  const int32_t external = std::min(offered, needed) - num_local_computed_tokens;
   MatchResult match;
   if (external > 0) {
     match.num_external_tokens = external;
@@ -415,6 +417,8 @@ FinishResult SchedulerHalf::RequestFinished(const RequestView& request,
     if (first != c_->computed_.end()) c_->computed_.erase(first);
   }
   c_->StagePendingSaves(&id);
+  // A request that ended by itself (eos, a stop token) is P's whole answer: no D will read it.
+  if (request.generation_ended) return c_->OfferBlocks(request, block_ids.first(0));
   return c_->OfferBlocks(request, block_ids);
 }
 

@@ -2,12 +2,81 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "connector/json_fields.h"
 
 namespace kvferry::connector {
+namespace {
+
+// A log probability: a finite number <= 0.
+StatusOr<float> Logprob(const JsonFields& fields, const char* key, const nlohmann::json& v) {
+  if (!v.is_number()) return fields.Error(key, "must be a number");
+  const double x = v.get<double>();
+  if (!std::isfinite(x) || x > 0.0 || x < -std::numeric_limits<float>::max()) {
+    return fields.Error(key, "must be a finite number <= 0");
+  }
+  return static_cast<float>(x);
+}
+
+// first_token_* and sampling_seed; absent first_token_id: no first token (older P).
+Status ParseFirstToken(const JsonFields& fields, KvTransferParams* p) {
+  FirstToken first;
+  bool has_id = false;
+  KVF_RETURN_IF_ERROR(fields.Integer("first_token_id", 0, std::numeric_limits<int32_t>::max(),
+                                     &first.token_id, &has_id));
+  const nlohmann::json* logprob = fields.Find("first_token_logprob");
+  const nlohmann::json* top = fields.Find("first_token_top_logprobs");
+  const nlohmann::json* seed = fields.Find("sampling_seed");
+  if (!has_id) {
+    if (logprob != nullptr || top != nullptr) {
+      return fields.Error(logprob != nullptr ? "first_token_logprob" : "first_token_top_logprobs",
+                          "needs first_token_id");
+    }
+    return Status::Ok();
+  }
+  if (logprob == nullptr)
+    return fields.Error("first_token_logprob", "required with first_token_id");
+  if (seed == nullptr) return fields.Error("sampling_seed", "required with first_token_id");
+  KVF_ASSIGN_OR_RETURN(first.logprob, Logprob(fields, "first_token_logprob", *logprob));
+  if (!seed->is_number_unsigned() && !(seed->is_number_integer() && seed->get<int64_t>() >= 0)) {
+    return fields.Error("sampling_seed", "must be a non-negative integer");
+  }
+  first.sampling_seed = seed->get<uint64_t>();
+  if (top != nullptr) {
+    if (!top->is_array() || top->size() > 20) {
+      return fields.Error("first_token_top_logprobs", "must be an array of at most 20 entries");
+    }
+    for (const auto& alt : *top) {
+      if (!alt.is_array() || alt.size() != 2 || !alt[0].is_number_integer() ||
+          alt[0].get<int64_t>() < 0 ||
+          alt[0].get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+        return fields.Error("first_token_top_logprobs", "entries must be [token_id, logprob]");
+      }
+      KVF_ASSIGN_OR_RETURN(float lp, Logprob(fields, "first_token_top_logprobs", alt[1]));
+      first.top_logprobs.push_back({static_cast<int32_t>(alt[0].get<int64_t>()), lp});
+    }
+  }
+  p->first_token = std::move(first);
+  return Status::Ok();
+}
+
+nlohmann::json FirstTokenJson(const FirstToken& first, nlohmann::json j) {
+  j["first_token_id"] = first.token_id;
+  j["first_token_logprob"] = first.logprob;
+  if (!first.top_logprobs.empty()) {
+    nlohmann::json top = nlohmann::json::array();
+    for (const FirstTokenAlternative& a : first.top_logprobs)
+      top.push_back({a.token_id, a.logprob});
+    j["first_token_top_logprobs"] = std::move(top);
+  }
+  j["sampling_seed"] = first.sampling_seed;
+  return j;
+}
+
+}  // namespace
 
 StatusOr<KvTransferParams> ParseKvTransferParams(const nlohmann::json& j) {
   if (!j.is_object()) return InvalidArgumentError("kv_transfer_params must be a JSON object");
@@ -63,6 +132,7 @@ StatusOr<KvTransferParams> ParseKvTransferParams(const nlohmann::json& j) {
   bool has_num_tokens = false;
   KVF_RETURN_IF_ERROR(fields.Integer("remote_num_tokens", 0, std::numeric_limits<int32_t>::max(),
                                      &p.remote_num_tokens, &has_num_tokens));
+  KVF_RETURN_IF_ERROR(ParseFirstToken(fields, &p));
   if (p.do_remote_prefill) {
     const char* missing = !has_engine    ? "remote_engine_id"
                           : !has_request ? "remote_request_id"
@@ -99,6 +169,7 @@ nlohmann::json ToJson(const KvTransferParams& params) {
     j["remote_block_generations"] = params.remote_block_generations;
   }
   if (params.remote_num_tokens >= 0) j["remote_num_tokens"] = params.remote_num_tokens;
+  if (params.first_token) return FirstTokenJson(*params.first_token, std::move(j));
   return j;
 }
 

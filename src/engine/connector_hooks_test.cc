@@ -1,8 +1,9 @@
 // The scheduler's connector hooks, driven by a fake connector that moves KV between two
 // in-process engines (P and D) by copying logical blocks. Proves: WAITING_FOR_REMOTE_KV does not
-// block the queue, the loaded prompt is reused with only the last token recomputed (outputs equal
-// colocated, bit for bit), delayed free holds P's blocks until finished_sending, invalid blocks
-// are recomputed or fail per policy, and both pools end where they started.
+// block the queue, the loaded prompt is reused and D resumes after P's first token (or, without
+// it, recomputes only the last prompt token; outputs equal colocated, bit for bit), delayed free
+// holds P's blocks until finished_sending, invalid blocks are recomputed or fail per policy, and
+// both pools end where they started.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -190,9 +191,13 @@ Completion Colocated(int n) {
   return RunToEnd(*e)["c"];
 }
 
-TEST(ConnectorHooksTest, RemotePrefillEqualsColocatedAndPoolsDrain) {
+// D resumes from P's first token (loads every prompt token: num_cached_tokens = prompt) or,
+// given params without it (vLLM's P), computes the last prompt token itself.
+void RemotePrefillEqualsColocated(bool with_first_token) {
   Pair pair;
-  const auto params = pair.Prefill("req");
+  auto params = pair.Prefill("req");
+  ASSERT_TRUE(params.first_token.has_value());
+  if (!with_first_token) params.first_token.reset();
   // D: the remote request parks, a local one keeps running meanwhile.
   ASSERT_TRUE(pair.d
                   ->AddRequest("req", testing_util::Encode(pair.d->tokenizer(), kPrompt),
@@ -200,14 +205,16 @@ TEST(ConnectorHooksTest, RemotePrefillEqualsColocatedAndPoolsDrain) {
                   .ok());
   ASSERT_TRUE(
       pair.d->AddRequest("local", testing_util::Encode(pair.d->tokenizer(), "hi"), Greedy(3)).ok());
-  pair.d->Step();
+  std::map<std::string, Completion> first_step;
+  testing_util::Collect(pair.d->Step(), &first_step);
+  EXPECT_EQ(first_step["req"].tokens.size(), with_first_token ? 1u : 0u);
   EXPECT_EQ(pair.d->stats().num_waiting_for_remote_kv, 1);
   EXPECT_EQ(pair.d->stats().num_running, 1);
-  auto out = RunToEnd(*pair.d);
+  auto out = RunToEnd(*pair.d, 100000, true, std::move(first_step));
   ExpectSameCompletion(Colocated(10), out["req"], "disaggregated vs colocated");
   const int32_t prompt_len =
       static_cast<int32_t>(testing_util::Encode(pair.d->tokenizer(), kPrompt).size());
-  EXPECT_EQ(out["req"].num_cached_tokens, prompt_len - 1);
+  EXPECT_EQ(out["req"].num_cached_tokens, with_first_token ? prompt_len : prompt_len - 1);
   EXPECT_EQ(out["local"].reason, FinishReason::kLength);
   EXPECT_EQ(pair.d_conn.alloc_calls, 1);
   ExpectPoolClean(*pair.d);
@@ -218,6 +225,14 @@ TEST(ConnectorHooksTest, RemotePrefillEqualsColocatedAndPoolsDrain) {
   pair.p->Step();
   EXPECT_FALSE(pair.p->HasWork());
   ExpectPoolClean(*pair.p);
+}
+
+TEST(ConnectorHooksTest, RemotePrefillEqualsColocatedAndPoolsDrain) {
+  RemotePrefillEqualsColocated(/*with_first_token=*/true);
+}
+
+TEST(ConnectorHooksTest, WithoutFirstTokenDComputesTheLastPromptToken) {
+  RemotePrefillEqualsColocated(/*with_first_token=*/false);
 }
 
 TEST(ConnectorHooksTest, InvalidBlocksAreRecomputed) {
@@ -248,7 +263,9 @@ TEST(ConnectorHooksTest, InvalidBlocksFailWithPolicyFail) {
   auto out = RunToEnd(*pair.d);
   EXPECT_EQ(out["req"].reason, FinishReason::kError);
   EXPECT_EQ(out["req"].error.code(), StatusCode::kDataLoss);
-  EXPECT_TRUE(out["req"].tokens.empty());
+  // Only P's first token, reported when D took the request; nothing computed on D.
+  ASSERT_TRUE(params.first_token.has_value());
+  EXPECT_EQ(out["req"].tokens, std::vector<int32_t>{params.first_token->token_id});
   EXPECT_EQ(pair.d_conn.finished.count("req"), 1u);
   ExpectPoolClean(*pair.d);
 }

@@ -79,6 +79,17 @@ struct Engine::Impl {
 
 namespace {
 
+// P's first token (kv_transfer_params.first_token_*) names tokens of this vocabulary.
+Status CheckFirstToken(const connector::FirstToken& first, int32_t vocab) {
+  auto outside = [vocab](int32_t id) { return id < 0 || id >= vocab; };
+  bool bad = outside(first.token_id);
+  for (const connector::FirstTokenAlternative& a : first.top_logprobs) bad |= outside(a.token_id);
+  if (!bad) return Status::Ok();
+  return InvalidArgumentError(
+      "kv_transfer_params.first_token_id: token id outside the vocabulary [0, " +
+      std::to_string(vocab) + ")");
+}
+
 Status ValidateConfig(const EngineConfig& c) {
   if (c.block_size <= 0) return InvalidArgumentError("block_size must be > 0");
   if (c.num_threads < 1) return InvalidArgumentError("num_threads must be >= 1");
@@ -243,10 +254,20 @@ Status Engine::AddRequest(std::string request_id, std::vector<int32_t> prompt_to
   if (impl_->scheduler->Contains(request_id)) {
     return AlreadyExistsError("request id '" + request_id + "' is already live");
   }
-  const uint64_t seed = params.seed ? *params.seed : impl_->next_seed++;
+  // D resuming from P's first output token: it is appended as generated, and sampling goes on
+  // with P's seed at output index 1 (docs/connector.md §2).
+  std::optional<connector::FirstToken> first;
+  if (kv_transfer_params && kv_transfer_params->do_remote_prefill) {
+    first = kv_transfer_params->first_token;
+  }
+  if (first) KVF_RETURN_IF_ERROR(CheckFirstToken(*first, vocab));
+  const uint64_t seed = first         ? first->sampling_seed
+                        : params.seed ? *params.seed
+                                      : impl_->next_seed++;
   auto request =
       std::make_unique<Request>(std::move(request_id), std::move(prompt_token_ids), params, seed,
                                 std::move(kv_transfer_params), impl_->scheduler->geometry());
+  request->first_output = std::move(first);
   impl_->scheduler->Add(std::move(request));
   return Status::Ok();
 }

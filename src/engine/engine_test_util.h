@@ -22,25 +22,29 @@ struct Completion {
   int finished_count = 0;
 };
 
-// Steps the engine until it has no work (bounded), collecting every request's outputs.
-// With expect_drain false (P holding blocks for a reader), stops after max_steps quietly.
-inline std::map<std::string, Completion> RunToEnd(Engine& engine, int max_steps = 100000,
-                                                  bool expect_drain = true) {
-  std::map<std::string, Completion> all;
-  for (int i = 0; i < max_steps && engine.HasWork(); ++i) {
-    for (RequestOutput& out : engine.Step()) {
-      Completion& c = all[out.request_id];
-      c.tokens.insert(c.tokens.end(), out.new_token_ids.begin(), out.new_token_ids.end());
-      c.logprobs.insert(c.logprobs.end(), out.new_logprobs.begin(), out.new_logprobs.end());
-      if (out.finished) {
-        ++c.finished_count;
-        c.reason = out.finish_reason;
-        c.error = out.error;
-        c.kv_transfer_params = out.kv_transfer_params;
-        c.num_cached_tokens = out.num_cached_tokens;
-      }
+// Adds one Step()'s outputs to `all`.
+inline void Collect(std::vector<RequestOutput> outputs, std::map<std::string, Completion>* all) {
+  for (RequestOutput& out : outputs) {
+    Completion& c = (*all)[out.request_id];
+    c.tokens.insert(c.tokens.end(), out.new_token_ids.begin(), out.new_token_ids.end());
+    c.logprobs.insert(c.logprobs.end(), out.new_logprobs.begin(), out.new_logprobs.end());
+    if (out.finished) {
+      ++c.finished_count;
+      c.reason = out.finish_reason;
+      c.error = out.error;
+      c.kv_transfer_params = out.kv_transfer_params;
+      c.num_cached_tokens = out.num_cached_tokens;
     }
   }
+}
+
+// Steps the engine until it has no work (bounded), collecting every request's outputs (after
+// those already in `all`). With expect_drain false (P holding blocks for a reader), stops after
+// max_steps quietly.
+inline std::map<std::string, Completion> RunToEnd(Engine& engine, int max_steps = 100000,
+                                                  bool expect_drain = true,
+                                                  std::map<std::string, Completion> all = {}) {
+  for (int i = 0; i < max_steps && engine.HasWork(); ++i) Collect(engine.Step(), &all);
   if (expect_drain) {
     EXPECT_FALSE(engine.HasWork()) << "engine did not drain";
   }

@@ -46,6 +46,7 @@ struct Request {
     v.num_tokens = num_tokens();
     v.num_computed_tokens = num_computed_tokens;
     v.kv_transfer_params = kv_transfer_params ? &*kv_transfer_params : nullptr;
+    v.generation_ended = generation_ended;
     return v;
   }
 
@@ -65,6 +66,10 @@ struct Request {
   int32_t pending_external_tokens = 0;  // remote tokens being loaded
   bool aborted = false;                 // aborted while waiting for remote KV
   std::optional<connector::LoadReport> kv_load;  // how its remote KV arrived (D)
+  // Its first output token and the sampler state after it: P returns it in kv_transfer_params
+  // (a D resumes from it); on D, the token P sent.
+  std::optional<connector::FirstToken> first_output;
+  bool generation_ended = false;  // finished by eos / a stop token / max_model_len
 };
 
 }  // namespace kvferry::engine

@@ -15,6 +15,23 @@ void Scheduler::Add(std::unique_ptr<Request> request) {
   Request* r = request.get();
   requests_.emplace(r->request_id, std::move(request));
   waiting_.push_back(r);
+  if (r->first_output) Resume(r);
+}
+
+void Scheduler::Resume(Request* r) {
+  const connector::FirstToken& first = *r->first_output;
+  r->tokens.push_back(first.token_id);
+  RequestOutput& out = OutputFor(*r);
+  out.new_token_ids.push_back(first.token_id);
+  out.new_logprobs.push_back(first.logprob);
+  if (r->params.top_logprobs > 0) {
+    std::vector<TokenLogprob> top;
+    for (const connector::FirstTokenAlternative& a : first.top_logprobs) {
+      top.push_back({a.token_id, a.logprob});
+    }
+    out.top_logprobs.push_back(std::move(top));
+  }
+  FinishIfDone(r, first.token_id);
 }
 
 bool Scheduler::Contains(std::string_view request_id) const {
@@ -244,15 +261,27 @@ void Scheduler::AppendToken(Request* r, int32_t token, float logprob,
   RequestOutput& out = OutputFor(*r);
   out.new_token_ids.push_back(token);
   out.new_logprobs.push_back(logprob);
+  if (r->num_output_tokens() == 1) {
+    std::vector<connector::FirstTokenAlternative> alts;
+    for (const TokenLogprob& t : top_logprobs) alts.push_back({t.token_id, t.logprob});
+    r->first_output = connector::FirstToken{token, logprob, std::move(alts), r->seed};
+  }
   if (r->params.top_logprobs > 0) out.top_logprobs.push_back(std::move(top_logprobs));
+  FinishIfDone(r, token);
+}
+
+void Scheduler::FinishIfDone(Request* r, int32_t token) {
   const SamplingParams& p = r->params;
-  if (!p.ignore_eos && std::find(options_.eos_token_ids.begin(), options_.eos_token_ids.end(),
-                                 token) != options_.eos_token_ids.end()) {
+  const bool eos = !p.ignore_eos &&
+                   std::find(options_.eos_token_ids.begin(), options_.eos_token_ids.end(), token) !=
+                       options_.eos_token_ids.end();
+  const bool stop_token =
+      std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+  const bool at_max_len = r->num_tokens() >= options_.max_model_len;
+  r->generation_ended = eos || stop_token || at_max_len;
+  if (eos || stop_token) {
     Finish(r, FinishReason::kStop);
-  } else if (std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) !=
-             p.stop_token_ids.end()) {
-    Finish(r, FinishReason::kStop);
-  } else if (r->num_output_tokens() >= p.max_tokens || r->num_tokens() >= options_.max_model_len) {
+  } else if (r->num_output_tokens() >= p.max_tokens || at_max_len) {
     Finish(r, FinishReason::kLength);
   }
 }
@@ -282,6 +311,11 @@ void Scheduler::ReleaseBlocks(Request* r) {
       RequestOutput& out = OutputFor(*r);
       out.finish_reason = FinishReason::kError;
       out.error = fr.error;
+    }
+    if (fr.kv_transfer_params && r->first_output && r->num_output_tokens() == 1 &&
+        r->kv_transfer_params && r->kv_transfer_params->do_remote_decode) {
+      // P of a prefill-only request (one token generated): a D resumes after that token.
+      fr.kv_transfer_params->first_token = r->first_output;
     }
     if (fr.kv_transfer_params && !r->aborted) {
       auto it = output_index_.find(r->request_id);

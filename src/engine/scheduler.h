@@ -64,7 +64,10 @@ class Scheduler {
   Scheduler(const SchedulerOptions& options, kv::BlockPool pool, kv::BlockGeometry geometry,
             connector::ConnectorScheduler* connector);
 
-  // Takes a validated request (id unique).
+  // Takes a validated request (id unique). One that carries P's first output token
+  // (Request::first_output, set by the engine on D) starts with it as already generated: it is
+  // reported in the next outputs, stop conditions apply to it, and sampling continues at output
+  // index 1.
   void Add(std::unique_ptr<Request> request);
   bool Contains(std::string_view request_id) const;
   // NotFound when unknown. Reports finish (kAbort) in the next outputs.
@@ -90,6 +93,9 @@ class Scheduler {
 
  private:
   RequestOutput& OutputFor(const Request& r);
+  void Resume(Request* r);  // appends r->first_output as generated (Add)
+  // After `token` was appended: finishes on eos, a stop token, max_tokens or max_model_len.
+  void FinishIfDone(Request* r, int32_t token);
   void Finish(Request* r, FinishReason reason, Status error = Status::Ok());
   void ReleaseBlocks(Request* r);  // connector RequestFinished, hold or free, erase
   void Preempt(Request* r);

@@ -31,6 +31,14 @@ StatusOr<std::string> BuildPrefillBody(std::string_view client_body) {
   return Dump(j);
 }
 
+StatusOr<std::string> BuildWholeOnPrefillBody(std::string_view client_body) {
+  KVF_ASSIGN_OR_RETURN(json j, ParseObject(client_body, "request body"));
+  j["stream"] = false;
+  j.erase("stream_options");
+  j.erase("kv_transfer_params");
+  return Dump(j);
+}
+
 StatusOr<std::string> ExtractKvTransferParams(std::string_view prefill_response_body) {
   KVF_ASSIGN_OR_RETURN(json j, ParseObject(prefill_response_body, "prefill response"));
   auto it = j.find("kv_transfer_params");

@@ -72,6 +72,7 @@ StatusOr<std::unique_ptr<ProxyServer>> ProxyServer::Create(ProxyOptions options)
   impl->flow = {options.connect_timeout_ms,      options.prefill_timeout_ms,
                 options.decode_timeout_ms,       options.max_tries,
                 options.routing.affinity_prefix, options.upstream};
+  impl->flow.first_token_from_prefill = options.first_token_from_prefill;
   impl->options = std::move(options);
   return std::unique_ptr<ProxyServer>(new ProxyServer(std::move(impl)));
 }

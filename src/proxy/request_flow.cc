@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "kvferry/http/http_error.h"
 #include "kvferry/proxy/handoff.h"
 #include "kvferry/proxy/upstream.h"
+#include "proxy/first_token.h"
 #include "proxy/request_features.h"
 #include "proxy/stream_relay.h"
 
@@ -77,7 +79,49 @@ Attempt AnswerError(Status error) {
   return a;
 }
 
-class Flow {
+// Relays the rest of D's stream into `sink` (the provider's return value): a failure mid-stream
+// ends it with an OpenAI error event and [DONE]; tokens that went out are never repeated.
+bool PumpRelay(StreamRelay& relay, Route& route, httplib::DataSink& sink, int64_t gap_ms,
+               const std::string& who, cluster::Cluster* cluster, const std::string& id) {
+  auto write = [&](const std::string& data) {
+    if (sink.write(data.data(), data.size())) return true;
+    relay.Cancel();  // client gone: close D's stream, D aborts the request
+    route.Finish(Route::Outcome::kNeutral);
+    return false;
+  };
+  while (true) {
+    auto chunk = relay.NextChunk(Deadline::AfterMs(gap_ms));
+    if (!chunk.ok()) {
+      KVF_LOG_WARN("decode {}: {} failed mid-stream: {}", id, who, chunk.status().ToString());
+      route.Finish(Route::Outcome::kFailed);
+      cluster->CountStreamAborted();
+      const std::string ev =
+          "data: " + OpenAiErrorBody(chunk.status().WithContext(who)) + "\n\ndata: [DONE]\n\n";
+      sink.write(ev.data(), ev.size());
+      sink.done();
+      return true;
+    }
+    if (!chunk->has_value()) {
+      route.Finish(Route::Outcome::kOk);
+      sink.done();
+      return true;
+    }
+    if (!write(**chunk)) return false;
+  }
+}
+
+// The stream of a request resumed on D after P's first token: P's chunk already went out, D's
+// leg is placed from inside the stream provider.
+struct ResumedStream {
+  std::string first_chunk;
+  std::string decode_body;
+  std::string prefill_member;
+  std::unique_ptr<Route> first_decode;  // picked before the headers went out
+  std::shared_ptr<StreamRelay> relay;
+  std::shared_ptr<Route> route;
+};
+
+class Flow : public std::enable_shared_from_this<Flow> {
  public:
   Flow(cluster::Cluster* cluster, const FlowOptions& options, const httplib::Request& req)
       : cluster_(cluster),
@@ -93,12 +137,25 @@ class Flow {
 
  private:
   using Placed = std::pair<Attempt, std::unique_ptr<Route>>;
+  // `first`: the member of the first try when already picked (null: pick one).
   template <typename TryOnce>
-  Placed WithRetries(Leg leg, const std::string& avoid, TryOnce try_once);
-  Attempt TryPrefill(const Route& route, const std::string& body);
+  Placed WithRetries(Leg leg, const std::string& avoid, TryOnce try_once,
+                     std::unique_ptr<Route> first = nullptr);
+  // need_params: P must return kv_transfer_params (not so for a request P answers whole).
+  Attempt TryPrefill(const Route& route, const std::string& body, bool need_params);
   Attempt TryDecode(const Route& route, const std::string& body);
   void Reply(httplib::Response& res, Attempt& a, Route* route);
   void RelayStream(httplib::Response& res, Attempt a, std::unique_ptr<Route> route);
+  // P's answer is the client's: as it is, or as a stream of one chunk (and the usage event).
+  void ReplyWithPrefillAnswer(httplib::Response& res, const std::string& p_body);
+  // P's first token goes out at once as the stream's first chunk; D's tokens follow.
+  void StreamAfterFirstToken(httplib::Response& res, const std::string& p_body,
+                             std::string decode_body, std::string prefill_member);
+  bool PumpResumed(ResumedStream& state, httplib::DataSink& sink);
+  // P holds blocks for a request its first token ended (a stop string P's engine could not
+  // see): a D given P's params and max_tokens 1 finishes at once and releases them.
+  void ReleaseOnDecoder(const std::string& kv_transfer_params_json,
+                        const std::string& prefill_member);
   RelayTimeouts Timeouts(Leg leg) const {
     return {options_.connect_timeout_ms,
             leg == Leg::kPrefill ? options_.prefill_timeout_ms : options_.decode_timeout_ms};
@@ -113,11 +170,13 @@ class Flow {
 };
 
 template <typename TryOnce>
-Flow::Placed Flow::WithRetries(Leg leg, const std::string& avoid, TryOnce try_once) {
+Flow::Placed Flow::WithRetries(Leg leg, const std::string& avoid, TryOnce try_once,
+                               std::unique_ptr<Route> first) {
   std::vector<std::string> tried;
   Attempt last;
   for (int32_t t = 0; t < std::max(options_.max_tries, 1); ++t) {
-    auto route = cluster_->Pick(leg, route_request_, tried, avoid);
+    auto route = first != nullptr ? StatusOr<std::unique_ptr<Route>>(std::move(first))
+                                  : cluster_->Pick(leg, route_request_, tried, avoid);
     if (!route.ok()) {
       if (t == 0) return {AnswerError(route.status()), nullptr};
       break;  // nobody left to try: answer with the last failure
@@ -138,7 +197,7 @@ Flow::Placed Flow::WithRetries(Leg leg, const std::string& avoid, TryOnce try_on
   return {std::move(last), nullptr};
 }
 
-Attempt Flow::TryPrefill(const Route& route, const std::string& body) {
+Attempt Flow::TryPrefill(const Route& route, const std::string& body, bool need_params) {
   auto url = ParseUpstreamUrl(route.url());
   if (!url.ok()) return Retry(url.status());
   const std::string who = "prefill instance " + url->ToString();
@@ -154,15 +213,17 @@ Attempt Flow::TryPrefill(const Route& route, const std::string& body) {
     KVF_LOG_WARN("prefill {} answered {} for {}", url->ToString(), *status, request_id_);
     return Answer(*status, *text, relay.content_type(), Route::Outcome::kNeutral);
   }
-  auto params = ExtractKvTransferParams(*text);
-  if (!params.ok()) return AnswerError(params.status().WithContext(who));
+  if (need_params) {
+    auto params = ExtractKvTransferParams(*text);
+    if (!params.ok()) return AnswerError(params.status().WithContext(who));
+  }
   if (auto tokens = PromptTokensOf(*text); tokens && route_request_.prompt_token_ids < 0) {
     cluster_->ObservePromptTokens(route_request_.prompt_bytes, *tokens);
   }
   Attempt a;
   a.kind = Attempt::Kind::kOk;
   a.outcome = Route::Outcome::kOk;
-  a.body = std::move(params).value();
+  a.body = std::move(text).value();  // P's whole answer
   return a;
 }
 
@@ -209,27 +270,137 @@ void Flow::Reply(httplib::Response& res, Attempt& a, Route* route) {
 
 void Flow::Run(httplib::Response& res) {
   res.set_header("X-Request-Id", request_id_);
-  auto prefill_body = BuildPrefillBody(req_.body);
+  const std::optional<int64_t> max_tokens = ClientMaxTokens(req_.body);
+  const bool first_token = options_.first_token_from_prefill;
+  const bool whole_on_p = first_token && max_tokens && *max_tokens == 1;
+  auto prefill_body = whole_on_p ? BuildWholeOnPrefillBody(req_.body) : BuildPrefillBody(req_.body);
   if (!prefill_body.ok()) {
     Attempt bad = AnswerError(prefill_body.status());
     return Reply(res, bad, nullptr);
   }
-  auto [p, p_route] =
-      WithRetries(Leg::kPrefill, "", [&](const Route& r) { return TryPrefill(r, *prefill_body); });
+  auto [p, p_route] = WithRetries(Leg::kPrefill, "", [&](const Route& r) {
+    return TryPrefill(r, *prefill_body, /*need_params=*/!whole_on_p);
+  });
   if (p_route) res.set_header("X-Kvferry-Prefill", p_route->member_id());
   if (p.kind != Attempt::Kind::kOk) return Reply(res, p, p_route.get());
   p_route->Finish(Route::Outcome::kOk);
+  auto answer = ReadPrefillAnswer(p.body);
+  if (!answer.ok()) {
+    Attempt bad = AnswerError(answer.status().WithContext("prefill " + p_route->member_id()));
+    return Reply(res, bad, nullptr);
+  }
+  if (!first_token) *answer = WithoutFirstToken(*std::move(answer));
+  if (whole_on_p || answer->ends_request()) {
+    if (answer->holds_blocks) ReleaseOnDecoder(answer->kv_transfer_params, p_route->member_id());
+    return ReplyWithPrefillAnswer(res, p.body);
+  }
 
-  auto decode_body = BuildDecodeBody(req_.body, p.body);
+  auto decode_body = BuildDecodeBody(req_.body, answer->kv_transfer_params);
   if (!decode_body.ok()) {
     Attempt bad = AnswerError(decode_body.status());
     return Reply(res, bad, nullptr);
+  }
+  if (stream_ && answer->has_first_token) {
+    return StreamAfterFirstToken(res, p.body, std::move(decode_body).value(), p_route->member_id());
   }
   auto [d, d_route] = WithRetries(Leg::kDecode, p_route->member_id(),
                                   [&](const Route& r) { return TryDecode(r, *decode_body); });
   if (d_route) res.set_header("X-Kvferry-Decode", d_route->member_id());
   if (d.kind != Attempt::Kind::kOk) return Reply(res, d, d_route.get());
   RelayStream(res, std::move(d), std::move(d_route));
+}
+
+void Flow::ReplyWithPrefillAnswer(httplib::Response& res, const std::string& p_body) {
+  if (!stream_) {
+    res.status = 200;
+    res.set_content(p_body, "application/json");
+    return;
+  }
+  auto chunk = PrefillAnswerAsChunk(p_body, /*final=*/true);
+  if (!chunk.ok()) {
+    Attempt bad = AnswerError(chunk.status());
+    return Reply(res, bad, nullptr);
+  }
+  std::string events = std::move(chunk).value();
+  if (WantsUsageChunk(req_.body)) events += PrefillUsageChunk(p_body);
+  events += "data: [DONE]\n\n";
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  res.set_content(events, "text/event-stream");
+}
+
+void Flow::ReleaseOnDecoder(const std::string& kv_transfer_params_json,
+                            const std::string& prefill_member) {
+  nlohmann::json body = nlohmann::json::parse(req_.body, nullptr, false);
+  if (!body.is_object()) return;
+  body["max_tokens"] = 1;
+  if (body.contains("max_completion_tokens")) body["max_completion_tokens"] = 1;
+  body["stream"] = false;
+  body.erase("stream_options");
+  auto release_body = BuildDecodeBody(body.dump(), kv_transfer_params_json);
+  if (!release_body.ok()) return;
+  auto [d, d_route] = WithRetries(Leg::kDecode, prefill_member,
+                                  [&](const Route& r) { return TryDecode(r, *release_body); });
+  if (d_route) d_route->Finish(d.outcome);
+}
+
+void Flow::StreamAfterFirstToken(httplib::Response& res, const std::string& p_body,
+                                 std::string decode_body, std::string prefill_member) {
+  auto chunk = PrefillAnswerAsChunk(p_body, /*final=*/false);
+  if (!chunk.ok()) {
+    Attempt bad = AnswerError(chunk.status());
+    return Reply(res, bad, nullptr);
+  }
+  // The first D is picked now, so the headers can name it (a retry inside the stream cannot).
+  auto d_route = cluster_->Pick(Leg::kDecode, route_request_, {}, prefill_member);
+  if (!d_route.ok()) {
+    Attempt none = AnswerError(d_route.status());
+    return Reply(res, none, nullptr);
+  }
+  res.set_header("X-Kvferry-Decode", (*d_route)->member_id());
+  auto state = std::make_shared<ResumedStream>();
+  state->first_decode = std::move(d_route).value();
+  state->first_chunk = std::move(chunk).value();
+  state->decode_body = std::move(decode_body);
+  state->prefill_member = std::move(prefill_member);
+  res.status = 200;
+  res.set_header("Cache-Control", "no-cache");
+  auto self = shared_from_this();
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [self, state](size_t, httplib::DataSink& sink) { return self->PumpResumed(*state, sink); },
+      [state](bool) {
+        if (state->relay) state->relay->Cancel();
+        if (state->route) state->route->Finish(Route::Outcome::kNeutral);  // no-op when done
+      });
+}
+
+bool Flow::PumpResumed(ResumedStream& state, httplib::DataSink& sink) {
+  if (!sink.write(state.first_chunk.data(), state.first_chunk.size())) return false;
+  // D's leg, with retries: nothing of D reached the client before its first chunk.
+  auto [d, d_route] = WithRetries(
+      Leg::kDecode, state.prefill_member,
+      [&](const Route& r) { return TryDecode(r, state.decode_body); },
+      std::move(state.first_decode));
+  if (d.kind != Attempt::Kind::kOk) {
+    if (d_route) d_route->Finish(d.outcome);
+    const std::string error = !d.error.ok() ? OpenAiErrorBody(d.error)
+                              : d.body.empty()
+                                  ? OpenAiErrorBody(UnavailableError("no decode instance answered"))
+                                  : d.body;
+    const std::string ev = "data: " + error + "\n\ndata: [DONE]\n\n";
+    sink.write(ev.data(), ev.size());
+    sink.done();
+    return true;
+  }
+  state.relay = d.relay;
+  state.route = std::shared_ptr<Route>(std::move(d_route));
+  if (!d.first_chunk.empty() && !sink.write(d.first_chunk.data(), d.first_chunk.size())) {
+    state.relay->Cancel();
+    return false;
+  }
+  return PumpRelay(*state.relay, *state.route, sink, options_.decode_timeout_ms,
+                   "decode instance " + state.route->url(), cluster_, request_id_);
 }
 
 void Flow::RelayStream(httplib::Response& res, Attempt a, std::unique_ptr<Route> route_owned) {
@@ -245,33 +416,13 @@ void Flow::RelayStream(httplib::Response& res, Attempt a, std::unique_ptr<Route>
   res.set_chunked_content_provider(
       a.content_type.empty() ? "text/event-stream" : a.content_type,
       [relay, route, first, gap_ms, who, cluster, id](size_t, httplib::DataSink& sink) {
-        auto write = [&](const std::string& data) {
-          if (sink.write(data.data(), data.size())) return true;
+        const std::string head = std::exchange(*first, std::string());
+        if (!head.empty() && !sink.write(head.data(), head.size())) {
           relay->Cancel();  // client gone: close D's stream, D aborts the request
           route->Finish(Route::Outcome::kNeutral);
           return false;
-        };
-        if (!first->empty() && !write(std::exchange(*first, std::string()))) return false;
-        while (true) {
-          auto chunk = relay->NextChunk(Deadline::AfterMs(gap_ms));
-          if (!chunk.ok()) {
-            // Tokens went out already: end the stream with an error, never repeat them.
-            KVF_LOG_WARN("decode {}: {} failed mid-stream: {}", id, who, chunk.status().ToString());
-            route->Finish(Route::Outcome::kFailed);
-            cluster->CountStreamAborted();
-            const std::string ev = "data: " + OpenAiErrorBody(chunk.status().WithContext(who)) +
-                                   "\n\ndata: [DONE]\n\n";
-            sink.write(ev.data(), ev.size());
-            sink.done();
-            return true;
-          }
-          if (!chunk->has_value()) {
-            route->Finish(Route::Outcome::kOk);
-            sink.done();
-            return true;
-          }
-          if (!write(**chunk)) return false;
         }
+        return PumpRelay(*relay, *route, sink, gap_ms, who, cluster, id);
       },
       [relay, route](bool) {
         relay->Cancel();
@@ -283,7 +434,9 @@ void Flow::RelayStream(httplib::Response& res, Attempt a, std::unique_ptr<Route>
 
 void ServeGenerate(cluster::Cluster* cluster, const FlowOptions& options,
                    const httplib::Request& req, httplib::Response& res) {
-  Flow(cluster, options, req).Run(res);
+  // Shared: a stream resumed after P's first token places its D leg from the stream provider,
+  // which runs after this returns (the request outlives it: httplib writes the response first).
+  std::make_shared<Flow>(cluster, options, req)->Run(res);
 }
 
 }  // namespace kvferry::proxy

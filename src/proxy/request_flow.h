@@ -13,6 +13,13 @@
 //      can (P died, the lease ran out) the new D recomputes.
 //   3. once the first chunk of a stream went to the client nothing is retried: a D failing
 //      mid-stream ends the stream with an OpenAI error event and [DONE], never repeated tokens.
+//   P's first token (kv_transfer_params.first_token_id, first_token.h): a stream sends it as
+//   the first event as soon as P answered and places the D leg from the stream provider (the
+//   first D picked before the headers, which name it; D's retries as in 2; none answered: an
+//   error event and [DONE]). When the token ends the request
+//   (P's finish_reason "stop", or the client's max_tokens 1, for which P gets the body without
+//   kv_transfer_params), P's answer is the client's and no D computes; a lease P granted anyway
+//   (a stop string) is given back through a D asked for max_tokens 1.
 //
 // The client's answer carries X-Request-Id (one id for both legs) and X-Kvferry-Prefill /
 // X-Kvferry-Decode, the ids of the members that served it.
@@ -40,7 +47,8 @@ struct FlowOptions {
   int64_t decode_timeout_ms = 300000;
   int32_t max_tries = 3;
   int32_t affinity_prefix = 128;
-  UpstreamAccess upstream;  // toward P and D: the proxy's key and CA bundle
+  UpstreamAccess upstream;               // toward P and D: the proxy's key and CA bundle
+  bool first_token_from_prefill = true;  // ProxyOptions::first_token_from_prefill
 };
 
 // Serves `req` (POST /v1/completions or /v1/chat/completions) into `res`.

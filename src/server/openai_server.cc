@@ -58,8 +58,39 @@ struct Inflight {
   Clock::time_point last_token;
   bool got_first_token = false;
   bool done = false;  // finished and accounted
+  // P of a P/D pair (do_remote_decode): a first token a D continues is held back as a stream
+  // holds it (OutputAssembler::AddAsStreamHead).
+  bool prefill_leg = false;
+  // D resuming from P's first token: the engine reports that token first; it goes into the
+  // text and the answer, but a stream does not send it again (the proxy sent P's).
+  bool resumed = false;
+  bool first_token_pending = false;
   Deadline deadline = Deadline::AfterMs(0);
 };
+
+// `out` split after its first token: {that token alone, not finished; the rest}.
+std::pair<engine::RequestOutput, engine::RequestOutput> SplitFirstToken(engine::RequestOutput out) {
+  engine::RequestOutput head;
+  head.request_id = out.request_id;
+  head.num_prompt_tokens = out.num_prompt_tokens;
+  head.new_token_ids.push_back(out.new_token_ids.front());
+  out.new_token_ids.erase(out.new_token_ids.begin());
+  if (!out.new_logprobs.empty()) {
+    head.new_logprobs.push_back(out.new_logprobs.front());
+    out.new_logprobs.erase(out.new_logprobs.begin());
+  }
+  if (!out.top_logprobs.empty()) {
+    head.top_logprobs.push_back(std::move(out.top_logprobs.front()));
+    out.top_logprobs.erase(out.top_logprobs.begin());
+  }
+  return {std::move(head), std::move(out)};
+}
+
+// Whether a request resumes from P's first token (kv_transfer_params.first_token_id).
+bool ResumesFromFirstToken(const OpenAiRequest& r) {
+  return r.kv_transfer_params && r.kv_transfer_params->do_remote_prefill &&
+         r.kv_transfer_params->first_token.has_value();
+}
 
 }  // namespace
 
@@ -85,8 +116,19 @@ struct OpenAiServer::Impl {
     Reply(res, endpoint, HttpStatusFor(s.code()), OpenAiErrorBody(s, param));
   }
 
-  // Feeds one engine output into the request: metrics, assembler. Returns the delta.
+  // Feeds one engine output into the request. A resumed request's first token is absorbed on
+  // its own and its delta dropped (P's answer carried it); returns the delta of the rest.
   ChoiceOutput Absorb(Inflight& st, const engine::RequestOutput& out) {
+    if (!st.first_token_pending || out.new_token_ids.empty()) return AbsorbOne(st, out);
+    st.first_token_pending = false;
+    auto [head, rest] = SplitFirstToken(out);
+    AbsorbOne(st, head);
+    if (rest.new_token_ids.empty() && !rest.finished) return ChoiceOutput{};
+    return AbsorbOne(st, rest);
+  }
+
+  // Feeds one engine output into the request: metrics, assembler. Returns the delta.
+  ChoiceOutput AbsorbOne(Inflight& st, const engine::RequestOutput& out) {
     if (!out.new_token_ids.empty()) {
       if (!st.got_first_token) {
         metrics->OnFirstToken(SecondsSince(st.arrival));
@@ -102,7 +144,11 @@ struct OpenAiServer::Impl {
     }
     if (out.kv_transfer_params) st.kv.params = out.kv_transfer_params;
     if (out.kv_load) st.kv.load = out.kv_load;
-    ChoiceOutput delta = st.assembler->Add(out);
+    const bool head_for_decoder = st.prefill_leg && out.finished &&
+                                  out.finish_reason == engine::FinishReason::kLength &&
+                                  out.kv_transfer_params && out.kv_transfer_params->first_token;
+    ChoiceOutput delta =
+        head_for_decoder ? st.assembler->AddAsStreamHead(out) : st.assembler->Add(out);
     if (st.assembler->finished() && !st.done) {
       st.done = true;
       if (!out.finished) service->Abort(st.engine_request_id);  // a stop string matched
@@ -217,6 +263,9 @@ void OpenAiServer::Impl::HandleGenerate(ApiKind kind, const httplib::Request& re
   st->arrival = arrival;
   st->deadline = Deadline::AfterMs(options.request_timeout_ms);
   st->assembler = std::make_unique<OutputAssembler>(&tok, oreq.logprobs, std::move(oreq.stop));
+  st->prefill_leg = oreq.kv_transfer_params && oreq.kv_transfer_params->do_remote_decode;
+  st->resumed = ResumesFromFirstToken(oreq);
+  st->first_token_pending = st->resumed;
 
   GenerateRequest greq;
   greq.request_id = st->engine_request_id;
@@ -269,7 +318,7 @@ void OpenAiServer::Impl::Stream(std::shared_ptr<Inflight> st, engine::RequestOut
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, st, pending](size_t /*offset*/, httplib::DataSink& sink) {
-        bool first_chunk = true;
+        bool first_chunk = !st->resumed;  // resumed: the proxy sent the first chunk (P's)
         auto write = [&sink](const std::string& s) { return sink.write(s.data(), s.size()); };
         while (true) {
           engine::RequestOutput out;

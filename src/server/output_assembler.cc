@@ -81,4 +81,15 @@ ChoiceOutput OutputAssembler::Add(const engine::RequestOutput& output) {
   return delta;
 }
 
+ChoiceOutput OutputAssembler::AddAsStreamHead(const engine::RequestOutput& output) {
+  engine::RequestOutput head = output;
+  head.finished = false;
+  ChoiceOutput delta = Add(head);
+  if (finished_ || !output.finished) return delta;  // a stop string ended it
+  finished_ = true;
+  delta.finish_reason = std::string(engine::FinishReasonName(output.finish_reason));
+  total_.finish_reason = delta.finish_reason;
+  return delta;
+}
+
 }  // namespace kvferry::server

@@ -24,6 +24,13 @@ class OutputAssembler {
   // Adds one engine output; returns what to send for it. When the output is the last one (or a
   // stop string matched) the delta carries everything still held back and its finish_reason.
   ChoiceOutput Add(const engine::RequestOutput& output);
+  // P's answer to a prefill-only request that a D continues (docs/serving.md, "kvferry proxy"):
+  // `output` (finished only because P generates one token) is added as a stream adds a first
+  // token that more tokens follow — text held back exactly as a colocated stream holds it (an
+  // incomplete UTF-8 sequence, a possible stop-string prefix), since D's assembler, holding the
+  // same token, sends the rest. The answer then ends with the output's finish_reason (or "stop"
+  // when a stop string matched: then it is the whole answer).
+  ChoiceOutput AddAsStreamHead(const engine::RequestOutput& output);
 
   bool finished() const { return finished_; }
   bool stopped_by_string() const { return stopped_by_string_; }

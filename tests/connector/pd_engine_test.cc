@@ -61,7 +61,7 @@ TEST_F(PdEngineTest, HostBufferPrefixHitOnP) {
   ASSERT_TRUE(d->engine->AddRequest("r", prompt, Greedy(4), *params).ok());
   auto all = RunAll({d->engine.get(), p->engine.get()});
   ExpectSame(all["r"], reference_[1], "P prefix hit, host buffer");
-  ExpectPulled(all["r"], 599, TinyPullBytes(64, 0, 599), "P prefix hit, host buffer");
+  ExpectPulled(all["r"], 600, TinyPullBytes(64, 0, 600), "P prefix hit, host buffer");
   EXPECT_GT(p->engine->stats().num_prefix_cache_hit_tokens, 0);
   ExpectPoolClean(*p->engine, "P");
   ExpectPoolClean(*d->engine, "D");
@@ -89,7 +89,7 @@ TEST_F(PdEngineTest, ManyRequestsShareOneHandshake) {
   for (int i = 0; i < 4; ++i) {
     const std::string id = "m" + std::to_string(i);
     ExpectSame(all[id], Colocated(prompts[i], Greedy(3)), "request " + std::to_string(i));
-    ExpectPulled(all[id], static_cast<int32_t>(prompts[i].size()) - 1, 0, id);
+    ExpectPulled(all[id], static_cast<int32_t>(prompts[i].size()), 0, id);
   }
   EXPECT_EQ(d->connector->Stats().handshakes, 1u);
   EXPECT_EQ(d->connector->Stats().transfers, 4u);
@@ -114,12 +114,12 @@ TEST_F(PdEngineTest, DPrefixHitPullsOnlyTheTail) {
   ExpectSame(all["r"], reference_[1], "tail pull");
   const connector::ConnectorStats s = d->connector->Stats();
   EXPECT_EQ(s.transfers, 1u);
-  // 599 - 256 = 343 tokens pulled (D computes the last one): P kernel blocks of 64 covering
-  // [256, 599) = 6 blocks (4..9), per region, in P's geometry (tiny: 4 layers, 2 KV heads,
+  // 600 - 256 = 344 tokens pulled (D resumes after P's first token): P kernel blocks of 64
+  // covering [256, 600) = 6 blocks (4..9), per region, in P's geometry (tiny: 4 layers, 2 KV heads,
   // head dim 32, f32).
   const uint64_t bytes_per_kernel_block = 64 * 2 * 32 * 4;
   EXPECT_EQ(s.bytes, 6 * 8 * bytes_per_kernel_block);
-  ExpectPulled(all["r"], 343, s.bytes, "tail pull");
+  ExpectPulled(all["r"], 344, s.bytes, "tail pull");
   EXPECT_EQ(all["r"].kv_load->local_hit_tokens, 256);
   ExpectPoolClean(*p->engine, "P");
   ExpectPoolClean(*d->engine, "D");
@@ -162,12 +162,13 @@ TEST_F(PdEngineTest, AbortBeforeScheduleNotifiesP) {
 }
 
 TEST_F(PdEngineTest, FullHitOnDOnlyNotifies) {
-  // D's prefix cache holds every token D does not compute itself (prompt - 1 = 4 blocks of 64):
-  // no data is read, P is told to free by notification, and the output is still exact.
+  // D's prefix cache holds every prompt token (4 blocks of 64; D resumes after P's first token,
+  // so it computes none of them): no data is read, P is told to free by notification, and the
+  // output is still exact.
   auto p = MakeInstance("P", {128, "flash", Layout::kNHD, false}, Config());
   auto d = MakeInstance("D", {64, "paged", Layout::kHND, false}, Config());
   ASSERT_TRUE(p && d);
-  const std::vector<int32_t> prompt = MakePrompt(257, 31);
+  const std::vector<int32_t> prompt = MakePrompt(256, 31);
   ASSERT_TRUE(d->engine->AddRequest("warm", prompt, Greedy(2)).ok());
   RunAll({d->engine.get()});
   auto params = Prefill(*p, "full", prompt);
@@ -243,12 +244,12 @@ TEST_F(PdEngineTest, SeededSamplingEqualsColocated) {
   auto p = MakeInstance("P", {128, "flash", Layout::kNHD, false}, Config());
   auto d = MakeInstance("D", {32, "paged", Layout::kHND, true}, Config());
   ASSERT_TRUE(p && d);
-  auto params = Prefill(*p, "seeded", prompts_[1]);
+  auto params = Prefill(*p, "seeded", prompts_[1], sp);  // P samples the first token too
   ASSERT_TRUE(params.has_value());
   ASSERT_TRUE(d->engine->AddRequest("seeded", prompts_[1], sp, *params).ok());
   auto all = RunAll({d->engine.get(), p->engine.get()});
   ExpectSame(all["seeded"], Colocated(prompts_[1], sp), "seeded sampling");
-  ExpectPulled(all["seeded"], 599, TinyPullBytes(64, 0, 599), "seeded sampling");
+  ExpectPulled(all["seeded"], 600, TinyPullBytes(64, 0, 600), "seeded sampling");
   ExpectPoolClean(*p->engine, "P");
   ExpectPoolClean(*d->engine, "D");
 }
@@ -276,6 +277,9 @@ TEST_F(PdEngineTest, DifferentKvDtypesAreRefusedAtTheHandshake) {
   ASSERT_TRUE(p && d);
   auto params = Prefill(*p, "dt", prompts_[1]);
   ASSERT_TRUE(params.has_value());
+  // P's first token comes from P's f16 cache, so D is given the params without it (vLLM's
+  // form) to show that its own recompute is exact; a first token is P's, like its KV.
+  params->first_token.reset();
   ASSERT_TRUE(d->engine->AddRequest("dt", prompts_[1], Greedy(4), *params).ok());
   auto all = RunAll({d->engine.get(), p->engine.get()});
   ExpectSame(all["dt"], reference_[1], "f16 P, f32 D");
@@ -304,8 +308,8 @@ TEST_F(PdEngineTest, PreemptionOnDDuringAndAfterPulls) {
   auto all = RunAll({d->engine.get(), p->engine.get()}, 60000);
   ExpectSame(all["a"], Colocated(a, Greedy(40)), "a");
   ExpectSame(all["b"], Colocated(b, Greedy(40)), "b");
-  ExpectPulled(all["a"], 299, 0, "a");
-  ExpectPulled(all["b"], 299, 0, "b");
+  ExpectPulled(all["a"], 300, 0, "a");
+  ExpectPulled(all["b"], 300, 0, "b");
   EXPECT_GT(d->engine->stats().num_preemptions, 0);
   ExpectPoolClean(*p->engine, "P");
   ExpectPoolClean(*d->engine, "D");
@@ -446,6 +450,94 @@ TEST_F(PdEngineTest, FailPolicyFailsTheRequest) {
   ExpectReportedAllBlocks(run, prompts_[1].size());
   ExpectPoolClean(*run.d->engine, "D");
   ExpectPoolClean(*run.p->engine, "P");
+}
+
+// ---- resuming from P's first token ----
+
+TEST_F(PdEngineTest, WithoutFirstTokenDPullsAllButTheLastPromptToken) {
+  // Params without P's first token (vLLM's P): D computes the last prompt token itself.
+  auto p = MakeInstance("P", {128, "flash", Layout::kNHD, false}, Config());
+  auto d = MakeInstance("D", {32, "paged", Layout::kHND, false}, Config());
+  ASSERT_TRUE(p && d);
+  auto params = Prefill(*p, "old", prompts_[1]);
+  ASSERT_TRUE(params.has_value() && params->first_token.has_value());
+  params->first_token.reset();
+  ASSERT_TRUE(d->engine->AddRequest("old", prompts_[1], Greedy(4), *params).ok());
+  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ExpectSame(all["old"], reference_[1], "without first token");
+  ExpectPulled(all["old"], 599, TinyPullBytes(64, 0, 599), "without first token");
+  EXPECT_EQ(all["old"].num_cached_tokens, 599);
+  ExpectPoolClean(*p->engine, "P");
+  ExpectPoolClean(*d->engine, "D");
+}
+
+TEST_F(PdEngineTest, FirstTokenCarriesWhatColocatedReports) {
+  // P's first token is the colocated first token, its logprob bit for bit, and the seed.
+  engine::SamplingParams sp;
+  sp.max_tokens = 4;
+  sp.temperature = 0.7f;
+  sp.seed = 99;
+  sp.ignore_eos = true;
+  sp.top_logprobs = 3;
+  auto p = MakeInstance("P", {64, "paged", Layout::kNHD, false}, Config(300));
+  ASSERT_TRUE(p);
+  auto params = Prefill(*p, "ft", prompts_[1], sp);
+  ASSERT_TRUE(params.has_value() && params->first_token.has_value());
+  const Completion ref = Colocated(prompts_[1], sp);
+  EXPECT_EQ(params->first_token->token_id, ref.tokens[0]);
+  EXPECT_EQ(0, std::memcmp(&params->first_token->logprob, &ref.logprobs[0], sizeof(float)));
+  EXPECT_EQ(params->first_token->sampling_seed, 99u);
+  EXPECT_EQ(params->first_token->top_logprobs.size(), 3u);
+  EXPECT_EQ(params->remote_num_tokens, 600);  // every prompt token offered
+  RunAll({p->engine.get()});                  // nobody reads: the lease runs out
+  ExpectPoolClean(*p->engine, "P");
+}
+
+TEST_F(PdEngineTest, FirstTokenThatEndsTheRequestHoldsNothingOnP) {
+  // P's first token is a stop token: the request is over, P's answer is the whole answer, and
+  // P leases nothing (no D will come).
+  const Completion ref = Colocated(prompts_[1], Greedy(4));
+  engine::SamplingParams sp = Greedy(4);
+  sp.stop_token_ids = {ref.tokens[0]};
+  auto p = MakeInstance("P", {64, "paged", Layout::kNHD, false}, Config());
+  ASSERT_TRUE(p);
+  auto params = Prefill(*p, "stop", prompts_[1], sp);
+  ASSERT_TRUE(params.has_value() && params->first_token.has_value());
+  EXPECT_EQ(params->first_token->token_id, ref.tokens[0]);
+  EXPECT_TRUE(params->remote_block_ids.empty());
+  EXPECT_EQ(p->connector->Stats().leases_granted, 0u);
+  EXPECT_FALSE(p->engine->HasWork());
+  ExpectPoolClean(*p->engine, "P");
+}
+
+TEST_F(PdEngineTest, DGivenAFinalFirstTokenFinishesAtOnceAndReleasesP) {
+  // A D asked for one token gets it from P: it finishes when it takes the request, reads
+  // nothing, and tells P to free its lease.
+  auto p = MakeInstance("P", {64, "paged", Layout::kNHD, false}, Config());
+  auto d = MakeInstance("D", {64, "paged", Layout::kNHD, false}, Config());
+  ASSERT_TRUE(p && d);
+  auto params = Prefill(*p, "one", prompts_[1]);
+  ASSERT_TRUE(params.has_value());
+  ASSERT_TRUE(d->engine->AddRequest("one", prompts_[1], Greedy(1), *params).ok());
+  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ExpectSame(all["one"], Colocated(prompts_[1], Greedy(1)), "one token");
+  EXPECT_EQ(all["one"].reason, engine::FinishReason::kLength);
+  EXPECT_EQ(d->connector->Stats().transfers, 0u);
+  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, 1u);
+  EXPECT_EQ(p->connector->Stats().leases_expired, 0u);
+  ExpectPoolClean(*p->engine, "P");
+  ExpectPoolClean(*d->engine, "D");
+}
+
+TEST_F(PdEngineTest, FirstTokenOutsideTheVocabularyIsRefused) {
+  auto d = MakeInstance("D", {64, "paged", Layout::kNHD, false}, Config());
+  ASSERT_TRUE(d);
+  connector::KvTransferParams params;
+  params.do_remote_prefill = true;
+  params.first_token = connector::FirstToken{1 << 20, -1.0f, {}, 1};
+  const Status s = d->engine->AddRequest("bad", prompts_[0], Greedy(4), params);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("first_token_id"), std::string_view::npos) << s;
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Test-only: a P engine and a D engine, each with a real FerryConnector, in one process, plus a
 // colocated reference. Runs the hand-off of docs/connector.md §2 the way a proxy does:
-//   P: the prompt with max_tokens 1 and {"do_remote_decode": true} -> kv_transfer_params
-//   D: the prompt with the caller's sampling params and those params -> the completion
+//   P: the prompt with the request's sampling params, max_tokens 1 and
+//      {"do_remote_decode": true} -> kv_transfer_params with P's first token
+//   D: the prompt with the caller's sampling params and those params -> the completion (the
+//      first token P's, the rest D's)
 // and steps both engines until D is done and P has freed its blocks.
 #pragma once
 
@@ -189,10 +191,16 @@ inline Completion Colocated(const std::vector<int32_t>& prompt,
   return RunAll({eng->get()})["ref"];
 }
 
-// P's half of the hand-off: returns P's kv_transfer_params (engine keeps holding the blocks).
-inline std::optional<connector::KvTransferParams> Prefill(Instance& p, const std::string& id,
-                                                          const std::vector<int32_t>& prompt) {
-  engine::SamplingParams sp;
+// P's half of the hand-off: the request's own sampling params with max_tokens 1, as the proxy
+// sends it; returns P's kv_transfer_params, with P's first token (the engine keeps holding the
+// blocks).
+inline std::optional<connector::KvTransferParams> Prefill(
+    Instance& p, const std::string& id, const std::vector<int32_t>& prompt,
+    engine::SamplingParams sp = [] {
+      engine::SamplingParams greedy;
+      greedy.ignore_eos = true;
+      return greedy;
+    }()) {
   sp.max_tokens = 1;
   connector::KvTransferParams in;
   in.do_remote_decode = true;
@@ -303,15 +311,17 @@ inline void RunPair(const Case& c, const std::vector<std::vector<int32_t>>& prom
   ASSERT_TRUE(p && d);
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string id = "req" + std::to_string(i);
-    auto params = Prefill(*p, id, prompts[i]);
+    auto params = Prefill(*p, id, prompts[i], sp);
     ASSERT_TRUE(params.has_value());
+    ASSERT_TRUE(params->first_token.has_value());
     ASSERT_TRUE(d->engine->AddRequest(id, prompts[i], sp, *params).ok());
     auto all = RunAll({d->engine.get(), p->engine.get()});
     ASSERT_TRUE(all[id].finished);
     const int32_t n = static_cast<int32_t>(prompts[i].size());
     ExpectSame(all[id], reference[i], "prompt " + std::to_string(n));
-    EXPECT_EQ(all[id].num_cached_tokens, n - 1);
-    ExpectPulled(all[id], n - 1, TinyPullBytes(p->engine->block_size_kernel(), 0, n - 1, c.p.dtype),
+    // D resumed after P's first token: every prompt token's KV came from P.
+    EXPECT_EQ(all[id].num_cached_tokens, n);
+    ExpectPulled(all[id], n, TinyPullBytes(p->engine->block_size_kernel(), 0, n, c.p.dtype),
                  "prompt " + std::to_string(n));
   }
   EXPECT_TRUE(d->worker->invalid.empty());

@@ -72,6 +72,7 @@ void RunMlaPair(const InstanceSpec& ps, const InstanceSpec& ds, int32_t warm_tok
     const std::string id = "req" + std::to_string(i);
     auto params = Prefill(*p, id, prompts[i]);
     ASSERT_TRUE(params.has_value());
+    ASSERT_TRUE(params->first_token.has_value());  // D resumes after P's first token
     ASSERT_TRUE(d->engine->AddRequest(id, prompts[i], Greedy(4), *params).ok());
     auto all = RunAll({d->engine.get(), p->engine.get()});
     ASSERT_TRUE(all[id].finished);
@@ -79,7 +80,7 @@ void RunMlaPair(const InstanceSpec& ps, const InstanceSpec& ds, int32_t warm_tok
     ExpectSame(all[id], reference[i], "prompt " + std::to_string(n));
     // D's prefix hit: the full logical blocks of the warm tokens (the short prompt shares none).
     const int32_t hit = i == 1 ? warm_tokens / ds.block_size * ds.block_size : 0;
-    ExpectPulled(all[id], n - 1 - hit, MlaPullBytes(p->engine->block_size_kernel(), hit, n - 1),
+    ExpectPulled(all[id], n - hit, MlaPullBytes(p->engine->block_size_kernel(), hit, n),
                  "prompt " + std::to_string(n));
     if (all[id].kv_load) {
       EXPECT_EQ(all[id].kv_load->local_hit_tokens, hit);
@@ -127,7 +128,7 @@ TEST_F(PdMlaTest, LayoutsAndHalfPrecision) {
   ASSERT_TRUE(d->engine->AddRequest("r", prompts_[1], Greedy(4), *params).ok());
   auto all = RunAll({d->engine.get(), p->engine.get()});
   ExpectSame(all["r"], want, "bf16");
-  ExpectPulled(all["r"], 599, MlaPullBytes(64, 0, 599, kv::DType::kBF16), "bf16");
+  ExpectPulled(all["r"], 600, MlaPullBytes(64, 0, 600, kv::DType::kBF16), "bf16");
 }
 
 // Bytes per token are exactly layers x (latent + rope key) x dtype bytes when the pulled tokens
@@ -135,7 +136,7 @@ TEST_F(PdMlaTest, LayoutsAndHalfPrecision) {
 // tiny 2 x 2 KV heads x 32 x 4 = 512 B per token per layer where tiny-mla moves 40 x 4 = 160,
 // and tiny-kv4 (2 layers like tiny-mla) 1024 B per token in all against 320.
 TEST_F(PdMlaTest, BytesPerTokenAreTheLatentRowAndFewerThanGqa) {
-  const std::vector<int32_t> prompt = MakePrompt(16 * 20 + 1, 3);  // 320 pulled tokens
+  const std::vector<int32_t> prompt = MakePrompt(16 * 20, 3);  // 320 pulled tokens
   auto pull = [&](const std::string& model) {
     InstanceSpec s{16, "paged", Layout::kNHD, false};
     s.model = model;
@@ -188,8 +189,8 @@ TEST_F(PdMlaTest, TensorParallelReadsTheLatentOncePerDRankSpreadOverPRanks) {
       auto all = RunAll({d->engine.get(), p->engine.get()});
       ASSERT_TRUE(all["r"].finished);
       ExpectSame(all["r"], reference_[1], "tp pair");
-      const uint64_t rank_bytes = MlaPullBytes(64, 0, 599);
-      ExpectPulled(all["r"], 599, rank_bytes * d_tp, "tp pair");
+      const uint64_t rank_bytes = MlaPullBytes(64, 0, 600);
+      ExpectPulled(all["r"], 600, rank_bytes * d_tp, "tp pair");
       ASSERT_TRUE(all["r"].kv_load.has_value());
       ASSERT_EQ(all["r"].kv_load->ranks.size(), static_cast<size_t>(d_tp));
       for (int32_t r = 0; r < d_tp; ++r) {
@@ -207,7 +208,7 @@ TEST_F(PdMlaTest, TensorParallelReadsTheLatentOncePerDRankSpreadOverPRanks) {
 }
 
 // A D whose cache is not P's MLA geometry (here a GQA model) fails the handshake with the
-// geometry named; D recomputes (the default policy) and still answers correctly.
+// geometry named; D recomputes (the default policy) and still answers; both pools drain.
 TEST_F(PdMlaTest, GeometryMismatchFailsTheHandshake) {
   // A short lease: nobody will read P's blocks, so P frees them when it runs out.
   auto p = MakeInstance("P", Mla(64, "paged", false), Config(/*lease_ms=*/300));
@@ -219,7 +220,10 @@ TEST_F(PdMlaTest, GeometryMismatchFailsTheHandshake) {
   auto all = RunAll({d->engine.get(), p->engine.get()});
   ASSERT_TRUE(all["r"].finished);
   ExpectOutcome(all["r"], connector::LoadOutcome::kFailedHandshake, "mla P, gqa D");
-  ExpectSame(all["r"], Colocated(prompts_[0], Greedy(4)), "recomputed on D");
+  // D recomputed the prompt with its own model and answered (its output is not comparable with
+  // either colocated model: the first token is P's).
+  EXPECT_TRUE(all["r"].error.ok()) << all["r"].error;
+  EXPECT_EQ(all["r"].tokens.size(), 4u);
   ExpectPoolClean(*p->engine, "P");
   ExpectPoolClean(*d->engine, "D");
 }

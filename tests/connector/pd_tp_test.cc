@@ -93,8 +93,9 @@ void RunTpPair(const InstanceSpec& ps, const InstanceSpec& ds,
     ASSERT_TRUE(all[id].finished);
     ExpectSame(all[id], reference[i], "prompt " + std::to_string(n));
     const uint64_t rank_bytes =
-        RankPullBytes(ds.model, ds.tp, p->engine->block_size_kernel(), 0, n - 1);
-    ExpectPulled(all[id], n - 1, rank_bytes * ds.tp, "prompt " + std::to_string(n));
+        RankPullBytes(ds.model, ds.tp, p->engine->block_size_kernel(), 0, n);
+    // D resumes after P's first token: every prompt token's KV was read.
+    ExpectPulled(all[id], n, rank_bytes * ds.tp, "prompt " + std::to_string(n));
     ASSERT_TRUE(all[id].kv_load.has_value());
     const connector::LoadReport& report = *all[id].kv_load;
     ASSERT_EQ(report.ranks.size(), static_cast<size_t>(ds.tp));
@@ -265,7 +266,7 @@ TEST_P(PdTpFaultTest, PRankFailsDuringPull) {
   ASSERT_TRUE(all["f"].finished);
   ExpectSame(all["f"], reference, "recomputed");
   ExpectOutcome(all["f"], c.outcome, "recomputed");
-  // Exactly D's logical blocks of the pulled range [0, 299): 19 blocks of 16.
+  // Exactly D's logical blocks of the pulled range [0, 300): 19 blocks of 16.
   ASSERT_EQ(d->worker->loads.size(), 1u);
   const auto& local = d->worker->loads[0].local_block_ids;
   EXPECT_EQ(d->worker->invalid, std::vector<kv::LogicalBlockId>(local.begin(), local.begin() + 19));

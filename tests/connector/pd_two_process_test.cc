@@ -140,9 +140,9 @@ TEST_P(PdTwoProcessTest, PullEqualsColocated) {
   ASSERT_TRUE(r.d_out.finished);
   const Completion reference = Colocated(prompt, Greedy(4));
   ExpectSame(r.d_out, reference, "two processes");
-  EXPECT_EQ(r.d_out.num_cached_tokens, 599);
+  EXPECT_EQ(r.d_out.num_cached_tokens, 600);  // every prompt token (D resumes after P's first)
   EXPECT_TRUE(r.invalid.empty());
-  ExpectPulled(r.d_out, 599, TinyPullBytes(64, 0, 599), "two processes");
+  ExpectPulled(r.d_out, 600, TinyPullBytes(64, 0, 600), "two processes");
   EXPECT_EQ(r.d_stats.transfers, 1u);
   std::printf(
       "%s pull (P 128/64 NHD -> D 64 HND host buffer, 600 tokens): %llu bytes, "
@@ -161,8 +161,8 @@ TEST_P(PdTwoProcessTest, DirectReadEqualGeometry) {
                                      {128, "flash", Layout::kHND, false}, prompt, false);
   ASSERT_TRUE(r.d_out.finished);
   ExpectSame(r.d_out, Colocated(prompt, Greedy(4)), "direct read");
-  // Pulled, not recomputed: tokens [0, 299) in P's 5 kernel blocks of 64.
-  ExpectPulled(r.d_out, 299, TinyPullBytes(64, 0, 299), "direct read");
+  // Pulled, not recomputed: tokens [0, 300) in P's 5 kernel blocks of 64.
+  ExpectPulled(r.d_out, 300, TinyPullBytes(64, 0, 300), "direct read");
   EXPECT_EQ(r.d_stats.transfers, 1u);
   EXPECT_EQ(r.d_stats.failures_handshake + r.d_stats.failures_transfer +
                 r.d_stats.failures_deadline + r.d_stats.failures_generation,
@@ -199,7 +199,7 @@ TEST_P(PdTwoProcessTest, AcrossTpSizes) {
     TwoProcessResult r = RunTwoProcess(GetParam(), ps, ds, prompt, false);
     ASSERT_TRUE(r.d_out.finished);
     ExpectSame(r.d_out, reference, "across TP sizes");
-    ExpectPulled(r.d_out, 399, TinyPullBytes(64, 0, 399), "across TP sizes");
+    ExpectPulled(r.d_out, 400, TinyPullBytes(64, 0, 400), "across TP sizes");
     ASSERT_TRUE(r.d_out.kv_load.has_value());
     ASSERT_EQ(r.d_out.kv_load->ranks.size(), static_cast<size_t>(d_tp));
     for (const connector::RankLoad& rank : r.d_out.kv_load->ranks) {

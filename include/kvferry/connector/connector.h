@@ -46,6 +46,9 @@ struct RequestView {
   int32_t num_tokens = 0;                                // prompt + generated so far
   const KvTransferParams* kv_transfer_params = nullptr;  // null when the request carried none
   int32_t num_computed_tokens = 0;  // tokens whose KV is in the cache (at admission: the hit)
+  // At RequestFinished: the request ended by itself (eos or a stop token, or max_model_len) —
+  // no decoder will resume it, so a P holds nothing for one.
+  bool generation_ended = false;
 };
 
 // D: how a request's remote KV arrived. A load reports it with finished_recving (a failed load

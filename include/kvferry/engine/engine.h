@@ -145,7 +145,12 @@ class Engine {
 
   // Queues a request. InvalidArgument for: empty prompt, token id out of vocab, prompt longer
   // than max_model_len - 1, bad sampling params; AlreadyExists for a live request id.
-  // kv_transfer_params are handed to the connector (ignored without one).
+  // kv_transfer_params are handed to the connector (ignored without one). Params with
+  // do_remote_prefill and a first token (P's, kv_transfer_params.first_token_id) make the request
+  // resume from it: the token is reported in the next Step()'s outputs as generated (it may
+  // already finish the request), and sampling continues with P's sampling_seed at output index
+  // 1 — with or without a connector, the output equals a colocated run's. A first token outside
+  // the vocabulary is InvalidArgument.
   Status AddRequest(std::string request_id, std::vector<int32_t> prompt_token_ids,
                     const SamplingParams& params,
                     std::optional<connector::KvTransferParams> kv_transfer_params = std::nullopt);

@@ -9,6 +9,9 @@
 //                               remote_host: null, remote_port: null}
 //   to D: the client's body unchanged except kv_transfer_params = P's response's
 //         kv_transfer_params, copied verbatim.
+// P keeps the client's sampling fields (temperature, seed, top_p, top_k, logprobs, stop, ...):
+// a kvferry P samples the first output token with them and returns it in kv_transfer_params
+// (first_token_id), and D resumes after it (docs/connector.md §2).
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -22,6 +25,11 @@ namespace kvferry::proxy {
 
 // InvalidArgument when `client_body` is not a JSON object.
 StatusOr<std::string> BuildPrefillBody(std::string_view client_body);
+
+// A request whose answer is P's one token (the client asked for max_tokens 1): the client's
+// body with stream = false, no stream_options and no kv_transfer_params — P answers it whole,
+// holding nothing for a D. InvalidArgument when `client_body` is not a JSON object.
+StatusOr<std::string> BuildWholeOnPrefillBody(std::string_view client_body);
 
 // P's kv_transfer_params (the JSON text of the object). FailedPrecondition when P answered
 // without them (P not started as a KV producer), InvalidArgument when P's body is not JSON.

@@ -49,6 +49,10 @@ struct ProxyOptions {
   cluster::RoutingConfig routing;
   int32_t max_tries = 3;           // members tried per leg
   int64_t poll_interval_ms = 200;  // members' /metrics (load and health)
+  // P's first output token goes to the client and D resumes after it (docs/serving.md,
+  // "kvferry proxy"). false: the older hand-off, for decode instances that do not know
+  // kv_transfer_params.first_token_id (vLLM's): D recomputes the first token and streams it.
+  bool first_token_from_prefill = true;
 };
 
 class ProxyServer {
