@@ -5,143 +5,27 @@
 // connector), bytes and descriptors — in total and per D rank — are reported, and each
 // heterogeneous pair's median beside the equal-TP pair at D's size (the ceiling it is held to:
 // the same bytes for D's ranks, each from one P rank).
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "kvferry/connector/ferry_connector.h"
-#include "kvferry/engine/engine.h"
 #include "tools/command_registry.h"
+#include "tools/pull_pair.h"
 
 namespace {
 
 using namespace kvferry;
 
-struct PullOptions {
-  std::string model = "tiny-kv4";
-  int prompt_len = 2048;
-  int reps = 5;
-  int block_size = 16;
-  std::string attention_backend = "flash";
-  std::string layout = "HND";
-  std::string backend = "ucx";
+using tools::BenchPair;
+using tools::PairResult;
+
+struct TpPullOptions : tools::PullOptions {
   std::vector<int> tp_sizes = {1, 2, 4};
-  bool host_buffer = false;
   bool json = false;
 };
-
-struct Instance {
-  std::unique_ptr<connector::FerryConnector> connector;
-  std::unique_ptr<engine::Engine> engine;
-};
-
-StatusOr<Instance> MakeInstance(const PullOptions& o, const std::string& id, int tp, bool is_p) {
-  connector::KvTransferConfig kv;
-  kv.engine_id = id;
-  if (o.host_buffer) kv.kv_buffer_device = "cpu";
-  KVF_ASSIGN_OR_RETURN(kv.backend, transfer::ParseBackendKind(o.backend));
-  Instance inst;
-  KVF_ASSIGN_OR_RETURN(inst.connector,
-                       connector::CreateFerryConnector(
-                           kv, {.model_name = engine::ModelIdentity(o.model), .tp_size = tp}));
-  engine::EngineConfig ec;
-  ec.model = o.model;
-  ec.tensor_parallel_size = tp;
-  ec.num_threads = 1;
-  ec.block_size = o.block_size;
-  ec.attention_backend = o.attention_backend;
-  KVF_ASSIGN_OR_RETURN(ec.kv_cache_layout, kv::ParseLayout(o.layout));
-  ec.num_kv_blocks = (o.prompt_len + o.block_size - 1) / o.block_size * 2 + 8;
-  ec.max_num_batched_tokens = 1024;
-  // D pulls every time (no prefix hit); P serves its repeats from its prefix cache.
-  ec.enable_prefix_caching = is_p;
-  ec.connector_scheduler = inst.connector->scheduler();
-  ec.connector_worker = inst.connector->worker();
-  KVF_ASSIGN_OR_RETURN(inst.engine, engine::Engine::Create(ec));
-  return inst;
-}
-
-// Steps the engines until `id` finished on `watch` (and, with `until_idle`, none has work left:
-// P has let go of the blocks); the final output of `id`.
-StatusOr<engine::RequestOutput> Run(const std::vector<engine::Engine*>& engines,
-                                    engine::Engine* watch, const std::string& id, bool until_idle) {
-  const Deadline deadline = Deadline::AfterMs(120000);
-  std::optional<engine::RequestOutput> done;
-  while (!deadline.Expired()) {
-    bool work = false;
-    for (engine::Engine* e : engines) {
-      if (!e->HasWork()) continue;
-      work = true;
-      for (engine::RequestOutput& out : e->Step()) {
-        if (e == watch && out.request_id == id && out.finished) done = std::move(out);
-      }
-    }
-    if (done.has_value() && (!work || !until_idle)) return *done;
-    if (!work) break;
-    std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
-  return DeadlineExceededError("request " + id + " did not finish");
-}
-
-struct PairResult {
-  int p_tp = 1, d_tp = 1;
-  std::vector<double> pull_us;
-  connector::LoadReport last;
-  double Median() const {
-    std::vector<double> v = pull_us;
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0 : v[v.size() / 2];
-  }
-};
-
-StatusOr<PairResult> BenchPair(const PullOptions& o, int p_tp, int d_tp) {
-  const std::string tag = std::to_string(p_tp) + "-" + std::to_string(d_tp);
-  KVF_ASSIGN_OR_RETURN(Instance p, MakeInstance(o, "bench-p-" + tag, p_tp, true));
-  KVF_ASSIGN_OR_RETURN(Instance d, MakeInstance(o, "bench-d-" + tag, d_tp, false));
-  std::vector<int32_t> prompt = {256};
-  for (int i = 1; i < o.prompt_len; ++i) prompt.push_back(32 + (i * 7) % 95);
-  engine::SamplingParams sp;
-  sp.max_tokens = 1;
-  sp.ignore_eos = true;
-  // D resumes after P's first token: asked for that one token alone it would finish without a
-  // pull, so it is asked for two (one decode step after the pull).
-  engine::SamplingParams d_sp = sp;
-  d_sp.max_tokens = 2;
-  PairResult r{p_tp, d_tp, {}, {}};
-  for (int rep = 0; rep <= o.reps; ++rep) {  // rep 0: handshake and warm-up, not timed
-    const std::string id = "r" + std::to_string(rep);
-    connector::KvTransferParams to_p;
-    to_p.do_remote_decode = true;
-    KVF_RETURN_IF_ERROR(p.engine->AddRequest(id, prompt, sp, to_p));
-    KVF_ASSIGN_OR_RETURN(engine::RequestOutput prefilled,
-                         Run({p.engine.get()}, p.engine.get(), id, false));
-    if (!prefilled.kv_transfer_params) return InternalError("P returned no kv_transfer_params");
-    const uint64_t before = d.connector->Stats().duration_us_total;
-    KVF_RETURN_IF_ERROR(d.engine->AddRequest(id, prompt, d_sp, *prefilled.kv_transfer_params));
-    KVF_ASSIGN_OR_RETURN(engine::RequestOutput out,
-                         Run({d.engine.get(), p.engine.get()}, d.engine.get(), id, true));
-    if (!out.kv_load || out.kv_load->outcome != connector::LoadOutcome::kPulled) {
-      return InternalError("the KV was not pulled (" +
-                           std::string(out.kv_load
-                                           ? connector::LoadOutcomeName(out.kv_load->outcome)
-                                           : "no report") +
-                           ")");
-    }
-    if (rep > 0) {
-      r.pull_us.push_back(static_cast<double>(d.connector->Stats().duration_us_total - before));
-    }
-    r.last = *out.kv_load;
-  }
-  d.connector->worker()->Shutdown();
-  p.connector->worker()->Shutdown();
-  return r;
-}
 
 void Print(const PairResult& r, const PairResult* equal) {
   std::printf("pull P tp %d -> D tp %d: %9.1f us median, %9llu bytes, %6llu descriptors", r.p_tp,
@@ -161,7 +45,7 @@ void Print(const PairResult& r, const PairResult* equal) {
   std::fflush(stdout);
 }
 
-int RunTpPull(const PullOptions& o) {
+int RunTpPull(const TpPullOptions& o) {
   std::vector<PairResult> results;
   std::map<int, size_t> equal;  // D tp -> index of the (tp, tp) pair
   // Equal pairs first: they are what the others are compared with.
@@ -215,7 +99,7 @@ void AddBenchTpPull(CLI::App& app) {
     bench = app.add_subcommand("bench", "Benchmarks");
     bench->require_subcommand(1);
   }
-  auto o = std::make_shared<PullOptions>();
+  auto o = std::make_shared<TpPullOptions>();
   auto* sub = bench->add_subcommand(
       "tp-pull", "P/D pull time, bytes and descriptors across tensor-parallel sizes");
   sub->add_option("--model", o->model, "Built-in model")->capture_default_str();

@@ -147,10 +147,10 @@ int RunGenerate(const GenerateOptions& o) {
 void AddGenerate(CLI::App& app) {
   auto opts = std::make_shared<GenerateOptions>();
   auto* sub = app.add_subcommand("generate", "Generate a completion for one prompt");
-  sub->add_option(
-         "--model", opts->model,
-         "Built-in model (tiny, small, tiny-odd, tiny-kv4), a Hugging Face model directory or a "
-         ".gguf file (docs/models.md)")
+  sub->add_option("--model", opts->model,
+                  "Built-in model (tiny, small, tiny-odd, tiny-kv4, tiny-mla), a Hugging Face "
+                  "model directory or a "
+                  ".gguf file (docs/models.md)")
       ->capture_default_str();
   sub->add_option("--tokenizer", opts->tokenizer,
                   "Tokenizer: a directory with tokenizer.json, or byte-level (default: the "

@@ -143,10 +143,10 @@ void AddServe(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   auto* sub = app.add_subcommand(
       "serve", "Serve a model over an OpenAI-compatible HTTP API (docs/serving.md)");
-  sub->add_option(
-         "--model", o->model,
-         "Built-in (tiny, small, tiny-odd, tiny-kv4), a Hugging Face model directory or a .gguf "
-         "file (docs/models.md); also the served model name")
+  sub->add_option("--model", o->model,
+                  "Built-in (tiny, small, tiny-odd, tiny-kv4, tiny-mla), a Hugging Face model "
+                  "directory or a .gguf "
+                  "file (docs/models.md); also the served model name")
       ->capture_default_str();
   sub->add_option("--tokenizer", o->tokenizer,
                   "Tokenizer: a directory with tokenizer.json, or byte-level (default: the "

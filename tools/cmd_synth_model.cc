@@ -47,6 +47,12 @@ struct SynthOptions {
   std::string out;
   int shards = 1;
   std::string gguf;
+  // --arch deepseek (multi-head latent attention; --kv-heads and --head-dim do not apply).
+  int q_lora_rank = 0;
+  int kv_lora_rank = 64;
+  int qk_nope_head_dim = 32;
+  int qk_rope_head_dim = 16;
+  int v_head_dim = 32;
 };
 
 // The tokenizer files of --tokenizer: tokenizer.json, and tokenizer_config.json when present.
@@ -93,8 +99,13 @@ std::string ModelName(const SynthOptions& o) {
 }
 
 StatusOr<ModelConfig> BuildConfig(const SynthOptions& o, const kvferry::tokenizer::Tokenizer& tok) {
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3") {
-    return kvferry::InvalidArgumentError("--arch '" + o.arch + "': expected llama, qwen2 or qwen3");
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "deepseek") {
+    return kvferry::InvalidArgumentError("--arch '" + o.arch +
+                                         "': expected llama, qwen2, qwen3 or deepseek");
+  }
+  if (o.arch == "deepseek" && !o.gguf.empty()) {
+    return kvferry::InvalidArgumentError(
+        "--gguf: DeepSeek (MLA) models are written as Hugging Face directories only (--out)");
   }
   if (o.vocab_size != 0 && o.vocab_size < tok.vocab_size()) {
     return kvferry::InvalidArgumentError("--vocab-size " + std::to_string(o.vocab_size) +
@@ -122,6 +133,16 @@ StatusOr<ModelConfig> BuildConfig(const SynthOptions& o, const kvferry::tokenize
   c.bos_token_id = tok.bos_token_id().value_or(-1);
   c.eos_token_ids = tok.eos_token_ids();
   c.weight_seed = o.seed;
+  if (o.arch == "deepseek") {
+    c.num_kv_heads = 1;  // the latent
+    c.mla = {.q_lora_rank = o.q_lora_rank,
+             .kv_lora_rank = o.kv_lora_rank,
+             .qk_nope_head_dim = o.qk_nope_head_dim,
+             .qk_rope_head_dim = o.qk_rope_head_dim,
+             .v_head_dim = o.v_head_dim};
+    c.head_dim = o.qk_nope_head_dim + o.qk_rope_head_dim;
+    c.rope_theta = o.rope_theta != 0.0f ? o.rope_theta : 10000.0f;  // DeepSeek-V2/V3's
+  }
   KVF_RETURN_IF_ERROR(c.Validate());
   return c;
 }
@@ -223,7 +244,9 @@ void AddSynthModel(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "synth-model",
       "Write a random model with a real tokenizer (a Hugging Face directory and/or GGUF)");
-  sub->add_option("--arch", o->arch, "llama, qwen2 (q/k/v biases) or qwen3 (q/k norms)")
+  sub->add_option("--arch", o->arch,
+                  "llama, qwen2 (q/k/v biases), qwen3 (q/k norms) or deepseek (multi-head latent "
+                  "attention, dense MLP; Hugging Face directory only)")
       ->capture_default_str();
   sub->add_option("--tokenizer", o->tokenizer,
                   "Directory with tokenizer.json (and optionally tokenizer_config.json)")
@@ -243,6 +266,23 @@ void AddSynthModel(CLI::App& app) {
   sub->add_option("--head-dim", o->head_dim, "Head dimension, even (0: hidden / heads)")
       ->capture_default_str()
       ->check(CLI::Range(0, kMaxDim));
+  sub->add_option("--q-lora-rank", o->q_lora_rank, "deepseek: low-rank query width (0: q_proj)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxDim));
+  sub->add_option("--kv-lora-rank", o->kv_lora_rank, "deepseek: latent width (cached per token)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxDim));
+  sub->add_option("--qk-nope-head-dim", o->qk_nope_head_dim,
+                  "deepseek: per-head key width without RoPE")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxDim));
+  sub->add_option("--qk-rope-head-dim", o->qk_rope_head_dim,
+                  "deepseek: rope key width, even (cached per token)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxDim));
+  sub->add_option("--v-head-dim", o->v_head_dim, "deepseek: per-head value width")
+      ->capture_default_str()
+      ->check(CLI::Range(1, kMaxDim));
   sub->add_option("--ffn", o->ffn, "SwiGLU intermediate width (0: 3 x hidden)")
       ->capture_default_str()
       ->check(CLI::Range(0, kMaxDim));

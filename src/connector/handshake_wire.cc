@@ -301,6 +301,10 @@ std::string CompatibilityHash(std::string_view model_name, const kv::CacheSpec& 
                   kHandshakeVersion, model_name, kv::DTypeName(spec.dtype),
                   spec.kind == kv::AttentionKind::kMLA ? "mla" : "standard", spec.num_layers,
                   spec.num_kv_heads, spec.head_dim);
+  if (spec.kind == kv::AttentionKind::kMLA) {
+    canon += fmt::format("|latent_dim={}|rope_dim={}", spec.head_dim - spec.mla_rope_dim,
+                         spec.mla_rope_dim);
+  }
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : canon) {
     h ^= c;
@@ -405,10 +409,11 @@ StatusOr<std::vector<HandshakeMetadata>> DecodeHandshakeReply(
   }
   std::string_view hash = AsStr(a->ptr[3]);
   if (hash != expected_compat_hash) {
-    return FailedPreconditionError(
-        fmt::format("handshake: incompatible peer: its KV cache is [{}], ours is [{}] (model, "
-                    "KV dtype, attention kind, layers, KV heads and head dim must be equal)",
-                    hash, expected_compat_hash));
+    return FailedPreconditionError(fmt::format(
+        "handshake: incompatible peer: its KV cache is [{}], ours is [{}] (model, "
+        "KV dtype, attention kind, layers, KV heads and head dim (MLA: latent and rope dims) "
+        "must be equal)",
+        hash, expected_compat_hash));
   }
   const msgpack::object_array& bodies = a->ptr[4].via.array;
   if (bodies.size < 1 || bodies.size > static_cast<uint32_t>(kMaxTpRanks)) {

@@ -81,7 +81,8 @@ struct HandshakeMetadata {
 };
 
 // Hex of a 64-bit FNV-1a over the fields both sides must share (model, KV dtype, KV heads, head
-// dim, layers, attention kind, handshake version), then those fields in clear text, so that a
+// dim, layers, attention kind, for MLA the latent and rope dims of a row, handshake version),
+// then those fields in clear text, so that a
 // mismatch error says which one differs (e.g. P's f16 cache against D's f32 one: kvferry refuses
 // rather than converting, docs/connector.md). Block sizes, layout and block counts are
 // deliberately left out: they may differ and are handled by re-layout (as in vLLM).

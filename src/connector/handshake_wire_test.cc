@@ -143,6 +143,31 @@ TEST(HandshakeWireTest, CompatibilityHashCoversModelShapeNotBlockSizes) {
   EXPECT_NE(CompatibilityHash("tiny", b), h);
 }
 
+// MLA: the same row width split differently into latent and rope key is another cache, and a
+// standard cache of the same width is too; both are named in clear text.
+TEST(HandshakeWireTest, CompatibilityHashCoversMlaGeometry) {
+  kv::CacheSpec mla = SampleSpec();
+  mla.kind = kv::AttentionKind::kMLA;
+  mla.num_kv_heads = 1;
+  mla.head_dim = 40;
+  mla.mla_rope_dim = 8;
+  const std::string h = CompatibilityHash("tiny-mla", mla);
+  EXPECT_NE(h.find("kind=mla"), std::string::npos) << h;
+  EXPECT_NE(h.find("latent_dim=32|rope_dim=8"), std::string::npos) << h;
+  kv::CacheSpec other = mla;
+  other.mla_rope_dim = 16;  // latent 24 + rope 16: same bytes per token
+  EXPECT_NE(CompatibilityHash("tiny-mla", other), h);
+  other = mla;
+  other.kind = kv::AttentionKind::kStandard;
+  other.mla_rope_dim = 0;
+  EXPECT_NE(CompatibilityHash("tiny-mla", other), h);
+  auto decoded =
+      DecodeHandshakeReply(Reply(CompatibilityHash("tiny-mla", other), SampleMetadata()), h);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_EQ(decoded.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(decoded.status().message().find("rope_dim=8"), std::string_view::npos);
+}
+
 TEST(HandshakeWireTest, HashMismatchIsRejectedBeforeTheBodyIsDecoded) {
   // The body is garbage: a decoder that looked at it would report InvalidArgument.
   std::string theirs = CompatibilityHash("small", SampleSpec());

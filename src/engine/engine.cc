@@ -120,9 +120,11 @@ StatusOr<int32_t> AllocateCaches(const EngineConfig& config, const ModelConfig& 
   kv::CacheSpec spec;
   spec.num_layers = mc.num_layers;
   spec.num_kv_heads = shards[0].num_kv_heads;
-  spec.head_dim = mc.head_dim;
+  // MLA: one region per layer, one row of [latent | rope key] per token (num_kv_heads is 1).
+  spec.head_dim = mc.kv_cache_head_dim();
   spec.dtype = config.kv_cache_dtype;
-  spec.kind = kv::AttentionKind::kStandard;
+  spec.kind = mc.is_mla() ? kv::AttentionKind::kMLA : kv::AttentionKind::kStandard;
+  spec.mla_rope_dim = mc.is_mla() ? mc.mla.qk_rope_head_dim : 0;
   spec.layout = config.kv_cache_layout;
   spec.block_size_kernel = geometry.block_size_kernel();
   spec.num_blocks_kernel = 1;

@@ -159,12 +159,12 @@ TEST(EngineTest, OutputsIdenticalAcrossBatchingBudgetGeometryAndThreads) {
 // short prompts, then 12 greedy tokens: decode crosses position 384, a boundary of every kernel
 // block size. Same tokens and logprobs with kernel blocks of 16/32/64/128 in both layouts, with
 // logical blocks of 128 over kernel blocks of 64, with a small budget and one thread; for tiny
-// and for tiny-odd (SIMD tails).
+// for tiny-odd (SIMD tails) and for tiny-mla (multi-head latent attention).
 TEST(EngineTest, LongPromptOutputsIdenticalAcrossBlockSizesAndLayouts) {
   const std::vector<int32_t> long_prompt =
       testing_util::Encode(tokenizer::Tokenizer::BuiltinByteLevel(), testing_util::LongText(377));
   ASSERT_EQ(long_prompt.size(), 378u);
-  for (const std::string model : {"tiny", "tiny-odd"}) {
+  for (const std::string model : {"tiny", "tiny-odd", "tiny-mla"}) {
     auto run = [&](EngineConfig c) {
       c.model = model;
       auto e = Make(c);

@@ -22,6 +22,14 @@ j4b=$("$KVF" generate --prompt "$PROMPT" --max-tokens 24 --json --tensor-paralle
 if [[ "$j1" != "$j2" || "$j1" != "$j4" || "$j1" != "$j4b" ]]; then
   echo "FAIL: TP 1/2/4 differ: [$j1] [$j2] [$j4] [$j4b]"; exit 1
 fi
+# tiny-mla (multi-head latent attention): the same at TP 1, 2 and 4 and across geometries.
+m1=$("$KVF" generate --model tiny-mla --prompt "$PROMPT" --max-tokens 16 --json)
+m2=$("$KVF" generate --model tiny-mla --prompt "$PROMPT" --max-tokens 16 --json -tp 2 --threads 1)
+m4=$("$KVF" generate --model tiny-mla --prompt "$PROMPT" --max-tokens 16 --json -tp 4 \
+       --block-size 128 --attention-backend flash --kv-cache-layout HND)
+if [[ -z "$m1" || "$m1" != "$m2" || "$m1" != "$m4" ]]; then
+  echo "FAIL: tiny-mla TP 1/2/4 differ: [$m1] [$m2] [$m4]"; exit 1
+fi
 if "$KVF" generate --prompt x --model tiny-odd -tp 4 2>/dev/null; then
   echo "FAIL: tiny-odd (6 heads) accepted at TP 4"; exit 1
 fi

@@ -1,8 +1,9 @@
 // Batch invariance (docs/engine.md, "The determinism contract"): the logits of a sequence are
 // bit-identical whatever the batch, the chunking, the kernel block size, the layout, the thread
-// count, for each storage dtype and for each of tiny and tiny-odd (whose widths leave SIMD
-// tails). Runs the model runner directly so the logits themselves can be compared. One sequence
-// is 392 tokens long, so kernel blocks of 64 and 128 are crossed by prefill and by decode steps.
+// count, for each storage dtype and for each of tiny, tiny-odd (whose widths leave SIMD
+// tails) and tiny-mla (multi-head latent attention over a cache of latent rows). Runs the model
+// runner directly so the logits themselves can be compared. One sequence is 392 tokens long, so
+// kernel blocks of 64 and 128 are crossed by prefill and by decode steps.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -69,7 +70,8 @@ PlanLogits RunPlan(const std::string& model, const Geometry& g, int threads, con
   kv::CacheSpec spec;
   spec.num_layers = c.num_layers;
   spec.num_kv_heads = c.num_kv_heads;
-  spec.head_dim = c.head_dim;
+  spec.head_dim = c.kv_cache_head_dim();
+  spec.kind = c.is_mla() ? kv::AttentionKind::kMLA : kv::AttentionKind::kStandard;
   spec.dtype = g.dtype;
   spec.layout = g.layout;
   spec.block_size_kernel = g.block_size_kernel;
@@ -213,7 +215,7 @@ TEST_P(InvarianceTest, LogitsBitIdenticalAcrossBatchChunkingGeometryAndThreads) 
 }
 
 INSTANTIATE_TEST_SUITE_P(ModelsAndDtypes, InvarianceTest,
-                         ::testing::Combine(::testing::Values("tiny", "tiny-odd"),
+                         ::testing::Combine(::testing::Values("tiny", "tiny-odd", "tiny-mla"),
                                             ::testing::Values(kv::DType::kF32, kv::DType::kF16,
                                                               kv::DType::kBF16)),
                          [](const auto& info) {

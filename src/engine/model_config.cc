@@ -1,11 +1,54 @@
 #include "kvferry/engine/model_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
 #include "kvferry/tokenizer/tokenizer.h"
 
 namespace kvferry::engine {
+
+namespace {
+
+// The MLA fields: all zero for other architectures; consistent shapes for "deepseek".
+Status ValidateMla(const ModelConfig& c) {
+  const MlaShape& m = c.mla;
+  if (c.architecture != "deepseek") {
+    if (c.is_mla() || m.q_lora_rank != 0) {
+      return InvalidArgumentError("model config: MLA fields need architecture 'deepseek'");
+    }
+    return Status::Ok();
+  }
+  if (m.kv_lora_rank <= 0 || m.qk_nope_head_dim <= 0 || m.qk_rope_head_dim <= 0 ||
+      m.v_head_dim <= 0 || m.q_lora_rank < 0) {
+    return InvalidArgumentError(
+        "model config: deepseek needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, "
+        "v_head_dim > 0 and q_lora_rank >= 0");
+  }
+  if (c.head_dim != m.qk_nope_head_dim + m.qk_rope_head_dim || c.num_kv_heads != 1) {
+    return InvalidArgumentError(
+        "model config: deepseek (MLA) needs head_dim = qk_nope_head_dim + qk_rope_head_dim and "
+        "num_kv_heads = 1 (the latent)");
+  }
+  if (c.attention_bias || c.qk_norm) {
+    return InvalidArgumentError("model config: deepseek has no attention biases or q/k norms");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+double YarnMscale(double factor, double mscale) {
+  return factor <= 1.0 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+
+float ModelConfig::softmax_scale() const {
+  if (rope_scaling.type == RopeScaling::Type::kYarn) {
+    const double m = YarnMscale(rope_scaling.factor, rope_scaling.mscale_all_dim);
+    return static_cast<float>(m * m / std::sqrt(static_cast<double>(head_dim)));
+  }
+  return 1.0f / std::sqrt(static_cast<float>(head_dim));
+}
 
 Status ModelConfig::Validate() const {
   auto positive = [](int32_t v, const char* field) -> Status {
@@ -24,7 +67,9 @@ Status ModelConfig::Validate() const {
     return InvalidArgumentError("model config: num_kv_heads (" + std::to_string(num_kv_heads) +
                                 ") must divide num_heads (" + std::to_string(num_heads) + ")");
   }
-  if (head_dim % 2 != 0) return InvalidArgumentError("model config: head_dim must be even");
+  if (rope_dim() % 2 != 0) {
+    return InvalidArgumentError("model config: head_dim (the rotated width) must be even");
+  }
   if (!(rope_theta > 0.0f)) return InvalidArgumentError("model config: rope_theta must be > 0");
   if (!(rms_norm_eps > 0.0f)) return InvalidArgumentError("model config: rms_norm_eps must be > 0");
   if (bos_token_id >= vocab_size) {
@@ -36,15 +81,27 @@ Status ModelConfig::Validate() const {
                                   " outside the vocabulary");
     }
   }
-  if (architecture != "llama" && architecture != "qwen2" && architecture != "qwen3") {
+  if (architecture != "llama" && architecture != "qwen2" && architecture != "qwen3" &&
+      architecture != "deepseek") {
     return InvalidArgumentError("model config: unknown architecture '" + architecture + "'");
   }
+  KVF_RETURN_IF_ERROR(ValidateMla(*this));
   if (rope_scaling.type != RopeScaling::Type::kNone && !(rope_scaling.factor > 0.0f)) {
     return InvalidArgumentError("model config: rope_scaling.factor must be > 0");
   }
   if (rope_scaling.type == RopeScaling::Type::kFactors &&
-      static_cast<int32_t>(rope_scaling.freq_factors.size()) != head_dim / 2) {
+      static_cast<int32_t>(rope_scaling.freq_factors.size()) != rope_dim() / 2) {
     return InvalidArgumentError("model config: rope frequency factors must number head_dim / 2");
+  }
+  if (rope_scaling.type == RopeScaling::Type::kYarn && !is_mla()) {
+    return InvalidArgumentError("model config: yarn rope_scaling is supported for MLA only");
+  }
+  if (rope_scaling.type == RopeScaling::Type::kYarn &&
+      YarnMscale(rope_scaling.factor, rope_scaling.mscale) !=
+          YarnMscale(rope_scaling.factor, rope_scaling.mscale_all_dim)) {
+    return InvalidArgumentError(
+        "model config: yarn rope_scaling with mscale != mscale_all_dim (a cos/sin factor other "
+        "than 1) is not supported");
   }
   if (rope_scaling.type == RopeScaling::Type::kLlama3 &&
       !(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor &&
@@ -60,17 +117,49 @@ int64_t ModelConfig::NumParameters() const {
   const int64_t d = hidden_dim;
   const int64_t q = int64_t{num_heads} * head_dim;
   const int64_t kv = int64_t{num_kv_heads} * head_dim;
-  const int64_t per_layer = d * (q + 2 * kv) + q * d + 3 * d * ffn_dim + 2 * d +
-                            (attention_bias ? q + 2 * kv : 0) + (qk_norm ? 2 * head_dim : 0);
+  int64_t attn =
+      d * (q + 2 * kv) + q * d + (attention_bias ? q + 2 * kv : 0) + (qk_norm ? 2 * head_dim : 0);
+  if (is_mla()) {
+    const MlaShape& m = mla;
+    const int64_t h = num_heads;
+    attn = (m.q_lora_rank > 0 ? d * m.q_lora_rank + m.q_lora_rank + m.q_lora_rank * q : d * q) +
+           d * kv_cache_head_dim() + m.kv_lora_rank +
+           m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim) + h * m.v_head_dim * d;
+  }
+  const int64_t per_layer = attn + 3 * d * ffn_dim + 2 * d;
   const int64_t embed = int64_t{vocab_size} * d;
   return embed * (tie_embeddings ? 1 : 2) + per_layer * num_layers + d;
 }
+
+namespace {
+
+// DeepSeek's yarn: frequency i is divided by 1 / (ramp_i / factor + 1 - ramp_i), the ramp
+// rising linearly from 0 to 1 over [low, high], the dims where beta_fast and beta_slow
+// rotations fit in original_max_position.
+std::vector<float> YarnFactors(const RopeScaling& r, int32_t dim, float theta) {
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(r.original_max_position / (rotations * 2.0 * M_PI)) /
+           (2.0 * std::log(static_cast<double>(theta)));
+  };
+  const double low = std::max(std::floor(correction_dim(r.beta_fast)), 0.0);
+  double high = std::min(std::ceil(correction_dim(r.beta_slow)), dim - 1.0);
+  if (low == high) high += 0.001;
+  std::vector<float> out(static_cast<size_t>(dim / 2));
+  for (int32_t i = 0; i < dim / 2; ++i) {
+    const double ramp = std::clamp((i - low) / (high - low), 0.0, 1.0);
+    out[i] = static_cast<float>(1.0 / (ramp / r.factor + 1.0 - ramp));
+  }
+  return out;
+}
+
+}  // namespace
 
 std::vector<float> RopeFrequencyFactors(const RopeScaling& r, int32_t head_dim, float theta) {
   const int32_t half = head_dim / 2;
   if (r.type == RopeScaling::Type::kFactors) return r.freq_factors;
   std::vector<float> out(static_cast<size_t>(half), 1.0f);
   if (r.type == RopeScaling::Type::kLinear) std::fill(out.begin(), out.end(), r.factor);
+  if (r.type == RopeScaling::Type::kYarn) return YarnFactors(r, head_dim, theta);
   if (r.type != RopeScaling::Type::kLlama3) return out;
   // Llama 3.1: long wavelengths are scaled by `factor`, short ones not, and the band between
   // blends the two smoothly (the same rule as Hugging Face's rope_init and llama.cpp's
@@ -156,9 +245,29 @@ StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
     c.weight_seed = 0x6f6464ull;  // "odd"
     return c;
   }
+  if (name == "tiny-mla") {
+    // Multi-head latent attention (DeepSeek-V2/V3 style) at tiny's width: a KV cache of
+    // 32 + 8 = 40 values per token per layer, where GQA at 2 KV heads of 32 stores 128.
+    c.name = "tiny-mla";
+    c.architecture = "deepseek";
+    c.hidden_dim = 128;
+    c.num_layers = 2;
+    c.num_heads = 4;
+    c.num_kv_heads = 1;
+    c.mla = {.q_lora_rank = 48,
+             .kv_lora_rank = 32,
+             .qk_nope_head_dim = 16,
+             .qk_rope_head_dim = 8,
+             .v_head_dim = 16};
+    c.head_dim = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;
+    c.ffn_dim = 256;
+    c.max_position = 4096;
+    c.weight_seed = 0x6d6c61ull;  // "mla"
+    return c;
+  }
   return NotFoundError(
       "unknown built-in model '" + std::string(name) +
-      "' (known: tiny, small, tiny-odd, tiny-kv4; or a path to a checkpoint file)");
+      "' (known: tiny, small, tiny-odd, tiny-kv4, tiny-mla; or a path to a checkpoint file)");
 }
 
 }  // namespace kvferry::engine

@@ -22,8 +22,8 @@ int64_t NumLogitRows(std::span<const ForwardChunk> chunks) {
 std::shared_ptr<const kernels::RopeTable> MakeRopeTable(const ModelConfig& c,
                                                         int32_t max_position) {
   return std::make_shared<const kernels::RopeTable>(
-      c.head_dim, max_position, c.rope_theta,
-      RopeFrequencyFactors(c.rope_scaling, c.head_dim, c.rope_theta));
+      c.rope_dim(), max_position, c.rope_theta,
+      RopeFrequencyFactors(c.rope_scaling, c.rope_dim(), c.rope_theta));
 }
 
 ModelRunner::ModelRunner(const ModelShard* shard, TpCommunicator* comm,
@@ -68,6 +68,20 @@ void ModelRunner::RowParallelAdd(const float* in, int64_t rows, std::span<const 
   comm_->AllReduceAdd(rank, n, x_.data());
 }
 
+void ModelRunner::FinishLayer(const LayerShard& lw, int64_t rows) {
+  const ModelConfig& c = config();
+  const RankShard& rs = shard_->shard;
+  const int64_t d = c.hidden_dim;
+  const int64_t f = rs.ffn_count;
+  gu_.resize(rows * 2 * f);
+  act_.resize(rows * f);
+  RowParallelAdd(attn_.data(), rows, rs.o_bounds, lw.o);
+  kernels::RmsNorm(x_.data(), rows, d, lw.full->ffn_norm.data(), c.rms_norm_eps, h_.data());
+  kernels::MatMul(h_.data(), rows, d, lw.gate_up(), gu_.data(), pool_);
+  kernels::SwiGlu(gu_.data(), rows, f, act_.data());
+  RowParallelAdd(act_.data(), rows, rs.down_bounds, lw.down);
+}
+
 void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<float>* logits) {
   logits->assign(static_cast<size_t>(NumLogitRows(chunks) * config().vocab_size), 0.0f);
   Forward(chunks, logits->data());
@@ -81,7 +95,6 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, float* logits) {
   const int64_t qw = int64_t{rs.num_q_heads} * hd;
   const int64_t kvw = int64_t{rs.num_kv_heads} * hd;
   const int64_t qkvw = qw + 2 * kvw;
-  const int64_t f = rs.ffn_count;
 
   int64_t rows = 0;
   std::vector<kernels::AttentionSequence> seqs;
@@ -95,11 +108,7 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, float* logits) {
 
   x_.resize(rows * d);
   h_.resize(rows * d);
-  qkv_.resize(rows * qkvw);
-  q_.resize(rows * qw);
-  attn_.resize(rows * qw);
-  gu_.resize(rows * 2 * f);
-  act_.resize(rows * f);
+  attn_.resize(rows * rs.num_q_heads * c.attn_out_head_dim());
   positions_.resize(rows);
 
   {
@@ -112,10 +121,17 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, float* logits) {
     }
   }
 
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float scale = c.softmax_scale();
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LayerShard& lw = shard_->layers[l];
     kernels::RmsNorm(x_.data(), rows, d, lw.full->attn_norm.data(), c.rms_norm_eps, h_.data());
+    if (c.is_mla()) {
+      MlaAttentionBlock(l, seqs, rows);
+      FinishLayer(lw, rows);
+      continue;
+    }
+    qkv_.resize(rows * qkvw);
+    q_.resize(rows * qw);
     kernels::MatMul(h_.data(), rows, d, lw.qkv(), qkv_.data(), pool_);
     const kernels::KvLayerView view = kernels::LayerView(*cache_, l);
     {
@@ -132,11 +148,7 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, float* logits) {
       }
     }
     kernels::Attention(view, seqs, q_.data(), rs.num_q_heads, scale, attn_.data(), pool_);
-    RowParallelAdd(attn_.data(), rows, rs.o_bounds, lw.o);
-    kernels::RmsNorm(x_.data(), rows, d, lw.full->ffn_norm.data(), c.rms_norm_eps, h_.data());
-    kernels::MatMul(h_.data(), rows, d, lw.gate_up(), gu_.data(), pool_);
-    kernels::SwiGlu(gu_.data(), rows, f, act_.data());
-    RowParallelAdd(act_.data(), rows, rs.down_bounds, lw.down);
+    FinishLayer(lw, rows);
   }
 
   // Final norm and this rank's lm_head rows for the last row of each chunk that wants logits.

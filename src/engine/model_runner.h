@@ -10,9 +10,10 @@
 // query and KV heads (+ q/k/v biases: Qwen2); per-head RmsNorm of q and k (Qwen3); RoPE(q, k);
 // store k, v in its cache; attention over its heads (reads the cache, own token included);
 // x += AllReduce(o Wo^T over its heads); h = RmsNorm(x); x += AllReduce(SwiGlu(h Wgu^T)
-// Wdown^T over its ffn columns). The all-reduce (TpCommunicator) leaves every rank's x
-// identical. Logits: RmsNorm(x) lm_head^T of its vocab rows, for the last row of the chunks that
-// ask for them.
+// Wdown^T over its ffn columns). MLA models replace the attention part by
+// MlaAttentionBlock (docs/engine.md, "Multi-head latent attention"). The all-reduce
+// (TpCommunicator) leaves every rank's x identical. Logits: RmsNorm(x) lm_head^T of its vocab rows,
+// for the last row of the chunks that ask for them.
 //
 // Thread-safety: not thread-safe (owns scratch buffers); one thread per rank calls Forward, all
 // ranks at once (they meet in the all-reduce); uses `pool` inside Forward().
@@ -23,6 +24,7 @@
 #include <span>
 #include <vector>
 
+#include "engine/kernels/attention.h"
 #include "engine/kernels/rope.h"
 #include "engine/tensor_parallel.h"
 #include "engine/tp_communicator.h"
@@ -70,6 +72,11 @@ class ModelRunner {
  private:
   // Biases and q/k norms of one row of the fused q|k|v projection, in place.
   void PrepareQk(const LayerShard& lw, float* row) const;
+  // o projection and MLP of one layer, from attn_ (x += both, all-reduced).
+  void FinishLayer(const LayerShard& lw, int64_t rows);
+  // Layer l's attention for an MLA model (mla_layer.cc): from h_ (normed x) to attn_
+  // ([rows][H * v_head_dim]); stores the chunk's latent rows in the cache first.
+  void MlaAttentionBlock(int32_t l, std::span<const kernels::AttentionSequence> seqs, int64_t rows);
   // x += the all-reduced row-parallel product of `in` ([rows][K]) and the shard's `w`.
   void RowParallelAdd(const float* in, int64_t rows, std::span<const int64_t> bounds,
                       const WeightMatrix& w);
@@ -85,6 +92,7 @@ class ModelRunner {
   std::shared_ptr<const kernels::RopeTable> rope_;
   // Scratch, reused across calls.
   std::vector<float> x_, h_, qkv_, q_, attn_, gu_, act_, last_, leaves_;
+  std::vector<float> qa_, latent_, qcat_, olat_;  // MLA
   std::vector<int32_t> positions_;
 };
 

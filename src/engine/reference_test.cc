@@ -62,7 +62,8 @@ std::vector<std::vector<float>> EngineLogits(const ModelWeights& w,
   kv::CacheSpec spec;
   spec.num_layers = c.num_layers;
   spec.num_kv_heads = c.num_kv_heads;
-  spec.head_dim = c.head_dim;
+  spec.head_dim = c.kv_cache_head_dim();
+  spec.kind = c.is_mla() ? kv::AttentionKind::kMLA : kv::AttentionKind::kStandard;
   spec.dtype = kv::DType::kF32;
   spec.layout = kv::Layout::kNHD;
   spec.block_size_kernel = 16;
@@ -173,7 +174,7 @@ TEST_P(ReferenceLogitsTest, EngineMatchesFloat64ReferenceAtEveryPosition) {
 
 // small (8 layers, width 512) once: its float64 pass over 320 tokens is most of this file's time.
 INSTANTIATE_TEST_SUITE_P(Models, ReferenceLogitsTest,
-                         ::testing::Values("tiny", "tiny-odd", "small"), ModelName);
+                         ::testing::Values("tiny", "tiny-odd", "small", "tiny-mla"), ModelName);
 
 // The built-ins are untied; the tied lm_head (embed_tokens^T) is the other half of the model
 // definition.
@@ -209,8 +210,44 @@ TEST(ReferenceArchitecturesTest, Qwen2Qwen3AndRopeScalingMatchReference) {
   variants.emplace_back("rope linear", linear);
   ModelConfig llama3 = base;
   llama3.rope_theta = 500000.0f;
-  llama3.rope_scaling = {RopeScaling::Type::kLlama3, 8.0f, 1.0f, 4.0f, 64, {}};
+  llama3.rope_scaling = {
+      RopeScaling::Type::kLlama3, 8.0f, 1.0f, 4.0f, 64, {}, 32.0f, 1.0f, 1.0f, 0.0f};
   variants.emplace_back("rope llama3", llama3);
+  for (const auto& [name, config] : variants) {
+    auto weights = GenerateWeights(config);
+    ASSERT_TRUE(weights.ok()) << weights.status();
+    ExpectMatchesReference(*weights, {Prompt("Hello"), Prompt(testing_util::LongText(150))}, name);
+  }
+}
+
+// Multi-head latent attention beyond tiny-mla: a query without the low-rank path (q_proj), odd
+// widths (latent 27, nope 11, rope 6, values 13: dots with SIMD tails, and a cache row of 33),
+// and DeepSeek's yarn rope scaling with its softmax mscale (a short original context, so every
+// band of the ramp is used).
+TEST(ReferenceArchitecturesTest, MlaVariantsMatchReference) {
+  const ModelConfig base = *BuiltinModelConfig("tiny-mla");
+  std::vector<std::pair<std::string, ModelConfig>> variants;
+  ModelConfig no_q_lora = base;
+  no_q_lora.mla.q_lora_rank = 0;
+  variants.emplace_back("mla without q_lora", no_q_lora);
+  ModelConfig odd = base;
+  odd.hidden_dim = 99;
+  odd.num_heads = 3;
+  odd.mla = {.q_lora_rank = 0,
+             .kv_lora_rank = 27,
+             .qk_nope_head_dim = 11,
+             .qk_rope_head_dim = 6,
+             .v_head_dim = 13};
+  odd.head_dim = 17;
+  odd.ffn_dim = 261;
+  variants.emplace_back("mla odd widths", odd);
+  ModelConfig yarn = base;
+  yarn.rope_scaling.type = RopeScaling::Type::kYarn;
+  yarn.rope_scaling.factor = 40.0f;
+  yarn.rope_scaling.original_max_position = 64;
+  yarn.rope_scaling.mscale = 0.707f;
+  yarn.rope_scaling.mscale_all_dim = 0.707f;
+  variants.emplace_back("mla yarn", yarn);
   for (const auto& [name, config] : variants) {
     auto weights = GenerateWeights(config);
     ASSERT_TRUE(weights.ok()) << weights.status();
@@ -258,8 +295,8 @@ TEST_P(ReferenceGenerationTest, EngineGreedyTokensAndLogprobsFollowReference) {
   EXPECT_GE(checked, 6) << GetParam();
 }
 
-INSTANTIATE_TEST_SUITE_P(Models, ReferenceGenerationTest, ::testing::Values("tiny", "tiny-odd"),
-                         ModelName);
+INSTANTIATE_TEST_SUITE_P(Models, ReferenceGenerationTest,
+                         ::testing::Values("tiny", "tiny-odd", "tiny-mla"), ModelName);
 
 }  // namespace
 }  // namespace kvferry::engine

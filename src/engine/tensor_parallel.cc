@@ -24,6 +24,37 @@ std::vector<int64_t> LocalBounds(int64_t width, int32_t first_leaf, int32_t num_
   return out;
 }
 
+// One MLA layer as rank `s` sees it: its query heads' rows of q_proj (or q_b_proj), their
+// absorbed key matrices and value views (LayerShard::k_absorb, v_up) and their columns of
+// o_proj. q_a_proj and kv_a_proj_with_mqa stay whole: every rank computes (and caches) the latent.
+void ShardMla(const ModelConfig& c, const LayerWeights& lw, const RankShard& s, LayerShard& l,
+              ModelShard& out) {
+  const MlaShape& m = c.mla;
+  const int64_t q0 = int64_t{s.q_head_first} * c.head_dim;
+  const int64_t qn = int64_t{s.num_q_heads} * c.head_dim;
+  if (m.q_lora_rank > 0) {
+    l.q_b = RowSlice(lw.q_b, q0, qn);
+  } else {
+    l.q = RowSlice(lw.q, q0, qn);
+  }
+  l.o = ColumnSlice(lw.o, int64_t{s.q_head_first} * m.v_head_dim,
+                    int64_t{s.num_q_heads} * m.v_head_dim);
+  const int64_t per_head = m.qk_nope_head_dim + m.v_head_dim;
+  const std::vector<float> kv_b = ToF32(lw.kv_b);  // [H * per_head][kv_lora]
+  for (int32_t h = s.q_head_first; h < s.q_head_first + s.num_q_heads; ++h) {
+    auto t = std::make_shared<std::vector<float>>(
+        static_cast<size_t>(int64_t{m.kv_lora_rank} * m.qk_nope_head_dim));
+    for (int64_t i = 0; i < m.qk_nope_head_dim; ++i) {
+      for (int64_t j = 0; j < m.kv_lora_rank; ++j) {
+        (*t)[j * m.qk_nope_head_dim + i] = kv_b[(h * per_head + i) * m.kv_lora_rank + j];
+      }
+    }
+    l.k_absorb.push_back(F32Matrix(t->data(), m.kv_lora_rank, m.qk_nope_head_dim));
+    l.v_up.push_back(RowSlice(lw.kv_b, h * per_head + m.qk_nope_head_dim, m.v_head_dim));
+    out.storage.push_back(std::move(t));
+  }
+}
+
 }  // namespace
 
 StatusOr<std::vector<RankShard>> PlanTensorParallel(const ModelConfig& c, int32_t tp_size) {
@@ -41,7 +72,7 @@ StatusOr<std::vector<RankShard>> PlanTensorParallel(const ModelConfig& c, int32_
                                 c.name + ": " + std::string(kv_sharding.status().message()));
   }
   const int32_t leaves = groups / tp_size;
-  const int64_t o_width = int64_t{c.num_heads} * c.head_dim;
+  const int64_t o_width = int64_t{c.num_heads} * c.attn_out_head_dim();
   std::vector<RankShard> out;
   for (int32_t r = 0; r < tp_size; ++r) {
     RankShard s;
@@ -73,10 +104,14 @@ ModelShard ShardWeights(const ModelWeights& w, const RankShard& s) {
   for (const LayerWeights& lw : w.layers) {
     LayerShard l;
     l.full = &lw;
-    l.q = RowSlice(lw.q, q0, qn);
-    l.k = RowSlice(lw.k, k0, kn);
-    l.v = RowSlice(lw.v, k0, kn);
-    l.o = ColumnSlice(lw.o, q0, qn);
+    if (w.config.is_mla()) {
+      ShardMla(w.config, lw, s, l, out);
+    } else {
+      l.q = RowSlice(lw.q, q0, qn);
+      l.k = RowSlice(lw.k, k0, kn);
+      l.v = RowSlice(lw.v, k0, kn);
+      l.o = ColumnSlice(lw.o, q0, qn);
+    }
     l.gate = RowSlice(lw.gate, s.ffn_first, s.ffn_count);
     l.up = RowSlice(lw.up, s.ffn_first, s.ffn_count);
     l.down = ColumnSlice(lw.down, s.ffn_first, s.ffn_count);

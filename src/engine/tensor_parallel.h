@@ -16,14 +16,16 @@
 // results with the top of the tree. TP 1 computes all G groups itself. Same tree, same bits.
 //
 // Query heads split evenly (H/N per rank); KV heads follow kv::HeadSharding (split, or
-// replicated when fewer than N); logits are split by vocab rows (ranks write disjoint columns
-// of one logits buffer); embeddings and norms are replicated.
+// replicated when fewer than N; MLA's one latent "head" is replicated on every rank, each rank
+// computing it from the whole kv_a_proj_with_mqa); logits are split by vocab rows (ranks write
+// disjoint columns of one logits buffer); embeddings and norms are replicated.
 //
 // Thread-safety: values; a ModelShard points into a ModelWeights that must outlive it.
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -61,6 +63,12 @@ struct LayerShard {
   std::span<const float> q_bias, k_bias, v_bias;  // empty without attention_bias
   std::array<WeightMatrix, 3> qkv() const { return {q, k, v}; }
   std::array<WeightMatrix, 2> gate_up() const { return {gate, up}; }
+  WeightMatrix q_b;  // MLA with q_lora_rank: the rank's heads' rows of q_b_proj (q: of q_proj)
+  // MLA (weight absorption, docs/engine.md), per query head h of the rank (local index):
+  // k_absorb[h] is kv_b's key rows of h transposed ([kv_lora][qk_nope], f32, owned by the
+  // ModelShard) so that q_nope k_absorb^T is the query in latent space; v_up[h] is kv_b's value
+  // rows of h (a view), which take the attention's latent output to the head's values.
+  std::vector<WeightMatrix> k_absorb, v_up;
 };
 
 struct ModelShard {
@@ -68,6 +76,8 @@ struct ModelShard {
   RankShard shard;
   std::vector<LayerShard> layers;
   WeightMatrix lm_head;  // this rank's vocab rows
+  // Owner of the matrices ShardWeights derives (MLA's k_absorb); shared by copies.
+  std::vector<std::shared_ptr<const std::vector<float>>> storage;
 };
 
 ModelShard ShardWeights(const ModelWeights& weights, const RankShard& shard);

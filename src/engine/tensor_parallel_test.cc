@@ -171,7 +171,9 @@ std::vector<float> LogitsAtEveryPosition(const ModelWeights& w, int32_t tp, kv::
     kv::CacheSpec spec;
     spec.num_layers = c.num_layers;
     spec.num_kv_heads = shards[r].num_kv_heads;
-    spec.head_dim = c.head_dim;
+    spec.head_dim = c.kv_cache_head_dim();
+    spec.kind = c.is_mla() ? kv::AttentionKind::kMLA : kv::AttentionKind::kStandard;
+    spec.mla_rope_dim = c.is_mla() ? c.mla.qk_rope_head_dim : 0;
     spec.layout = layout;
     spec.block_size_kernel = 16;
     spec.num_blocks_kernel = 32;
@@ -201,7 +203,7 @@ std::vector<float> LogitsAtEveryPosition(const ModelWeights& w, int32_t tp, kv::
 TEST(TensorParallelInvarianceTest, LogitsBitIdenticalAcrossTpSizes) {
   std::vector<int32_t> tokens;
   for (int32_t i = 0; i < 70; ++i) tokens.push_back(1 + (i * 37) % 250);
-  for (const char* model : {"tiny", "tiny-kv4", "tiny-odd"}) {
+  for (const char* model : {"tiny", "tiny-kv4", "tiny-odd", "tiny-mla"}) {
     const ModelWeights w = GenerateWeights(BuiltinModelConfig(model).value()).value();
     for (kv::Layout layout : {kv::Layout::kNHD, kv::Layout::kHND}) {
       const std::vector<float> ref = LogitsAtEveryPosition(w, 1, layout, tokens);
@@ -269,7 +271,8 @@ TEST(TensorParallelInvarianceTest, EngineOutputsBitIdenticalAcrossTpSizes) {
   };
   for (const Case& c : {Case{"tiny", 16, "paged", kv::Layout::kNHD},
                         Case{"tiny-kv4", 128, "flash", kv::Layout::kHND},
-                        Case{"tiny-odd", 32, "paged", kv::Layout::kHND}}) {
+                        Case{"tiny-odd", 32, "paged", kv::Layout::kHND},
+                        Case{"tiny-mla", 64, "flash", kv::Layout::kNHD}}) {
     std::vector<std::vector<TokenLogprob>> ref_tops;
     const auto ref = RunBatch(c.model, 1, c.block_size, c.backend, c.layout, &ref_tops);
     ASSERT_EQ(ref.size(), 4u);
@@ -303,6 +306,39 @@ TEST(TensorParallelEngineTest, RefusesSizesTheModelDoesNotAllow) {
   EXPECT_NE(st.message().find("tensor_parallel_size 4"), std::string_view::npos) << st;
   ec.tensor_parallel_size = 0;
   EXPECT_EQ(Engine::Create(ec).status().code(), StatusCode::kInvalidArgument);
+}
+
+// MLA at TP 2: each rank caches the whole latent (the same bits on every rank).
+TEST(TensorParallelEngineTest, MlaLatentIsReplicatedOnEveryRank) {
+  EngineConfig ec;
+  ec.model = "tiny-mla";
+  ec.tensor_parallel_size = 2;
+  ec.num_kv_blocks = 10;
+  auto engine = Engine::Create(ec).value();
+  ASSERT_TRUE(engine->AddRequest("r", {256, 72, 101, 108, 108, 111}, SamplingParams{}).ok());
+  while (engine->HasWork()) engine->Step();
+  for (int32_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(engine->kv_cache(r)->spec().num_kv_heads, 1);
+    EXPECT_EQ(engine->kv_cache(r)->spec().head_dim, 40);
+  }
+  const kv::RegionView a = engine->kv_cache(0)->region(1), b = engine->kv_cache(1)->region(1);
+  ASSERT_EQ(a.size_bytes, b.size_bytes);
+  EXPECT_EQ(0, std::memcmp(a.base, b.base, a.size_bytes));
+}
+
+// An MLA model's cache: one region per layer, one row of [latent | rope key] per token.
+TEST(TensorParallelEngineTest, MlaCacheHoldsLatentAndRopeKeyOnly) {
+  EngineConfig ec;
+  ec.model = "tiny-mla";
+  ec.num_kv_blocks = 10;
+  auto engine = Engine::Create(ec).value();
+  const kv::CacheSpec& spec = engine->kv_cache(0)->spec();
+  EXPECT_EQ(spec.kind, kv::AttentionKind::kMLA);
+  EXPECT_EQ(spec.num_regions(), 2);  // tiny-mla's 2 layers
+  EXPECT_EQ(spec.num_kv_heads, 1);
+  EXPECT_EQ(spec.head_dim, 32 + 8);  // kv_lora_rank + qk_rope_head_dim
+  EXPECT_EQ(spec.mla_rope_dim, 8);
+  EXPECT_EQ(spec.bytes_per_token_slot(), 40u * 4);
 }
 
 TEST(TensorParallelEngineTest, EachRankOwnsACacheOfItsHeads) {

@@ -70,6 +70,26 @@ std::array<WeightMatrix, N> FusedViews(ModelWeights& w, uint64_t seed, uint64_t 
   return parts;
 }
 
+// The attention projections of one MLA layer (weights.h), from tensors `tensor`.. onwards.
+void GenerateMla(ModelWeights& w, const ModelConfig& c, uint64_t tensor, LayerWeights& lw) {
+  const uint64_t s = c.weight_seed;
+  const MlaShape& m = c.mla;
+  const int64_t d = c.hidden_dim;
+  const int64_t q = int64_t{c.num_heads} * c.head_dim;
+  auto spread = [](int64_t fan_in) { return 2.0f / std::sqrt(static_cast<float>(fan_in)); };
+  if (m.q_lora_rank > 0) {
+    lw.q_a = FusedViews<1>(w, s, tensor, {m.q_lora_rank}, d, spread(d))[0];
+    lw.q_a_norm = Norm(s, tensor + 1, m.q_lora_rank);
+    lw.q_b = FusedViews<1>(w, s, tensor + 2, {q}, m.q_lora_rank, spread(m.q_lora_rank))[0];
+  } else {
+    lw.q = FusedViews<1>(w, s, tensor + 2, {q}, d, spread(d))[0];
+  }
+  lw.kv_a = FusedViews<1>(w, s, tensor + 3, {c.kv_cache_head_dim()}, d, spread(d))[0];
+  lw.kv_a_norm = Norm(s, tensor + 4, m.kv_lora_rank);
+  const int64_t kv_b_rows = int64_t{c.num_heads} * (m.qk_nope_head_dim + m.v_head_dim);
+  lw.kv_b = FusedViews<1>(w, s, tensor + 5, {kv_b_rows}, m.kv_lora_rank, spread(m.kv_lora_rank))[0];
+}
+
 }  // namespace
 
 StatusOr<ModelWeights> GenerateWeights(const ModelConfig& c) {
@@ -88,12 +108,17 @@ StatusOr<ModelWeights> GenerateWeights(const ModelConfig& c) {
     LayerWeights lw;
     lw.attn_norm = Norm(s, tensor++, d);
     // Query/key weights a bit larger than 1/sqrt(dim) so attention is not uniform.
-    const auto qkv =
-        FusedViews<3>(w, s, tensor++, {q, kv, kv}, d, 2.0f / std::sqrt(static_cast<float>(d)));
-    lw.q = qkv[0];
-    lw.k = qkv[1];
-    lw.v = qkv[2];
-    lw.o = FusedViews<1>(w, s, tensor++, {d}, q, 1.0f / std::sqrt(static_cast<float>(q)))[0];
+    if (c.is_mla()) {
+      GenerateMla(w, c, 10000 + 10 * tensor++, lw);
+    } else {
+      const auto qkv =
+          FusedViews<3>(w, s, tensor++, {q, kv, kv}, d, 2.0f / std::sqrt(static_cast<float>(d)));
+      lw.q = qkv[0];
+      lw.k = qkv[1];
+      lw.v = qkv[2];
+    }
+    const int64_t o_in = int64_t{c.num_heads} * c.attn_out_head_dim();
+    lw.o = FusedViews<1>(w, s, tensor++, {d}, o_in, 1.0f / std::sqrt(static_cast<float>(o_in)))[0];
     lw.ffn_norm = Norm(s, tensor++, d);
     const auto gu =
         FusedViews<2>(w, s, tensor++, {f, f}, d, 1.0f / std::sqrt(static_cast<float>(d)));

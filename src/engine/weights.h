@@ -1,5 +1,5 @@
-// ModelWeights (internal): the parameters of a Llama-family decoder as the kernels read them,
-// and the built-in models' generated weights.
+// ModelWeights (internal): the parameters of a Llama-family (or DeepSeek MLA) decoder as the
+// kernels read them, and the built-in models' generated weights.
 //
 // The big matrices are WeightMatrix views ([out][in] row-major, as checkpoints store them) in
 // their stored dtype (F32, F16, BF16): into a checkpoint's memory mapping (never copied), or
@@ -33,6 +33,14 @@ struct LayerWeights {
   std::vector<float> q_bias, k_bias, v_bias;  // [H*D], [KV*D], [KV*D]
   // Qwen3 (config.qk_norm): RMSNorm weights applied per head to q and k before RoPE.
   std::vector<float> q_norm, k_norm;  // [D] each
+
+  // MLA (config.is_mla(); docs/engine.md): q is q_proj [H*D][dim] when q_lora_rank is 0, else
+  // q_a [q_lora][dim], q_a_norm [q_lora], q_b [H*D][q_lora]; D = qk_nope + qk_rope, each head's
+  // rows nope then rope. kv_a [kv_lora + qk_rope][dim] (latent rows, then the rope key's),
+  // kv_a_norm [kv_lora], kv_b [H*(qk_nope + v_head_dim)][kv_lora] (each head's key rows, then its
+  // value rows). o is [dim][H*v_head_dim]; k and v are empty.
+  WeightMatrix q_a, q_b, kv_a, kv_b;
+  std::vector<float> q_a_norm, kv_a_norm;
 
   // The parts of the fused projections, in output order (their outputs land side by side).
   std::array<WeightMatrix, 3> qkv() const { return {q, k, v}; }

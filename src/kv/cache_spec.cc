@@ -84,6 +84,11 @@ Status CacheSpec::Validate() const {
     return InvalidArgumentError("cache spec: MLA needs num_kv_heads 1, got " +
                                 std::to_string(num_kv_heads));
   }
+  if (mla_rope_dim < 0 || mla_rope_dim >= head_dim ||
+      (kind != AttentionKind::kMLA && mla_rope_dim != 0)) {
+    return InvalidArgumentError("cache spec: mla_rope_dim " + std::to_string(mla_rope_dim) +
+                                " must be 0 (standard attention) or below head_dim (MLA)");
+  }
   // Keep every byte count well inside size_t and element offsets inside int64.
   const double total = static_cast<double>(num_regions()) * num_blocks_kernel * block_size_kernel *
                        num_kv_heads * head_dim * DTypeBytes(dtype);

@@ -34,6 +34,13 @@ TEST(CacheSpecTest, ValidateNamesTheField) {
   EXPECT_EQ(s.Validate().code(), StatusCode::kInvalidArgument);  // MLA needs 1 head
   s.num_kv_heads = 1;
   EXPECT_TRUE(s.Validate().ok());
+  s.mla_rope_dim = s.head_dim - 1;  // an MLA row: latent of 1 + rope key
+  EXPECT_TRUE(s.Validate().ok());
+  s.mla_rope_dim = s.head_dim;  // no room left for the latent
+  EXPECT_NE(s.Validate().message().find("mla_rope_dim"), std::string_view::npos);
+  s = Spec(Layout::kNHD);
+  s.mla_rope_dim = 8;  // standard attention has no rope key of its own
+  EXPECT_NE(s.Validate().message().find("mla_rope_dim"), std::string_view::npos);
   s = Spec(Layout::kNHD);
   s.num_blocks_kernel = -1;
   EXPECT_NE(s.Validate().message().find("num_blocks_kernel"), std::string_view::npos);

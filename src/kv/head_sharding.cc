@@ -30,6 +30,22 @@ int32_t HeadSharding::SourceRank(int32_t head) const {
   return replicated() ? head * NumCopies() : head / HeadsPerRank();
 }
 
+namespace {
+
+// The source rank destination rank `dst_rank` reads `head` from: with the head replicated on the
+// source, the i-th destination rank holding it reads copy i mod (copies) — so the destination's
+// copies spread over the source's, each read once — and a destination rank that alone holds the
+// head reads the first copy.
+int32_t SpreadSourceRank(const HeadSharding& src, const HeadSharding& dst, int32_t dst_rank,
+                         int32_t head) {
+  const int32_t first = src.SourceRank(head);
+  if (!src.replicated()) return first;
+  const int32_t reader = dst.replicated() ? dst_rank - dst.SourceRank(head) : 0;
+  return first + reader % src.NumCopies();
+}
+
+}  // namespace
+
 StatusOr<std::vector<HeadRead>> PlanHeadReads(const HeadSharding& src, const HeadSharding& dst,
                                               int32_t dst_rank) {
   if (src.num_kv_heads() != dst.num_kv_heads()) {
@@ -44,7 +60,7 @@ StatusOr<std::vector<HeadRead>> PlanHeadReads(const HeadSharding& src, const Hea
   const int32_t first = dst.FirstHead(dst_rank);
   for (int32_t i = 0; i < dst.HeadsPerRank(); ++i) {
     const int32_t head = first + i;
-    const int32_t rank = src.SourceRank(head);
+    const int32_t rank = SpreadSourceRank(src, dst, dst_rank, head);
     if (!reads.empty() && reads.back().src_rank == rank) {
       ++reads.back().num_heads;  // the next head of the same source: consecutive there too
       continue;

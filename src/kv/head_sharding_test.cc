@@ -37,7 +37,28 @@ TEST(HeadShardingTest, RefusesHeadCountsThatDoNotDivide) {
 }
 
 // Every destination rank gets each of its heads exactly once, from a source rank that holds it
-// (the lowest one), with local head indices that address the right global head on both sides.
+// (a replicated head's readers spread over its copies), with local head indices that address the
+// right global head on both sides.
+// MLA's one latent head, replicated on every rank of both sides: D rank d reads P rank d mod P's
+// size, so with D's TP at least P's every P rank is read, each by D/P ranks.
+TEST(HeadShardingTest, OneReplicatedHeadSpreadsOverTheSourceRanks) {
+  for (int32_t p_tp : {1, 2, 4}) {
+    for (int32_t d_tp : {1, 2, 4}) {
+      const HeadSharding src = HeadSharding::Create(1, p_tp).value();
+      const HeadSharding dst = HeadSharding::Create(1, d_tp).value();
+      for (int32_t d = 0; d < d_tp; ++d) {
+        const std::vector<HeadRead> reads = PlanHeadReads(src, dst, d).value();
+        ASSERT_EQ(reads.size(), 1u);
+        EXPECT_EQ(reads[0].src_rank, d % p_tp);
+        EXPECT_EQ(reads[0].num_heads, 1);
+      }
+      for (int32_t p = 0; p < p_tp; ++p) {
+        EXPECT_EQ(CountReaders(src, dst, p).value(), p < d_tp ? (d_tp + p_tp - 1 - p) / p_tp : 0);
+      }
+    }
+  }
+}
+
 TEST(HeadShardingTest, ReadsCoverEveryDestinationHeadOnce) {
   for (int32_t heads : {1, 2, 4, 8}) {
     for (int32_t src_tp : {1, 2, 4}) {
@@ -57,7 +78,11 @@ TEST(HeadShardingTest, ReadsCoverEveryDestinationHeadOnce) {
             for (int32_t i = 0; i < r.num_heads; ++i) {
               const int32_t global = dst->FirstHead(d) + r.dst_first_head + i;
               EXPECT_EQ(src->FirstHead(r.src_rank) + r.src_first_head + i, global);
-              EXPECT_EQ(src->SourceRank(global), r.src_rank);
+              // A replicated head: the destination's i-th holder reads the source's copy i
+              // mod copies (spread); otherwise the one (first) holder.
+              const int32_t reader = dst->replicated() ? d - dst->SourceRank(global) : 0;
+              const int32_t copy = src->replicated() ? reader % src->NumCopies() : 0;
+              EXPECT_EQ(src->SourceRank(global) + copy, r.src_rank);
               EXPECT_LE(r.src_first_head + r.num_heads, src->HeadsPerRank());
             }
           }

@@ -381,6 +381,63 @@ TEST_F(PdAccuracyTest, SmallModelF16KvAndSeededSampling) {
   EXPECT_TRUE(reference.Stop());
 }
 
+// The `tiny-mla` built-in (multi-head latent attention: a KV cache of [latent | rope key] rows)
+// through the proxy, P and D of different geometry with a host buffer, greedy and seeded, against
+// a colocated `tiny-mla` instance; every answer pulled.
+TEST_F(PdAccuracyTest, MlaModelThroughTheProxy) {
+  const std::vector<std::string> extra = {"--model", "tiny-mla"};
+  KvferryProcess reference("mla-colocated",
+                           {"serve", "--port", "0", "--threads", "1", "--model", "tiny-mla"},
+                           *log_dir_);
+  ASSERT_TRUE(reference.ok()) << reference.error();
+  Deployment dep = Start({256, "flash", "HND"}, {16, "paged", "NHD"}, true, "mla", "ucx", extra);
+  ASSERT_TRUE(dep.ok()) << dep.error();
+  std::vector<json> bodies = {Request(Prompt(7, 71), 6), Request(Prompt(330, 72), 6)};
+  json seeded = Request(Prompt(300, 73), 10);
+  seeded["temperature"] = 0.8;
+  seeded["seed"] = 5;
+  bodies.push_back(seeded);
+  ExpectPdEqualsColocated(dep, bodies, &reference);
+  EXPECT_EQ(SumOfFallbacks(dep.d->port()), 0);
+  ExpectNoBlocksLeft(dep);
+  EXPECT_TRUE(dep.proxy->Stop());
+  EXPECT_TRUE(dep.d->Stop());
+  EXPECT_TRUE(dep.p->Stop());
+  EXPECT_TRUE(reference.Stop());
+}
+
+// tiny-mla with P and D at TP 2 (every rank caches the whole latent): each D rank pulls it once,
+// D rank r from P rank r, the full bytes each; output equal to a colocated TP-1 instance.
+TEST_F(PdAccuracyTest, MlaModelAtTensorParallel2ThroughTheProxy) {
+  const std::vector<std::string> extra = {"--model", "tiny-mla", "-tp", "2"};
+  KvferryProcess reference("mla-tp-colocated",
+                           {"serve", "--port", "0", "--threads", "1", "--model", "tiny-mla"},
+                           *log_dir_);
+  ASSERT_TRUE(reference.ok()) << reference.error();
+  Deployment dep =
+      Start({64, "paged", "NHD"}, {128, "flash", "HND"}, false, "mla-tp", "ucx", extra);
+  ASSERT_TRUE(dep.ok()) << dep.error();
+  const std::vector<json> bodies = {Request(Prompt(90, 81), 6), Request(Prompt(260, 82), 6)};
+  ExpectPdEqualsColocated(dep, bodies, &reference);
+  for (const json& body : bodies) {
+    auto answer = Post(dep.proxy->port(), "/v1/completions", body);
+    ASSERT_TRUE(answer.has_value());
+    const json& kl = (*answer)["kv_load"];
+    ASSERT_EQ(kl["ranks"].size(), 2u) << kl.dump();
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_EQ(kl["ranks"][r]["source_ranks"], json::array({r})) << kl.dump();
+      EXPECT_EQ(kl["ranks"][r]["pulled_bytes"].get<int64_t>() * 2,
+                kl["pulled_bytes"].get<int64_t>())
+          << kl.dump();
+    }
+  }
+  ExpectNoBlocksLeft(dep);
+  EXPECT_TRUE(dep.proxy->Stop());
+  EXPECT_TRUE(dep.d->Stop());
+  EXPECT_TRUE(dep.p->Stop());
+  EXPECT_TRUE(reference.Stop());
+}
+
 // An unreachable decode instance is a clear error within the deadline, and P frees its lease.
 TEST_F(PdAccuracyTest, DeadDecodeInstanceIsAnErrorAndLeaksNothing) {
   ASSERT_TRUE(colocated_->ok()) << colocated_->error();

@@ -1,5 +1,6 @@
 // End to end with real-model checkpoints: `kvferry synth-model` writes a small random model with
-// a real tokenizer and chat template (Qwen3's as a Hugging Face directory, Llama 3's as GGUF),
+// a real tokenizer and chat template (Qwen3's as a Hugging Face directory, Llama 3's as GGUF and
+// as a DeepSeek-shaped MLA Hugging Face directory),
 // and `kvferry serve --model` loads it as P, as D and as a colocated instance. Completions and
 // chat, streaming and not, greedy and seeded sampling, through `kvferry proxy`: every answer
 // must equal the colocated one token for token and logprob for logprob, and must have been
@@ -202,7 +203,14 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"llama3_gguf", "tokenizer-llama3",
                   "--arch llama --hidden 64 --layers 2 --heads 4 --kv-heads 2 --ffn 192 "
                   "--dtype f16",
-                  true, "64", "NHD"}),
+                  true, "64", "NHD"},
+        // DeepSeek-shaped (multi-head latent attention, dense MLP) as a Hugging Face directory:
+        // rope rows interleaved on write and re-ordered on load; the KV is the latent rows.
+        ModelCase{"deepseek_hf", "tokenizer-llama3",
+                  "--arch deepseek --hidden 64 --layers 2 --heads 4 --q-lora-rank 32 "
+                  "--kv-lora-rank 32 --qk-nope-head-dim 16 --qk-rope-head-dim 8 --v-head-dim 16 "
+                  "--ffn 192 --dtype bf16",
+                  false, "64", "HND"}),
     [](const ::testing::TestParamInfo<ModelCase>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -9,6 +9,9 @@
 //             KV head per rank at tensor-parallel size 4 (tiny replicates its 2 there).
 //   "tiny-odd" : vocab 263, dim 99, 3 layers, 6 heads / 2 KV heads, head dim 22, ffn 261: no
 //             width a multiple of 8, so tests run the kernels' tail code in a real forward pass.
+//   "tiny-mla" : tiny's vocab and width, 2 layers of multi-head latent attention (DeepSeek-V2/V3
+//             style): 4 query heads, q_lora_rank 48, kv_lora_rank 32, qk_nope 16 + qk_rope 8,
+//             v_head_dim 16, ffn 256. Its KV cache holds 40 values per token per layer.
 // A checkpoint file (docs/engine.md, "Checkpoint format") carries its own ModelConfig.
 //
 // Thread-safety: values.
@@ -27,19 +30,45 @@ namespace kvferry::engine {
 // Each frequency i of a head's d/2 is divided by a factor: 1 (none), `factor` (linear), Llama
 // 3.1's smooth per-frequency blend (llama3), or given per frequency (a GGUF's rope_freqs).
 struct RopeScaling {
-  enum class Type : uint8_t { kNone, kLinear, kLlama3, kFactors };
+  enum class Type : uint8_t { kNone, kLinear, kLlama3, kFactors, kYarn };
   Type type = Type::kNone;
   float factor = 1.0f;
   float low_freq_factor = 1.0f;          // llama3
   float high_freq_factor = 4.0f;         // llama3
-  int32_t original_max_position = 8192;  // llama3
+  int32_t original_max_position = 8192;  // llama3, yarn
   std::vector<float> freq_factors;       // kFactors: head_dim / 2 of them
+  // kYarn (DeepSeek-V2/V3): frequencies blended between `factor` and 1 over the band
+  // [beta_slow, beta_fast] rotations in original_max_position; the softmax scale is multiplied
+  // by YarnMscale(factor, mscale_all_dim)^2. `mscale` (the cos/sin factor) must equal
+  // mscale_all_dim (their ratio, 1, is what the checkpoints use).
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  float mscale = 1.0f;
+  float mscale_all_dim = 0.0f;
   friend bool operator==(const RopeScaling&, const RopeScaling&) = default;
 };
 
 // The divisor of each of the head_dim / 2 RoPE frequencies, as f32 (the value a GGUF's
 // rope_freqs tensor stores), so a model gives the same bits from either format.
 std::vector<float> RopeFrequencyFactors(const RopeScaling& scaling, int32_t head_dim, float theta);
+
+// DeepSeek's yarn_get_mscale: 0.1 * mscale * ln(factor) + 1 when factor > 1, else 1.
+double YarnMscale(double factor, double mscale);
+
+// Multi-head latent attention (DeepSeek-V2/V3; docs/engine.md, "Multi-head latent attention").
+// kv_lora_rank > 0 makes every layer's attention MLA. Per token, kv_a_proj_with_mqa gives the
+// latent c (kv_lora_rank, then kv_a_layernorm) and one rope key shared by all heads
+// (qk_rope_head_dim); kv_b_proj expands c to each head's qk_nope_head_dim key and v_head_dim
+// value. The query is q_proj(h), or q_b_proj(q_a_layernorm(q_a_proj(h))) with q_lora_rank > 0.
+// The KV cache holds [c | rotated rope key] only: kv_lora_rank + qk_rope_head_dim values.
+struct MlaShape {
+  int32_t q_lora_rank = 0;  // 0: no low-rank query
+  int32_t kv_lora_rank = 0;
+  int32_t qk_nope_head_dim = 0;
+  int32_t qk_rope_head_dim = 0;
+  int32_t v_head_dim = 0;
+  friend bool operator==(const MlaShape&, const MlaShape&) = default;
+};
 
 struct ModelConfig {
   std::string name;  // "tiny", "small", or the checkpoint's name
@@ -63,6 +92,22 @@ struct ModelConfig {
   int32_t bos_token_id = -1;           // -1: none
   std::vector<int32_t> eos_token_ids;  // any of them ends a request (unless ignore_eos)
   uint64_t weight_seed = 0;            // built-ins only: seed of the generated weights
+  // Architecture "deepseek" only. There num_kv_heads is 1 (the latent, shared by every query
+  // head) and head_dim is the query/key head dim, qk_nope_head_dim + qk_rope_head_dim.
+  MlaShape mla;
+
+  bool is_mla() const { return mla.kv_lora_rank > 0; }
+  // The width RoPE rotates: qk_rope_head_dim for MLA, head_dim otherwise.
+  int32_t rope_dim() const { return is_mla() ? mla.qk_rope_head_dim : head_dim; }
+  // Per-head width of the attention output (o_proj's input): v_head_dim for MLA, else head_dim.
+  int32_t attn_out_head_dim() const { return is_mla() ? mla.v_head_dim : head_dim; }
+  // Values the KV cache holds per token per layer per KV head: kv_lora_rank + qk_rope_head_dim
+  // for MLA (one region per layer), head_dim otherwise (in each of K and V).
+  int32_t kv_cache_head_dim() const {
+    return is_mla() ? mla.kv_lora_rank + mla.qk_rope_head_dim : head_dim;
+  }
+  // 1/sqrt(head_dim), times YarnMscale(factor, mscale_all_dim)^2 under yarn rope scaling.
+  float softmax_scale() const;
 
   // InvalidArgument naming the field when the shape is inconsistent.
   Status Validate() const;
@@ -73,8 +118,8 @@ struct ModelConfig {
   friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
-// The built-in config `name` ("tiny" | "small" | "tiny-odd" | "tiny-kv4"); NotFound listing the
-// known names otherwise.
+// The built-in config `name` ("tiny" | "small" | "tiny-odd" | "tiny-kv4" | "tiny-mla"); NotFound
+// listing the known names otherwise.
 StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name);
 
 }  // namespace kvferry::engine

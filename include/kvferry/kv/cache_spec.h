@@ -4,7 +4,8 @@
 //   standard attention: 2 regions per layer, K then V, region index = 2*layer + {0 for K, 1 for V}
 //   MLA:                1 region per layer (the latent), region index = layer
 // Within a region, kernel block b occupies bytes [b*bytes_per_kernel_block, (b+1)*...), laid out
-//   NHD: [token][head][dim]   (MLA: [token][latent], head count 1, head_dim = latent dim)
+//   NHD: [token][head][dim]   (MLA: [token][latent | rope key], head count 1,
+//                              head_dim = latent dim + mla_rope_dim)
 //   HND: [head][token][dim]
 // so a logical block's R kernel blocks are one contiguous byte range in every region.
 //
@@ -39,7 +40,10 @@ StatusOr<Layout> ParseLayout(std::string_view name);
 struct CacheSpec {
   int32_t num_layers = 0;
   int32_t num_kv_heads = 0;  // 1 for MLA
-  int32_t head_dim = 0;      // latent dim for MLA
+  int32_t head_dim = 0;      // latent dim for MLA (all of a token's row: latent + rope key)
+  // MLA: how many of a row's head_dim values (the last ones) are the decoupled rope key; the
+  // rest is the compressed latent. 0 for standard attention (and for an MLA row without one).
+  int32_t mla_rope_dim = 0;
   DType dtype = DType::kF32;
   AttentionKind kind = AttentionKind::kStandard;
   Layout layout = Layout::kNHD;

@@ -9,9 +9,11 @@
 // A rank's cache stores its heads in order (local head i = global head FirstHead(r) + i).
 //
 // Reading across instances (PlanHeadReads): rank d of the reading instance needs its heads
-// [FirstHead(d), +HeadsPerRank()); each comes from the LOWEST-numbered source rank holding it
-// (SourceRank), so a replicated head is always read from its first copy, and consecutive heads
-// held by one source rank are one read.
+// [FirstHead(d), +HeadsPerRank()); each comes from a source rank holding it: the first one
+// (SourceRank) unless the head is replicated on the source, where the i-th destination rank
+// holding the head reads copy i mod NumCopies() — the destination's copies spread over the
+// source's (MLA's one latent: D rank d reads P rank d mod P's TP size). Consecutive heads held by
+// one source rank are one read.
 //
 // Thread-safety: values.
 #pragma once
@@ -46,9 +48,9 @@ class HeadSharding {
   int32_t tp_size_ = 1;
 };
 
-// One read of a destination rank: `num_heads` consecutive heads from source rank `src_rank`,
-// its local heads [src_first_head, +num_heads), into the destination rank's local heads
-// [dst_first_head, +num_heads).
+// One read of a destination rank (each destination head is read exactly once): `num_heads`
+// consecutive heads from source rank `src_rank`, its local heads [src_first_head, +num_heads), into
+// the destination rank's local heads [dst_first_head, +num_heads).
 struct HeadRead {
   int32_t src_rank = 0;
   int32_t src_first_head = 0;

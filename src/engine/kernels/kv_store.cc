@@ -19,6 +19,33 @@ KvLayerView LayerView(kv::KvCache& cache, int32_t layer) {
   return view;
 }
 
+KvLayerView MlaLayerView(kv::KvCache& cache, int32_t layer) {
+  const kv::CacheSpec& spec = cache.spec();
+  KvLayerView view;
+  view.k = cache.region(layer).base;
+  view.v = view.k;
+  view.dtype = spec.dtype;
+  view.layout = spec.layout;
+  view.block_size_kernel = spec.block_size_kernel;
+  view.num_kv_heads = spec.num_kv_heads;
+  view.head_dim = spec.head_dim;
+  return view;
+}
+
+void StoreRow(const KvLayerView& view, const kv::KernelBlockId* kernel_table, int32_t pos,
+              const float* row) {
+  const kv::KernelBlockId block = kernel_table[pos / view.block_size_kernel];
+  const int32_t t = pos % view.block_size_kernel;
+  const size_t bytes = kv::DTypeBytes(view.dtype);
+  for (int32_t h = 0; h < view.num_kv_heads; ++h) {
+    const size_t byte_off = static_cast<size_t>(view.ElementOffset(block, t, h)) * bytes;
+    kv::StoreAs(
+        view.dtype,
+        std::span<const float>(row + static_cast<int64_t>(h) * view.head_dim, view.head_dim),
+        view.k + byte_off);
+  }
+}
+
 void StoreKv(const KvLayerView& view, const kv::KernelBlockId* kernel_table, int32_t pos,
              const float* k_row, const float* v_row) {
   const kv::KernelBlockId block = kernel_table[pos / view.block_size_kernel];

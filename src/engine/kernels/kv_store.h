@@ -20,7 +20,7 @@
 
 namespace kvferry::engine::kernels {
 
-// One layer's K and V regions.
+// One layer's K and V regions (MLA: one region, k == v).
 struct KvLayerView {
   std::byte* k = nullptr;
   std::byte* v = nullptr;
@@ -42,6 +42,13 @@ struct KvLayerView {
 
 // The view of layer `layer` of `cache` (standard attention).
 KvLayerView LayerView(kv::KvCache& cache, int32_t layer);
+// The view of layer `layer` of an MLA cache: k = v = the layer's one region, one head of
+// [latent | rope key].
+KvLayerView MlaLayerView(kv::KvCache& cache, int32_t layer);
+
+// Stores the row ([num_kv_heads][head_dim] floats) of position `pos` into view.k only (MLA).
+void StoreRow(const KvLayerView& view, const kv::KernelBlockId* kernel_table, int32_t pos,
+              const float* row);
 
 // Stores the K and V rows ([num_kv_heads][head_dim] floats each) of sequence position `pos`.
 void StoreKv(const KvLayerView& view, const kv::KernelBlockId* kernel_table, int32_t pos,

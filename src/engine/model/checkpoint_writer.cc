@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/model/deepseek_rope.h"
 #include "engine/model/gguf_config.h"
 #include "engine/model/hf_config.h"
 #include "engine/model/model_loader.h"
@@ -30,18 +31,27 @@ std::vector<std::byte> Encode(const std::vector<float>& values, formats::DType d
   return out;
 }
 
+// GGUF has no DeepSeek tensor names here (Hugging Face directories and kvferry files do).
+Status RefuseMlaGguf(const ModelConfig& c) {
+  if (!c.is_mla()) return Status::Ok();
+  return UnimplementedError("model " + c.name +
+                            ": writing MLA (deepseek) models as GGUF is not supported");
+}
+
 // Calls add(name, shape, bytes) for every tensor of `weights` under `naming`. Norms and biases
 // stay F32 (as llama.cpp's converter keeps 1-D tensors); matrices take `dtype`.
 Status ForEachTensor(
     const ModelWeights& weights, TensorNaming naming, formats::DType dtype,
     const std::function<Status(const std::string&, formats::DType, const std::vector<int64_t>&,
                                const std::vector<std::byte>&)>& add) {
+  if (naming == TensorNaming::kGguf) KVF_RETURN_IF_ERROR(RefuseMlaGguf(weights.config));
   if (dtype != formats::DType::kF32 && dtype != formats::DType::kF16 &&
       dtype != formats::DType::kBF16) {
     return InvalidArgumentError("checkpoints are written in F32, F16 or BF16, not " +
                                 std::string(formats::DTypeName(dtype)));
   }
   ModelWeights copy = weights;  // shares the bytes; the slots point into the copy
+  PermuteMlaRopeRows(&copy, /*to_interleaved=*/true);  // DeepSeek checkpoints' pair order
   for (const TensorSlot& slot : TensorSlots(naming, &copy)) {
     if (slot.vector != nullptr) {
       KVF_RETURN_IF_ERROR(add(slot.name, formats::DType::kF32, slot.shape,
@@ -81,6 +91,7 @@ Status WriteGgufCheckpoint(const ModelWeights& weights, const std::string& path,
                            formats::DType dtype,
                            const std::function<Status(formats::GgufWriter*)>& add_tokenizer) {
   formats::GgufWriter writer;
+  KVF_RETURN_IF_ERROR(RefuseMlaGguf(weights.config));
   KVF_RETURN_IF_ERROR(AddGgufModelMetadata(weights.config, &writer));
   if (add_tokenizer) KVF_RETURN_IF_ERROR(add_tokenizer(&writer));
   KVF_RETURN_IF_ERROR(

@@ -9,10 +9,9 @@ using Json = nlohmann::json;
 
 const std::map<std::string, std::string>& Architectures() {
   static const std::map<std::string, std::string> kArchs = {
-      {"LlamaForCausalLM", "llama"},
-      {"MistralForCausalLM", "llama"},
-      {"Qwen2ForCausalLM", "qwen2"},
-      {"Qwen3ForCausalLM", "qwen3"},
+      {"LlamaForCausalLM", "llama"},         {"MistralForCausalLM", "llama"},
+      {"Qwen2ForCausalLM", "qwen2"},         {"Qwen3ForCausalLM", "qwen3"},
+      {"DeepseekV2ForCausalLM", "deepseek"}, {"DeepseekV3ForCausalLM", "deepseek"},
   };
   return kArchs;
 }
@@ -74,6 +73,14 @@ Status RopeScalingFrom(const Json& j, RopeScaling* out) {
     out->type = RopeScaling::Type::kLinear;
     return Status::Ok();
   }
+  if (type == "yarn") {  // DeepSeek's (accepted for architecture deepseek only)
+    out->type = RopeScaling::Type::kYarn;
+    KVF_RETURN_IF_ERROR(Float(r, "beta_fast", &out->beta_fast, 32.0f));
+    KVF_RETURN_IF_ERROR(Float(r, "beta_slow", &out->beta_slow, 1.0f));
+    KVF_RETURN_IF_ERROR(Float(r, "mscale", &out->mscale, 1.0f));
+    KVF_RETURN_IF_ERROR(Float(r, "mscale_all_dim", &out->mscale_all_dim, 0.0f));
+    return Int(r, "original_max_position_embeddings", &out->original_max_position, false, 4096);
+  }
   if (type == "llama3") {
     out->type = RopeScaling::Type::kLlama3;
     KVF_RETURN_IF_ERROR(Float(r, "low_freq_factor", &out->low_freq_factor, 1.0f));
@@ -81,7 +88,7 @@ Status RopeScalingFrom(const Json& j, RopeScaling* out) {
     return Int(r, "original_max_position_embeddings", &out->original_max_position, false, 8192);
   }
   return Refuse("rope_scaling.rope_type",
-                "'" + type + "' is not supported (supported: linear, llama3)");
+                "'" + type + "' is not supported (supported: linear, llama3; yarn for DeepSeek)");
 }
 
 // Sliding-window attention: Mistral's window is honoured by capping the context at it; Qwen2's
@@ -102,6 +109,36 @@ Status SlidingWindow(const Json& j, const std::string& arch, ModelConfig* c) {
   return Status::Ok();
 }
 
+// DeepSeek-V2/V3: multi-head latent attention (ModelConfig::mla), dense MLP layers only.
+Status Deepseek(const Json& j, ModelConfig* c) {
+  MlaShape& m = c->mla;
+  KVF_RETURN_IF_ERROR(Int(j, "q_lora_rank", &m.q_lora_rank, false, 0));  // null: q_proj
+  KVF_RETURN_IF_ERROR(Int(j, "kv_lora_rank", &m.kv_lora_rank, true));
+  KVF_RETURN_IF_ERROR(Int(j, "qk_nope_head_dim", &m.qk_nope_head_dim, true));
+  KVF_RETURN_IF_ERROR(Int(j, "qk_rope_head_dim", &m.qk_rope_head_dim, true));
+  KVF_RETURN_IF_ERROR(Int(j, "v_head_dim", &m.v_head_dim, true));
+  c->head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;  // the query/key head
+  c->num_kv_heads = 1;                                    // the latent, shared by every head
+  int32_t experts = 0, first_dense = 0;
+  KVF_RETURN_IF_ERROR(Int(j, "n_routed_experts", &experts, false, 0));
+  KVF_RETURN_IF_ERROR(Int(j, "first_k_dense_replace", &first_dense, false, 0));
+  if (experts > 0 && first_dense < c->num_layers) {
+    return Refuse("first_k_dense_replace", std::to_string(first_dense) + " < num_hidden_layers " +
+                                               std::to_string(c->num_layers) + ": layers from " +
+                                               std::to_string(first_dense) +
+                                               " on are mixture-of-experts (n_routed_experts " +
+                                               std::to_string(experts) +
+                                               "), which kvferry does not run (dense MLP only)");
+  }
+  if (j.value("attention_bias", false)) {
+    return Refuse("attention_bias", "biases on DeepSeek's attention projections are not supported");
+  }
+  if (!j.value("rope_interleave", true)) {
+    return Refuse("rope_interleave", "false is not supported (DeepSeek checkpoints interleave)");
+  }
+  return Status::Ok();
+}
+
 Status Shape(const Json& j, ModelConfig* c) {
   KVF_RETURN_IF_ERROR(Int(j, "vocab_size", &c->vocab_size, true));
   KVF_RETURN_IF_ERROR(Int(j, "hidden_size", &c->hidden_dim, true));
@@ -119,6 +156,21 @@ Status Shape(const Json& j, ModelConfig* c) {
   return Status::Ok();
 }
 
+// What a DeepseekV3 config.json says of MLA (and that every MLP layer is dense).
+void AddDeepseekFields(const ModelConfig& c, Json* j) {
+  const MlaShape& m = c.mla;
+  (*j)["model_type"] = "deepseek_v3";
+  (*j)["num_key_value_heads"] = c.num_heads;
+  j->erase("head_dim");
+  (*j)["q_lora_rank"] = m.q_lora_rank > 0 ? Json(m.q_lora_rank) : Json(nullptr);
+  (*j)["kv_lora_rank"] = m.kv_lora_rank;
+  (*j)["qk_nope_head_dim"] = m.qk_nope_head_dim;
+  (*j)["qk_rope_head_dim"] = m.qk_rope_head_dim;
+  (*j)["v_head_dim"] = m.v_head_dim;
+  (*j)["first_k_dense_replace"] = c.num_layers;
+  (*j)["attention_bias"] = false;
+}
+
 }  // namespace
 
 StatusOr<ModelConfig> ModelConfigFromHf(const Json& j, const Json& generation, std::string name) {
@@ -132,7 +184,8 @@ StatusOr<ModelConfig> ModelConfigFromHf(const Json& j, const Json& generation, s
   if (known == Architectures().end()) {
     return Refuse("architectures", "'" + arch_name +
                                        "' is not supported (supported: LlamaForCausalLM, "
-                                       "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
+                                       "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                                       "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM)");
   }
   ModelConfig c;
   c.name = std::move(name);
@@ -143,6 +196,7 @@ StatusOr<ModelConfig> ModelConfigFromHf(const Json& j, const Json& generation, s
     if (act != "silu") return Refuse("hidden_act", "'" + act + "' is not supported (silu only)");
     if (j.value("mlp_bias", false)) return Refuse("mlp_bias", "MLP biases are not supported");
     const bool attention_bias = j.value("attention_bias", false);
+    if (c.architecture == "deepseek") KVF_RETURN_IF_ERROR(Deepseek(j, &c));
     if (c.architecture == "llama" && attention_bias) {
       return Refuse("attention_bias",
                     "biases on the attention projections (incl. o_proj) are "
@@ -151,6 +205,9 @@ StatusOr<ModelConfig> ModelConfigFromHf(const Json& j, const Json& generation, s
     c.attention_bias = c.architecture == "qwen2" || attention_bias;
     c.qk_norm = c.architecture == "qwen3";
     KVF_RETURN_IF_ERROR(RopeScalingFrom(j, &c.rope_scaling));
+    if (c.rope_scaling.type == RopeScaling::Type::kYarn && c.architecture != "deepseek") {
+      return Refuse("rope_scaling.rope_type", "yarn is supported for DeepSeek models only");
+    }
     KVF_RETURN_IF_ERROR(SlidingWindow(j, c.architecture, &c));
     KVF_RETURN_IF_ERROR(EosIds(j, &c.eos_token_ids));
     if (generation.is_object()) KVF_RETURN_IF_ERROR(EosIds(generation, &c.eos_token_ids));
@@ -162,8 +219,10 @@ StatusOr<ModelConfig> ModelConfigFromHf(const Json& j, const Json& generation, s
 }
 
 Json HfConfigJson(const ModelConfig& c, const std::string& dtype_name) {
-  static const std::map<std::string, std::string> kClass = {
-      {"llama", "LlamaForCausalLM"}, {"qwen2", "Qwen2ForCausalLM"}, {"qwen3", "Qwen3ForCausalLM"}};
+  static const std::map<std::string, std::string> kClass = {{"llama", "LlamaForCausalLM"},
+                                                            {"qwen2", "Qwen2ForCausalLM"},
+                                                            {"qwen3", "Qwen3ForCausalLM"},
+                                                            {"deepseek", "DeepseekV3ForCausalLM"}};
   Json j = {{"architectures", {kClass.at(c.architecture)}},
             {"model_type", c.architecture},
             {"vocab_size", c.vocab_size},
@@ -180,12 +239,21 @@ Json HfConfigJson(const ModelConfig& c, const std::string& dtype_name) {
             {"hidden_act", "silu"},
             {"torch_dtype", dtype_name}};
   if (c.architecture == "qwen3") j["attention_bias"] = c.attention_bias;
+  if (c.is_mla()) AddDeepseekFields(c, &j);
   if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
   if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
   if (c.eos_token_ids.size() > 1) j["eos_token_id"] = c.eos_token_ids;
   const RopeScaling& r = c.rope_scaling;
   if (r.type == RopeScaling::Type::kLinear) {
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", r.factor}};
+  } else if (r.type == RopeScaling::Type::kYarn) {
+    j["rope_scaling"] = {{"rope_type", "yarn"},
+                         {"factor", r.factor},
+                         {"beta_fast", r.beta_fast},
+                         {"beta_slow", r.beta_slow},
+                         {"mscale", r.mscale},
+                         {"mscale_all_dim", r.mscale_all_dim},
+                         {"original_max_position_embeddings", r.original_max_position}};
   } else if (r.type == RopeScaling::Type::kLlama3) {
     j["rope_scaling"] = {{"rope_type", "llama3"},
                          {"factor", r.factor},

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "engine/model/deepseek_rope.h"
 #include "engine/model/gguf_config.h"
 #include "engine/model/gguf_tokenizer.h"
 #include "engine/model/hf_config.h"
@@ -58,6 +59,7 @@ Status Bind(TensorNaming naming, const std::shared_ptr<File>& file,
   w->storage.push_back(file);
   KVF_RETURN_IF_ERROR(BindTensors(TensorSlots(naming, w), file->tensors(), ignored, w));
   ReadThrough(file->tensors(), w->config.name);
+  PermuteMlaRopeRows(w, /*to_interleaved=*/false);  // DeepSeek: the checkpoint's pair order
   return Status::Ok();
 }
 
@@ -197,7 +199,7 @@ StatusOr<ModelFormat> DetectModelFormat(const std::string& model) {
   }
   return NotFoundError(
       "model '" + model +
-      "' is neither a built-in (tiny, small, tiny-odd, tiny-kv4) nor an existing path");
+      "' is neither a built-in (tiny, small, tiny-odd, tiny-kv4, tiny-mla) nor an existing path");
 }
 
 StatusOr<ModelWeights> LoadModelWeights(const std::string& model) {

@@ -66,7 +66,8 @@ ModelConfig Variant(const std::string& arch) {
   c.qk_norm = arch == "qwen3";
   if (arch == "llama") {
     c.rope_theta = 500000.0f;
-    c.rope_scaling = {RopeScaling::Type::kLlama3, 8.0f, 1.0f, 4.0f, 64, {}};
+    c.rope_scaling = {
+        RopeScaling::Type::kLlama3, 8.0f, 1.0f, 4.0f, 64, {}, 32.0f, 1.0f, 1.0f, 0.0f};
   }
   return c;
 }
@@ -163,6 +164,66 @@ TEST(ModelLoaderTest, RefusedConfigsNameTheField) {
   ExpectError(dir, StatusCode::kInvalidArgument, "num_kv_heads");
   EditConfig(dir, [](auto& j) { j.erase("num_hidden_layers"); });
   ExpectError(dir, StatusCode::kInvalidArgument, "num_hidden_layers");
+}
+
+// A DeepSeek-shaped Hugging Face directory (DeepseekV3ForCausalLM config, MLA tensor names, the
+// rope rows in the checkpoints' interleaved pair order) and a kvferry file of the same weights
+// are the model they were written from: tiny-mla itself, and a variant without q_lora_rank and
+// with yarn rope scaling. The writer interleaves and the loader de-interleaves; a loader that
+// forgot to would rotate the wrong pairs and change the output.
+TEST(ModelLoaderTest, DeepseekMlaThroughAHuggingFaceDirectoryIsTheSameModel) {
+  const fs::path hf = Scratch("mla_hf"), file = Scratch("mla_file");
+  const ModelWeights mla = *GenerateWeights(*BuiltinModelConfig("tiny-mla"));
+  ASSERT_TRUE(WriteHfCheckpoint(mla, hf, DType::kF32).ok());
+  ASSERT_TRUE(SaveCheckpoint(mla, (file / "mla.safetensors").string()).ok());
+  const Completion builtin = Generate("tiny-mla");
+  testing_util::ExpectSameCompletion(builtin, Generate(hf), "DeepSeek HF directory");
+  testing_util::ExpectSameCompletion(builtin, Generate(file / "mla.safetensors"), "kvferry file");
+  // The stored rope rows are not the engine's: de-interleaving is not the identity here.
+  auto raw = formats::SafetensorsModel::Open(hf);
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  bool permuted = false;
+  for (const formats::TensorView& t : raw->tensors()) {
+    if (t.name != "model.layers.0.self_attn.kv_a_proj_with_mqa.weight") continue;
+    const std::vector<float> engine_rows = ToF32(mla.layers[0].kv_a);
+    permuted = std::memcmp(t.data, engine_rows.data(), engine_rows.size() * 4) != 0;
+  }
+  EXPECT_TRUE(permuted);
+
+  ModelConfig variant = *BuiltinModelConfig("tiny-mla");
+  variant.name = "mla-variant";
+  variant.mla.q_lora_rank = 0;
+  variant.rope_scaling.type = RopeScaling::Type::kYarn;
+  variant.rope_scaling.factor = 4.0f;
+  variant.rope_scaling.original_max_position = 64;
+  variant.rope_scaling.mscale = variant.rope_scaling.mscale_all_dim = 0.707f;
+  const fs::path hf2 = Scratch("mla_hf2");
+  ASSERT_TRUE(WriteHfCheckpoint(*GenerateWeights(variant), hf2, DType::kBF16).ok());
+  auto loaded = LoadModelWeights(hf2);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->config.mla, variant.mla);
+  EXPECT_EQ(loaded->config.rope_scaling, variant.rope_scaling);
+  EXPECT_EQ(loaded->config.head_dim, 24);
+  EXPECT_EQ(loaded->config.num_kv_heads, 1);
+  EXPECT_EQ(Generate(hf2).tokens.size(), 16u);
+}
+
+// Mixture-of-experts layers are refused naming first_k_dense_replace; GGUF is not written.
+TEST(ModelLoaderTest, DeepseekMoeLayersAreRefusedByField) {
+  const fs::path dir = Scratch("mla_moe");
+  const ModelWeights mla = *GenerateWeights(*BuiltinModelConfig("tiny-mla"));
+  ASSERT_TRUE(WriteHfCheckpoint(mla, dir, DType::kF32).ok());
+  EditConfig(dir, [](auto& j) {
+    j["n_routed_experts"] = 64;
+    j["first_k_dense_replace"] = 1;
+  });
+  ExpectError(dir, StatusCode::kInvalidArgument, "first_k_dense_replace");
+  EditConfig(dir, [](auto& j) { j["first_k_dense_replace"] = 2; });  // every layer dense
+  EXPECT_TRUE(LoadModelWeights(dir).ok());
+  EditConfig(dir, [](auto& j) { j.erase("kv_lora_rank"); });
+  ExpectError(dir, StatusCode::kInvalidArgument, "kv_lora_rank");
+  EXPECT_EQ(WriteGgufCheckpoint(mla, (dir / "m.gguf").string(), DType::kF32, nullptr).code(),
+            StatusCode::kUnimplemented);
 }
 
 TEST(ModelLoaderTest, MistralSlidingWindowCapsTheContext) {

@@ -53,16 +53,41 @@ std::string At(const std::string& pattern, int32_t layer) {
   return s;
 }
 
+// A DeepSeek (MLA) layer's attention tensors, Hugging Face names (tensor_slots.h).
+void MlaSlots(int32_t l, const ModelConfig& c, LayerWeights& lw, std::vector<TensorSlot>* out) {
+  const MlaShape& m = c.mla;
+  const int64_t d = c.hidden_dim, q = int64_t{c.num_heads} * c.head_dim;
+  const std::string at = "model.layers." + std::to_string(l) + ".self_attn.";
+  if (m.q_lora_rank > 0) {
+    out->push_back({at + "q_a_proj.weight", {m.q_lora_rank, d}, &lw.q_a, nullptr, 0});
+    out->push_back({at + "q_a_layernorm.weight", {m.q_lora_rank}, nullptr, &lw.q_a_norm, 0});
+    out->push_back({at + "q_b_proj.weight", {q, m.q_lora_rank}, &lw.q_b, nullptr, 0});
+  } else {
+    out->push_back({at + "q_proj.weight", {q, d}, &lw.q, nullptr, 0});
+  }
+  out->push_back(
+      {at + "kv_a_proj_with_mqa.weight", {c.kv_cache_head_dim(), d}, &lw.kv_a, nullptr, 0});
+  out->push_back({at + "kv_a_layernorm.weight", {m.kv_lora_rank}, nullptr, &lw.kv_a_norm, 0});
+  const int64_t kv_b_rows = int64_t{c.num_heads} * (m.qk_nope_head_dim + m.v_head_dim);
+  out->push_back({at + "kv_b_proj.weight", {kv_b_rows, m.kv_lora_rank}, &lw.kv_b, nullptr, 0});
+  out->push_back(
+      {at + "o_proj.weight", {d, int64_t{c.num_heads} * m.v_head_dim}, &lw.o, nullptr, 0});
+}
+
 void LayerSlots(const Names& n, int32_t l, const ModelConfig& c, bool gguf, LayerWeights& lw,
                 std::vector<TensorSlot>* out) {
   const int64_t d = c.hidden_dim, hd = c.head_dim, f = c.ffn_dim;
   const int64_t q = c.num_heads * hd, kv = c.num_kv_heads * hd;
   const bool interleaved = gguf && c.architecture == "llama";
   out->push_back({At(n.attn_norm, l), {d}, nullptr, &lw.attn_norm, 0});
-  out->push_back({At(n.q, l), {q, d}, &lw.q, nullptr, interleaved ? c.num_heads : 0});
-  out->push_back({At(n.k, l), {kv, d}, &lw.k, nullptr, interleaved ? c.num_kv_heads : 0});
-  out->push_back({At(n.v, l), {kv, d}, &lw.v, nullptr, 0});
-  out->push_back({At(n.o, l), {d, q}, &lw.o, nullptr, 0});
+  if (c.is_mla()) {
+    MlaSlots(l, c, lw, out);  // Hugging Face only: no GGUF file is read as deepseek
+  } else {
+    out->push_back({At(n.q, l), {q, d}, &lw.q, nullptr, interleaved ? c.num_heads : 0});
+    out->push_back({At(n.k, l), {kv, d}, &lw.k, nullptr, interleaved ? c.num_kv_heads : 0});
+    out->push_back({At(n.v, l), {kv, d}, &lw.v, nullptr, 0});
+    out->push_back({At(n.o, l), {d, q}, &lw.o, nullptr, 0});
+  }
   if (c.attention_bias) {
     out->push_back({At(n.q_bias, l), {q}, nullptr, &lw.q_bias, 0});
     out->push_back({At(n.k_bias, l), {kv}, nullptr, &lw.k_bias, 0});

@@ -13,6 +13,10 @@
 //     .mlp.down_proj.weight           [d][F]         blk.{i}.ffn_down.weight
 //   model.norm.weight                 [d]            output_norm.weight
 //   lm_head.weight (untied only)      [V][d]         output.weight
+//   DeepSeek (MLA, Hugging Face only), instead of q/k/v/o: model.layers.{i}.self_attn.
+//     q_proj [H*(N+R)][d]  or  q_a_proj [Q][d], q_a_layernorm [Q], q_b_proj [H*(N+R)][Q];
+//     kv_a_proj_with_mqa [L+R][d], kv_a_layernorm [L], kv_b_proj [H*(N+V)][L], o_proj [d][H*V]
+//     (their rope rows are re-ordered after binding: deepseek_rope.h)
 //
 // Matrices are bound as views of the file's bytes in their stored dtype (F32, F16, BF16), except
 // the q and k projections of a GGUF "llama" model: llama.cpp's converter interleaves each head's

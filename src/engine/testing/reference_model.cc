@@ -4,16 +4,20 @@
 #include <cmath>
 #include <string>
 
+#include "engine/testing/reference_ops.h"
+
 namespace kvferry::engine {
 
 namespace {
 
 using Vec = std::vector<double>;
 
-Vec ToDouble(const float* data, int64_t n) { return Vec(data, data + n); }
+}  // namespace
 
-// y[o] = sum over i of w[o][i] * x[i]; w is [out][x.size()] row-major.
-Vec Linear(const Vec& w, const Vec& x, int64_t out) {
+std::vector<double> ReferenceToDouble(const float* data, int64_t n) { return Vec(data, data + n); }
+
+std::vector<double> ReferenceLinear(const std::vector<double>& w, const std::vector<double>& x,
+                                    int64_t out) {
   const int64_t in = static_cast<int64_t>(x.size());
   Vec y(static_cast<size_t>(out), 0.0);
   for (int64_t o = 0; o < out; ++o) {
@@ -25,7 +29,8 @@ Vec Linear(const Vec& w, const Vec& x, int64_t out) {
   return y;
 }
 
-Vec RmsNorm(const Vec& x, const Vec& weight, double eps) {
+std::vector<double> ReferenceRmsNorm(const std::vector<double>& x,
+                                     const std::vector<double>& weight, double eps) {
   double ss = 0.0;
   for (double v : x) ss += v * v;
   const double inv = 1.0 / std::sqrt(ss / static_cast<double>(x.size()) + eps);
@@ -34,16 +39,41 @@ Vec RmsNorm(const Vec& x, const Vec& weight, double eps) {
   return y;
 }
 
-// theta^(-2i/D) for i < D/2, divided as the model's rope scaling says: linear by `factor`;
-// llama3 (Hugging Face's _compute_llama3_parameters, written out here in double) by `factor`
-// for long wavelengths, not at all for short ones, and a smooth blend in between; or by the
-// given per-frequency factors.
+namespace {
+
+Vec ToDouble(const float* data, int64_t n) { return ReferenceToDouble(data, n); }
+Vec Linear(const Vec& w, const Vec& x, int64_t out) { return ReferenceLinear(w, x, out); }
+Vec RmsNorm(const Vec& x, const Vec& weight, double eps) {
+  return ReferenceRmsNorm(x, weight, eps);
+}
+
+// DeepSeek's yarn, as its modeling code writes it: inv_freq = freq_inter * (1 - mask) +
+// freq_extra * mask, mask = 1 - linear_ramp(low, high), freq_inter = freq_extra / factor.
+double YarnFrequency(const RopeScaling& r, double freq_extra, size_t i, int32_t dim, double base) {
+  auto find_dim = [&](double rotations) {
+    return (dim * std::log(r.original_max_position / (rotations * 2 * M_PI))) /
+           (2 * std::log(base));
+  };
+  const double low = std::max(std::floor(find_dim(r.beta_fast)), 0.0);
+  double high = std::min(std::ceil(find_dim(r.beta_slow)), static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;
+  const double ramp = std::min(1.0, std::max(0.0, (static_cast<double>(i) - low) / (high - low)));
+  const double mask = 1.0 - ramp;
+  return freq_extra / r.factor * (1.0 - mask) + freq_extra * mask;
+}
+
+// theta^(-2i/D) for i < D/2 (D: the rotated width), divided as the model's rope scaling
+// says: yarn as above; linear by `factor`; llama3 (Hugging Face's _compute_llama3_parameters,
+// written out here in double) by `factor` for long wavelengths, not at all for short ones, and a
+// smooth blend in between; or by the given per-frequency factors.
 Vec RopeInverseFrequencies(const ModelConfig& c) {
   const RopeScaling& r = c.rope_scaling;
-  Vec inv(static_cast<size_t>(c.head_dim / 2));
+  const int32_t dim = c.rope_dim();
+  Vec inv(static_cast<size_t>(dim / 2));
   for (size_t i = 0; i < inv.size(); ++i) {
     double f = std::pow(static_cast<double>(c.rope_theta),
-                        -2.0 * static_cast<double>(i) / static_cast<double>(c.head_dim));
+                        -2.0 * static_cast<double>(i) / static_cast<double>(dim));
+    if (r.type == RopeScaling::Type::kYarn) f = YarnFrequency(r, f, i, dim, c.rope_theta);
     if (r.type == RopeScaling::Type::kLinear) f /= r.factor;
     if (r.type == RopeScaling::Type::kFactors) f /= r.freq_factors[i];
     if (r.type == RopeScaling::Type::kLlama3) {
@@ -63,8 +93,10 @@ Vec RopeInverseFrequencies(const ModelConfig& c) {
   return inv;
 }
 
+}  // namespace
+
 // "Rotate half": element i pairs with element i + D/2 of the same head.
-void Rope(const Vec& inv_freq, int32_t pos, double* head) {
+void ReferenceRope(const std::vector<double>& inv_freq, int32_t pos, double* head) {
   const size_t half = inv_freq.size();
   for (size_t i = 0; i < half; ++i) {
     const double angle = static_cast<double>(pos) * inv_freq[i];
@@ -74,6 +106,8 @@ void Rope(const Vec& inv_freq, int32_t pos, double* head) {
     head[i + half] = b * c + a * s;
   }
 }
+
+namespace {
 
 // The q, k, v of one position, with Qwen2's biases when the model has them.
 struct Qkv {
@@ -126,24 +160,32 @@ void Attend(const double* q, const Vec& k, const Vec& v, int32_t n, int32_t kv_h
   for (int32_t i = 0; i < d; ++i) out[i] /= sum;
 }
 
-Status CheckSize(const std::vector<float>& t, int64_t want, const std::string& name) {
+}  // namespace
+
+Status ReferenceCheckSize(const std::vector<float>& t, int64_t want, const std::string& name) {
   if (static_cast<int64_t>(t.size()) == want) return Status::Ok();
   return InvalidArgumentError("reference model: " + name + " has " + std::to_string(t.size()) +
                               " values, want " + std::to_string(want));
 }
 
-// A weight matrix in double, after checking its shape.
-StatusOr<std::vector<double>> Matrix(const WeightMatrix& m, int64_t rows, int64_t cols,
-                                     const std::string& name) {
+StatusOr<std::vector<double>> ReferenceMatrix(const WeightMatrix& m, int64_t rows, int64_t cols,
+                                              const std::string& name) {
   if (m.rows != rows || m.cols != cols) {
     return InvalidArgumentError("reference model: " + name + " is " + std::to_string(m.rows) +
                                 " x " + std::to_string(m.cols) + ", want " + std::to_string(rows) +
                                 " x " + std::to_string(cols));
   }
   const std::vector<float> f = ToF32(m);
-  return ToDouble(f.data(), rows * cols);
+  return ReferenceToDouble(f.data(), rows * cols);
 }
 
+namespace {
+Status CheckSize(const std::vector<float>& t, int64_t want, const std::string& name) {
+  return ReferenceCheckSize(t, want, name);
+}
+StatusOr<Vec> Matrix(const WeightMatrix& m, int64_t rows, int64_t cols, const std::string& name) {
+  return ReferenceMatrix(m, rows, cols, name);
+}
 }  // namespace
 
 StatusOr<ReferenceModel> ReferenceModel::Create(const ModelWeights& w) {
@@ -169,10 +211,14 @@ StatusOr<ReferenceModel> ReferenceModel::Create(const ModelWeights& w) {
     KVF_RETURN_IF_ERROR(CheckSize(lw.ffn_norm, d, "ffn_norm" + at));
     ReferenceLayer layer;
     layer.attn_norm = ToDouble(lw.attn_norm.data(), d);
-    KVF_ASSIGN_OR_RETURN(layer.wq, Matrix(lw.q, qw, d, "q" + at));
-    KVF_ASSIGN_OR_RETURN(layer.wk, Matrix(lw.k, kvw, d, "k" + at));
-    KVF_ASSIGN_OR_RETURN(layer.wv, Matrix(lw.v, kvw, d, "v" + at));
-    KVF_ASSIGN_OR_RETURN(layer.wo, Matrix(lw.o, d, qw, "o" + at));
+    if (c.is_mla()) {
+      KVF_RETURN_IF_ERROR(LoadMla(c, lw, at, layer));
+    } else {
+      KVF_ASSIGN_OR_RETURN(layer.wq, Matrix(lw.q, qw, d, "q" + at));
+      KVF_ASSIGN_OR_RETURN(layer.wk, Matrix(lw.k, kvw, d, "k" + at));
+      KVF_ASSIGN_OR_RETURN(layer.wv, Matrix(lw.v, kvw, d, "v" + at));
+      KVF_ASSIGN_OR_RETURN(layer.wo, Matrix(lw.o, d, qw, "o" + at));
+    }
     layer.ffn_norm = ToDouble(lw.ffn_norm.data(), d);
     KVF_ASSIGN_OR_RETURN(layer.w_gate, Matrix(lw.gate, f, d, "gate" + at));
     KVF_ASSIGN_OR_RETURN(layer.w_up, Matrix(lw.up, f, d, "up" + at));
@@ -241,14 +287,18 @@ std::vector<std::vector<double>> ReferenceModel::Run(std::span<const int32_t> to
 void ReferenceModel::AttentionBlock(const ReferenceLayer& layer, int32_t pos, SequenceKv& kv,
                                     std::vector<double>& x) const {
   const ModelConfig& c = config_;
+  if (c.is_mla()) {
+    MlaAttentionBlock(layer, pos, kv, x);
+    return;
+  }
   const int32_t d = c.head_dim;
   Qkv p = ProjectQkv(layer, RmsNorm(x, layer.attn_norm, c.rms_norm_eps), c);
   if (c.qk_norm) {
     NormHeads(p.q, c.num_heads, layer.q_norm, c.rms_norm_eps);
     NormHeads(p.k, c.num_kv_heads, layer.k_norm, c.rms_norm_eps);
   }
-  for (int32_t h = 0; h < c.num_heads; ++h) Rope(inv_freq_, pos, p.q.data() + h * d);
-  for (int32_t h = 0; h < c.num_kv_heads; ++h) Rope(inv_freq_, pos, p.k.data() + h * d);
+  for (int32_t h = 0; h < c.num_heads; ++h) ReferenceRope(inv_freq_, pos, p.q.data() + h * d);
+  for (int32_t h = 0; h < c.num_kv_heads; ++h) ReferenceRope(inv_freq_, pos, p.k.data() + h * d);
   kv.k.insert(kv.k.end(), p.k.begin(), p.k.end());
   kv.v.insert(kv.v.end(), p.v.begin(), p.v.end());
   const int32_t group = c.num_heads / c.num_kv_heads;

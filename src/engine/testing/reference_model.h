@@ -14,14 +14,20 @@
 //
 // Architectures: q/k/v biases (Qwen2) in ProjectQkv; per-head q/k RMSNorm (Qwen3) between
 // ProjectQkv and RoPE; rope scaling (linear, llama3, per-frequency factors) in
-// RopeInverseFrequencies. MLA would replace SequenceKv's entries with the latent and Attend
-// with its absorbed form.
+// RopeInverseFrequencies (yarn too). Multi-head latent attention (DeepSeek, config.is_mla())
+// in reference_mla.cc, in its expanded form, as the model defines it (the engine absorbs):
+//   q = q_proj(h) or q_b(RMSNorm(q_a(h)) * q_a_norm), per head [q_nope | q_rope]
+//   [c | k_rope] = kv_a(h); c = RMSNorm(c) * kv_a_norm; k_rope = RoPE(k_rope) (one, shared)
+//   per head j and position t: k = [kv_b_key[j] c_t | k_rope_t], v = kv_b_value[j] c_t
+//   softmax_t(q·k * softmax_scale) over t = 0..p; x += o Wo^T
+// where SequenceKv keeps only c and k_rope per position, as the engine's cache does.
 //
 // Thread-safety: immutable after Create(); Logits() is const and may run concurrently.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/weights.h"
@@ -39,6 +45,8 @@ struct ReferenceLayer {
   std::vector<double> w_down;                  // [dim][F]
   std::vector<double> q_bias, k_bias, v_bias;  // Qwen2 (attention_bias)
   std::vector<double> q_norm, k_norm;          // Qwen3 (qk_norm): [D] each
+  // MLA (weights.h's shapes); wq holds q_proj when q_lora_rank is 0.
+  std::vector<double> wq_a, q_a_norm, wq_b, wkv_a, kv_a_norm, wkv_b;
 };
 
 class ReferenceModel {
@@ -59,6 +67,7 @@ class ReferenceModel {
 
  private:
   // One layer's keys and values of the positions seen so far: [position][kv head][D].
+  // MLA: k holds the latents [position][kv_lora_rank], v the rope keys [position][rope dim].
   struct SequenceKv {
     std::vector<double> k, v;
   };
@@ -70,6 +79,12 @@ class ReferenceModel {
   std::vector<std::vector<double>> Run(std::span<const int32_t> tokens, bool all) const;
   void AttentionBlock(const ReferenceLayer& layer, int32_t pos, SequenceKv& kv,
                       std::vector<double>& x) const;
+  // MLA's attention (reference_mla.cc).
+  void MlaAttentionBlock(const ReferenceLayer& layer, int32_t pos, SequenceKv& kv,
+                         std::vector<double>& x) const;
+  // MLA's weights of one layer, in double (reference_mla.cc).
+  static Status LoadMla(const ModelConfig& c, const LayerWeights& lw, const std::string& at,
+                        ReferenceLayer& layer);
   void MlpBlock(const ReferenceLayer& layer, std::vector<double>& x) const;
   std::vector<double> Head(const std::vector<double>& x) const;
 
