@@ -202,6 +202,13 @@ StatusOr<uint32_t> Alignment(const GgufMetadata& metadata, std::string_view sour
     return DataLossError(Prefix(source) + ": " + std::string(kGgufAlignmentKey) + " " +
                          std::to_string(a) + " is not a power of two");
   }
+  // Writers use 32 (the default) or 64; a huge one would only make a re-write pad the data
+  // section by that much (1 GiB from four bytes of metadata).
+  if (a > kGgufMaxAlignment) {
+    return DataLossError(Prefix(source) + ": " + std::string(kGgufAlignmentKey) + " " +
+                         std::to_string(a) + " is larger than " +
+                         std::to_string(kGgufMaxAlignment));
+  }
   return static_cast<uint32_t>(a);
 }
 

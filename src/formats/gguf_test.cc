@@ -336,6 +336,9 @@ TEST(GgufTest, Alignment) {
               "general.alignment 48 is not a power of two");
   ExpectError(Header(0, 1).KeyU32("general.alignment", 0).bytes(), StatusCode::kDataLoss,
               "not a power of two");
+  // Found by fuzz_gguf: a re-write padded the data section to 1 GiB.
+  ExpectError(Header(0, 1).KeyU32("general.alignment", 1u << 30).bytes(), StatusCode::kDataLoss,
+              "general.alignment 1073741824 is larger than 1048576");
   // With alignment 16 an offset of 16 is aligned.
   auto parsed = Parse(Header(1, 1)
                           .KeyU32("general.alignment", 16)

@@ -123,6 +123,10 @@ Status GgufWriter::SetAlignment(uint32_t alignment) {
     return InvalidArgumentError("GGUF alignment " + std::to_string(alignment) +
                                 " is not a power of two");
   }
+  if (alignment > kGgufMaxAlignment) {
+    return InvalidArgumentError("GGUF alignment " + std::to_string(alignment) + " is larger than " +
+                                std::to_string(kGgufMaxAlignment));
+  }
   alignment_ = alignment;
   return Status::Ok();
 }

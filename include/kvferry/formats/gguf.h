@@ -43,6 +43,8 @@
 namespace kvferry::formats {
 
 inline constexpr uint32_t kGgufDefaultAlignment = 32;
+// The largest general.alignment accepted (read or written): files use 32 or 64.
+inline constexpr uint32_t kGgufMaxAlignment = uint32_t{1} << 20;
 inline constexpr uint32_t kGgufMaxDims = 4;
 inline constexpr std::string_view kGgufAlignmentKey = "general.alignment";
 
