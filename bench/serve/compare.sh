@@ -4,7 +4,8 @@
 #
 #   P/D:       P pinned to core 0 (--threads 1), D pinned to core 1 (--threads 1), the proxy
 #              unpinned (it only relays bytes)
-#   colocated: one instance on cores 0-1 (--threads 2)
+#   colocated: one instance on cores 0-1 (--threads 2); with WORKLOADS=ttft on core 0 alone
+#              (--threads 1), the cores P's prefill has, so only the hand-off's cost differs
 #
 # usage: bench/serve/compare.sh [path/to/kvferry] [extra `bench serve` flags...]
 #   MODEL=tiny|small (default small)  WORKLOADS="prefill decode mixed" (default: those three;
@@ -20,6 +21,7 @@ if [ "$NCPU" -ge 2 ]; then
   PIN_P="taskset -c 0"
   PIN_D="taskset -c 1"
   PIN_C="taskset -c 0,1"
+  [ "$WORKLOADS" = ttft ] && PIN_C="taskset -c 0"
 else
   PIN_P=""
   PIN_D=""
@@ -41,7 +43,9 @@ COMMON=(--model "$MODEL" --block-size 128 --attention-backend flash --max-num-ba
   --kv-cache-memory-mb 512)
 kvf_start prefill $PIN_P "$BIN" serve --port 0 --threads 1 "${COMMON[@]}" --kv-transfer-config "$KV"
 kvf_start decode $PIN_D "$BIN" serve --port 0 --threads 1 "${COMMON[@]}" --kv-transfer-config "$KV"
-kvf_start colocated $PIN_C "$BIN" serve --port 0 --threads 2 "${COMMON[@]}"
+C_THREADS=2
+[ "$WORKLOADS" = ttft ] && C_THREADS=1
+kvf_start colocated $PIN_C "$BIN" serve --port 0 --threads "$C_THREADS" "${COMMON[@]}"
 P=$(kvf_port_of prefill)
 D=$(kvf_port_of decode)
 C=$(kvf_port_of colocated)
