@@ -166,23 +166,50 @@ std::vector<CacheSpec::ByteRange> CacheSpec::HeadSliceBytes(KernelBlockId first,
 
 KvCache::KvCache(const CacheSpec& spec) : spec_(spec) {}
 
-KvCache::~KvCache() { std::free(memory_); }
+KvCache::~KvCache() {
+  if (source_) {
+    for (const RegionView& r : regions_) source_->release(r.base);
+  }
+  std::free(memory_);
+}
 
-StatusOr<std::unique_ptr<KvCache>> KvCache::Allocate(const CacheSpec& spec) {
+StatusOr<std::unique_ptr<KvCache>> KvCache::Allocate(const CacheSpec& spec,
+                                                     std::optional<CacheMemory> memory) {
   KVF_RETURN_IF_ERROR(spec.Validate());
+  std::unique_ptr<KvCache> cache(new KvCache(spec));
+  cache->regions_.reserve(spec.num_regions());
+  if (memory) {
+    if (!memory->allocate || !memory->release) {
+      return InvalidArgumentError("KvCache: CacheMemory needs both allocate and release");
+    }
+    KVF_RETURN_IF_ERROR(cache->AllocateFrom(*memory));
+    return cache;
+  }
   const size_t region_stride = RoundUp(spec.region_bytes(), kAlignment);
   const size_t total = region_stride * static_cast<size_t>(spec.num_regions());
-  std::unique_ptr<KvCache> cache(new KvCache(spec));
   cache->memory_ = static_cast<std::byte*>(std::aligned_alloc(kAlignment, total));
   if (cache->memory_ == nullptr) {
     return ResourceExhaustedError("KvCache: cannot allocate " + std::to_string(total) + " bytes");
   }
   std::memset(cache->memory_, 0, total);
-  cache->regions_.reserve(spec.num_regions());
   for (int32_t r = 0; r < spec.num_regions(); ++r) {
     cache->regions_.push_back(RegionView{cache->memory_ + r * region_stride, spec.region_bytes()});
   }
   return cache;
+}
+
+// Regions allocated so far are given back by the destructor if a later one fails.
+Status KvCache::AllocateFrom(const CacheMemory& memory) {
+  source_ = memory;
+  for (int32_t r = 0; r < spec_.num_regions(); ++r) {
+    KVF_ASSIGN_OR_RETURN(std::byte * base, memory.allocate(spec_.region_bytes()));
+    if (base == nullptr) return InternalError("KvCache: CacheMemory allocated a null region");
+    regions_.push_back(RegionView{base, spec_.region_bytes()});
+    if (reinterpret_cast<uintptr_t>(base) % kAlignment != 0) {
+      return InternalError("KvCache: CacheMemory returned a region not 64-byte aligned");
+    }
+  }
+  return Status::Ok();
 }
 
 StatusOr<CacheSpec> GeometryOf(const KvCache& cache) {

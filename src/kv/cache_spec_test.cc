@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <map>
 #include <vector>
 
 #include "kvferry/kv/attention_backend.h"
@@ -103,6 +105,54 @@ TEST(CacheSpecTest, AllocateIsAlignedZeroedAndGeometryRoundTrips) {
   auto geo = GeometryOf(**cache);
   ASSERT_TRUE(geo.ok()) << geo.status();
   EXPECT_EQ(*geo, s);
+}
+
+// A CacheMemory that counts what it hands out and gets back, and fails its Nth allocation.
+struct CountingMemory {
+  std::map<std::byte*, int> live;  // base -> times released (must end at 1)
+  int allocations = 0;
+  int fail_at = -1;
+  CacheMemory Hooks() {
+    return CacheMemory{
+        [this](size_t bytes) -> StatusOr<std::byte*> {
+          if (allocations++ == fail_at) return ResourceExhaustedError("full");
+          auto* p = static_cast<std::byte*>(std::aligned_alloc(4096, 4096 * (1 + bytes / 4096)));
+          std::fill(p, p + bytes, std::byte{0});
+          live[p] = 0;
+          return p;
+        },
+        [this](std::byte* p) {
+          ++live.at(p);
+          std::free(p);
+        }};
+  }
+};
+
+TEST(CacheSpecTest, AllocateThroughCacheMemoryTakesEachRegionFromItAndGivesItBack) {
+  CountingMemory memory;
+  const CacheSpec s = Spec(Layout::kNHD);
+  {
+    auto cache = KvCache::Allocate(s, memory.Hooks());
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    ASSERT_EQ((*cache)->num_regions(), 6);
+    EXPECT_EQ(memory.live.size(), 6u);
+    for (int32_t r = 0; r < 6; ++r) EXPECT_EQ(memory.live.count((*cache)->region(r).base), 1u);
+    auto geo = GeometryOf(**cache);
+    ASSERT_TRUE(geo.ok()) << geo.status();
+    EXPECT_EQ(*geo, s);
+  }
+  for (const auto& [base, released] : memory.live) EXPECT_EQ(released, 1);
+}
+
+TEST(CacheSpecTest, AFailedCacheMemoryAllocationGivesBackWhatItHad) {
+  CountingMemory memory;
+  memory.fail_at = 3;
+  auto cache = KvCache::Allocate(Spec(Layout::kHND), memory.Hooks());
+  EXPECT_EQ(cache.status().code(), StatusCode::kResourceExhausted);
+  ASSERT_EQ(memory.live.size(), 3u);
+  for (const auto& [base, released] : memory.live) EXPECT_EQ(released, 1);
+  EXPECT_EQ(KvCache::Allocate(Spec(Layout::kHND), CacheMemory{}).status().code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST(CacheSpecTest, AllocateRejectsInvalidSpec) {

@@ -17,7 +17,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,12 +93,24 @@ struct RegionView {
   size_t size_bytes = 0;
 };
 
+// Where a cache's regions come from when not from the heap: the KV connector's transfer agent,
+// whose memory a peer on the same host maps, so a pull from this cache is one memcpy
+// (ConnectorWorker::CacheMemoryFor). One `allocate` per region.
+struct CacheMemory {
+  // At least `bytes` bytes, zeroed, 64-byte aligned. An error fails the cache's allocation.
+  std::function<StatusOr<std::byte*>(size_t bytes)> allocate;
+  // Gives back what `allocate` returned; called once per region, by ~KvCache.
+  std::function<void(std::byte*)> release;
+};
+
 // An allocated cache: the memory of all regions, owned, zero-initialised, 64-byte aligned.
 // Not copyable (its regions' addresses are registered with transports); movable only before
 // registration — callers keep it in a unique_ptr.
 class KvCache {
  public:
-  static StatusOr<std::unique_ptr<KvCache>> Allocate(const CacheSpec& spec);
+  // From the heap, one allocation for every region; with `memory`, one `allocate` per region.
+  static StatusOr<std::unique_ptr<KvCache>> Allocate(const CacheSpec& spec,
+                                                     std::optional<CacheMemory> memory = {});
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
@@ -110,9 +124,11 @@ class KvCache {
 
  private:
   explicit KvCache(const CacheSpec& spec);
+  Status AllocateFrom(const CacheMemory& memory);
   CacheSpec spec_;
   std::vector<RegionView> regions_;
-  std::byte* memory_ = nullptr;
+  std::byte* memory_ = nullptr;        // the heap allocation, when no CacheMemory was given
+  std::optional<CacheMemory> source_;  // else where each region came from
 };
 
 // Derives the geometry from what was allocated: regions' sizes must agree with each other and
