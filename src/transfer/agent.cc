@@ -4,6 +4,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <set>
 
 #include "kvferry/common/logging.h"
 #include "kvferry/common/thread_annotations.h"
@@ -50,6 +51,7 @@ struct LocalRegion {
 struct Peer {
   std::string name;
   std::map<uint32_t, uint64_t> region_lengths;
+  std::set<uint32_t> mapped_regions;  // Backend::MappedRegions
   bool failed = false;
 };
 
@@ -241,6 +243,7 @@ StatusOr<PeerHandle> Agent::LoadRemoteMetadata(std::string_view metadata) {
   Peer peer;
   peer.name = md.agent_name;
   for (const RegionEntry& r : md.regions) peer.region_lengths[r.id] = r.length;
+  for (uint32_t r : impl_->backend->MappedRegions(id)) peer.mapped_regions.insert(r);
   MutexLock l(&impl_->mu);
   impl_->peers[id] = std::move(peer);
   return PeerHandle{id};
@@ -279,6 +282,7 @@ StatusOr<XferHandle> Agent::PrepareTransfer(const TransferRequest& req) {
   if (req.local.empty()) return InvalidArgumentError("empty descriptor list");
   if (req.timeout_ms <= 0) return InvalidArgumentError("timeout_ms must be > 0");
   uint64_t total = 0;
+  bool by_memcpy = true;
   for (size_t i = 0; i < req.local.size(); ++i) {
     const Descriptor& lo = req.local[i];
     const Descriptor& re = req.remote[i];
@@ -301,14 +305,15 @@ StatusOr<XferHandle> Agent::PrepareTransfer(const TransferRequest& req) {
       return InvalidArgumentError(at + "remote range out of region bounds");
     }
     total += lo.length;
+    by_memcpy &= peer_it->second.mapped_regions.count(re.region.id) != 0;
   }
   p->op = req.op;
   p->peer_id = req.peer.id;
   p->pairs = MergeAdjacent(req.local, req.remote);
   p->notification = req.notification;
   p->timeout_ms = req.timeout_ms;
-  p->info = {total, static_cast<uint32_t>(req.local.size()),
-             static_cast<uint32_t>(p->pairs.size())};
+  p->info = {total, static_cast<uint32_t>(req.local.size()), static_cast<uint32_t>(p->pairs.size()),
+             by_memcpy};
   uint64_t id = impl_->next_xfer_id++;
   impl_->xfers[id] = std::move(p);
   return XferHandle{id};

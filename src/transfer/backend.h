@@ -78,6 +78,10 @@ class Backend {
   // Connects to a peer described by its blob. `peer_id` is chosen by the Agent, unique.
   virtual Status AddPeer(uint32_t peer_id, const std::string& peer_name, std::string_view blob) = 0;
   virtual void RemovePeer(uint32_t peer_id) = 0;
+  // The peer's regions mapped into this process (UCX: memory the peer allocated as shared
+  // memory, on this host): a transfer touching only these is one memcpy by the initiator.
+  // Asked once, after AddPeer.
+  virtual std::vector<uint32_t> MappedRegions(uint32_t /*peer_id*/) { return {}; }
 
   // Starts moving `segments`; finishes `completion` with OK once the bytes are visible at the
   // destination, then sends `notification` (if not empty). Errors may be returned at once or

@@ -162,6 +162,8 @@ TEST_P(TwoProcessTest, RandomWriteAndReadListsMoveExactBytes) {
     if (consecutive) {
       EXPECT_EQ(agent_->GetXferInfo(*x)->num_descriptors_merged, 1u);
     }
+    // Only the region the peer's agent allocated is mapped here: one memcpy by this process.
+    EXPECT_EQ(agent_->GetXferInfo(*x)->by_memcpy, GetParam() == "shm-mapped");
     ASSERT_TRUE(agent_->Post(*x).ok());
     ASSERT_TRUE(agent_->Wait(*x, Deadline::AfterMs(30'000)).ok()) << "round " << round;
     ASSERT_TRUE(agent_->Release(*x).ok());

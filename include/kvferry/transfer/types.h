@@ -80,6 +80,9 @@ struct XferInfo {
   uint64_t total_bytes = 0;
   uint32_t num_descriptors_requested = 0;  // entries in TransferRequest::local
   uint32_t num_descriptors_merged = 0;     // after merging runs adjacent on both sides
+  // Every remote region it touches is mapped into this process (UCX on one host, memory the
+  // peer allocated with Agent::AllocateMemory): a Post is one memcpy by the caller.
+  bool by_memcpy = false;
 };
 
 }  // namespace kvferry::transfer

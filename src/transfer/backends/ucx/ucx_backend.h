@@ -188,6 +188,18 @@ class UcxBackend final : public Backend {
       return Status::Ok();
     }).IgnoreError();
   }
+  std::vector<uint32_t> MappedRegions(uint32_t peer_id) override {
+    std::vector<uint32_t> out;
+    RunSync([&] {
+      auto it = peers_.find(peer_id);
+      if (it == peers_.end()) return Status::Ok();
+      for (const auto& [id, r] : it->second->regions) {
+        if (r.mapped != nullptr) out.push_back(id);
+      }
+      return Status::Ok();
+    }).IgnoreError();
+    return out;
+  }
   Status Post(uint32_t peer_id, XferOp op, std::vector<Segment> segs, std::string notification,
               std::shared_ptr<Completion> completion) override {
     {
