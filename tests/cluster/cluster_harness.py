@@ -68,8 +68,8 @@ class Proc:
             os.kill(self.proc.pid, sig)
 
     def kill(self):
+        # SIGKILL alone ends a stopped process too; a SIGCONT first would let it run a moment.
         if self.alive():
-            self.signal(signal.SIGCONT)
             self.signal(signal.SIGKILL)
             self.proc.wait(timeout=10)
 

@@ -24,6 +24,13 @@ def assert_pulled(resp, what):
           f"{what}: KV not pulled: kv_load={load}")
 
 
+def member_load(px, member_id):
+    for m in px.table()["members"]:
+        if m["id"] == member_id:
+            return m.get("load") or {}
+    return {}
+
+
 def case_members_join_and_leave():
     etcd = Etcd()
     reg = etcd.registry()
@@ -44,12 +51,16 @@ def case_members_join_and_leave():
 
     d1 = serve(args.kvferry, "d1", "kv_consumer", reg, ttl=TTL_S)  # joins without a restart
     check(wait_until(lambda: "d1" in px.members("healthy"), 20) is not None, "d1 never joined")
+    # Routing weighs D's reported free blocks: wait until the proxy has d1's real figures.
+    check(wait_until(lambda: member_load(px, "d1").get("total_kv_blocks", 0) > 0, 20) is not None,
+          "d1's load never reported")
     decoders = set()
     for b in prompts:
         status, resp, hdr = px.complete(b)
         check(status == 200, f"{status} {resp}")
         decoders.add(hdr.get("X-Kvferry-Decode"))
-    check(decoders == {"d0", "d1"}, f"decode legs went to {decoders}")
+    check(decoders == {"d0", "d1"},
+          f"decode legs went to {decoders}; the proxy's table: {px.table()['members']}")
 
     # A clean shutdown deletes the key at once: d0 (30 s lease) leaves long before its lease
     # could run out.

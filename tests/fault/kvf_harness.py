@@ -75,8 +75,9 @@ class Node:
             os.kill(self.proc.pid, sig)
 
     def kill(self):
+        # SIGKILL alone: it ends a stopped process too, and a SIGCONT first would let a
+        # SIGSTOPped one run (and answer what it holds) before it dies.
         if self.proc.poll() is None:
-            self.signal(signal.SIGCONT)
             self.signal(signal.SIGKILL)
             self.proc.wait(timeout=10)
 
