@@ -57,7 +57,14 @@ FerryConnectorImpl::FerryConnectorImpl(const KvTransferConfig& config,
   }
 }
 
-FerryConnectorImpl::~FerryConnectorImpl() { Shutdown(); }
+FerryConnectorImpl::~FerryConnectorImpl() {
+  Shutdown();
+  // Before the lease table: its copies may be the agents' memory (MakeLeaseTable).
+  for (RankEndpoint& rank : ranks_) {
+    if (rank.cache_memory) rank.cache_memory->Detach();  // the cache's memory goes with the agent
+    rank.agent.reset();
+  }
+}
 
 ConnectorStats FerryConnectorImpl::Stats() const {
   MutexLock lock(&stats_mu_);
@@ -91,17 +98,27 @@ Status FerryConnectorImpl::Register(std::span<kv::KvCache* const> caches,
   kv::CacheSpec model = spec;
   model.num_kv_heads = sharding.num_kv_heads();
   compat_hash_ = CompatibilityHash(options_.model_name, model);
-  leases_ = std::make_unique<LeaseTable>(
-      spec.num_blocks_kernel / geometry.kernel_blocks_per_logical(), tp_size());
-  for (int32_t r = 0; r < tp_size(); ++r) {
-    KVF_ASSIGN_OR_RETURN(ranks_[r].generation_region,
-                         ranks_[r].agent->RegisterMemory(leases_->generations_data(r),
-                                                         leases_->generations_size_bytes(),
-                                                         transfer::MemoryKind::kHost));
-  }
+  KVF_RETURN_IF_ERROR(
+      MakeLeaseTable(spec.num_blocks_kernel / geometry.kernel_blocks_per_logical()));
   registered_ = true;
   if (config_.kv_role == KvRole::kConsumer) return Status::Ok();
   return StartServing(block_size_logical);
+}
+
+// Direct mode: the cache itself is what peers read, so it comes from the rank's agent (with
+// UCX, shared memory a same-host D maps). Host-buffer mode: peers read the agent-allocated
+// mirror instead, and the cache stays ordinary memory.
+std::optional<kv::CacheMemory> FerryConnectorImpl::CacheMemoryFor(int32_t r) {
+  if (config_.use_host_buffer() || !config_.cache_in_agent_memory || shut_down_ || r < 0 ||
+      r >= tp_size()) {
+    return std::nullopt;
+  }
+  RankEndpoint& rank = ranks_[r];
+  if (rank.cache_memory == nullptr) {
+    rank.cache_memory = std::make_shared<AgentCacheMemory>(
+        rank.agent.get(), fmt::format("connector {} rank {}", engine_id_, r));
+  }
+  return rank.cache_memory->Hooks();
 }
 
 Status FerryConnectorImpl::RegisterRank(int32_t r, kv::KvCache* cache) {
@@ -135,13 +152,56 @@ Status FerryConnectorImpl::RegisterRank(int32_t r, kv::KvCache* cache) {
     }
     return Status::Ok();
   }
+  int32_t from_agent = 0;
   for (int32_t i = 0; i < cache->num_regions(); ++i) {
     kv::RegionView v = cache->region(i);
+    if (auto own = rank.cache_memory ? rank.cache_memory->RegionOf(v.base) : std::nullopt) {
+      rank.local_regions.push_back(*own);  // allocated, hence registered, by the agent
+      ++from_agent;
+      continue;
+    }
     KVF_ASSIGN_OR_RETURN(
         transfer::RegionHandle h,
         rank.agent->RegisterMemory(v.base, v.size_bytes, transfer::MemoryKind::kHost));
     rank.local_regions.push_back(h);
   }
+  KVF_LOG_INFO("connector {} rank {}: KV cache of {} regions, {} allocated by the transfer agent",
+               engine_id_, r, cache->num_regions(), from_agent);
+  return Status::Ok();
+}
+
+// The generation table, one copy per rank. When nothing the agents registered belongs to the
+// engine (host-buffer mode, or a cache allocated through CacheMemoryFor), the agents can live
+// until the destructor, and the copies are theirs: a same-host D maps them, and its generation
+// check is a memcpy too. Otherwise the copies are the table's, registered as user memory.
+Status FerryConnectorImpl::MakeLeaseTable(int32_t num_blocks_logical) {
+  agents_outlive_shutdown_ = config_.use_host_buffer();
+  if (!agents_outlive_shutdown_) {
+    agents_outlive_shutdown_ = true;
+    for (RankEndpoint& rank : ranks_) {
+      for (int32_t i = 0; i < rank.cache->num_regions(); ++i) {
+        agents_outlive_shutdown_ &=
+            rank.cache_memory != nullptr && rank.cache_memory->RegionOf(rank.cache->region(i).base);
+      }
+    }
+  }
+  const uint64_t bytes = static_cast<uint64_t>(num_blocks_logical) * sizeof(uint64_t);
+  if (!agents_outlive_shutdown_) {
+    leases_ = std::make_unique<LeaseTable>(num_blocks_logical, tp_size());
+    for (int32_t r = 0; r < tp_size(); ++r) {
+      KVF_ASSIGN_OR_RETURN(ranks_[r].generation_region,
+                           ranks_[r].agent->RegisterMemory(leases_->generations_data(r), bytes,
+                                                           transfer::MemoryKind::kHost));
+    }
+    return Status::Ok();
+  }
+  std::vector<uint64_t*> copies;
+  for (RankEndpoint& rank : ranks_) {
+    KVF_ASSIGN_OR_RETURN(transfer::AllocatedMemory m, rank.agent->AllocateMemory(bytes));
+    rank.generation_region = m.region;
+    copies.push_back(static_cast<uint64_t*>(m.addr));
+  }
+  leases_ = std::make_unique<LeaseTable>(num_blocks_logical, std::move(copies));
   return Status::Ok();
 }
 
@@ -289,9 +349,14 @@ void FerryConnectorImpl::Shutdown() {
   }
   recvs_.clear();
   peers_.clear();
-  // The agents go before the memory they registered (caches, host buffers, generation
-  // tables): their progress threads must not serve a peer's read from freed memory.
-  for (RankEndpoint& rank : ranks_) rank.agent.reset();
+  // The agents go before the memory they registered: their progress threads must not serve a
+  // peer's read from freed memory. When all they hold is their own (MakeLeaseTable), they stay
+  // until the destructor: the engine, whose cache may be their memory, may outlive Shutdown.
+  if (agents_outlive_shutdown_) return;
+  for (RankEndpoint& rank : ranks_) {
+    if (rank.cache_memory) rank.cache_memory->Detach();
+    rank.agent.reset();
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -444,6 +509,10 @@ Status WorkerHalf::RegisterKvCache(kv::KvCache* cache, int32_t block_size_logica
                        kv::HeadSharding::Create(cache->spec().num_kv_heads, 1));
   kv::KvCache* const caches[] = {cache};
   return RegisterKvCaches(caches, sharding, block_size_logical);
+}
+
+std::optional<kv::CacheMemory> WorkerHalf::CacheMemoryFor(int32_t rank) {
+  return c_->CacheMemoryFor(rank);
 }
 
 Status WorkerHalf::RegisterKvCaches(std::span<kv::KvCache* const> rank_caches,

@@ -32,6 +32,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "connector/agent_cache_memory.h"
 #include "connector/handshake_wire.h"
 #include "connector/lease_table.h"
 #include "connector/side_channel.h"
@@ -70,6 +71,7 @@ class SchedulerHalf : public ConnectorScheduler {
 class WorkerHalf : public ConnectorWorker {
  public:
   explicit WorkerHalf(FerryConnectorImpl* c) : c_(c) {}
+  std::optional<kv::CacheMemory> CacheMemoryFor(int32_t rank) override;
   Status RegisterKvCache(kv::KvCache* cache, int32_t block_size_logical) override;
   Status RegisterKvCaches(std::span<kv::KvCache* const> rank_caches,
                           const kv::HeadSharding& sharding, int32_t block_size_logical) override;
@@ -91,6 +93,8 @@ struct RankEndpoint {
   std::vector<transfer::RegionHandle> local_regions;  // cache or host-buffer regions
   std::vector<std::byte*> host_regions;      // P's host buffer (kv_buffer_device cpu), agent-owned
   transfer::RegionHandle generation_region;  // this rank's copy of the lease generations
+  // Direct mode: the cache's regions, allocated by `agent` (the engine asked CacheMemoryFor).
+  std::shared_ptr<AgentCacheMemory> cache_memory;
 };
 
 // A background handshake with one remote engine.
@@ -132,6 +136,7 @@ struct SourceRead {
   std::optional<transfer::XferHandle> xfer;
   uint64_t data_bytes = 0;
   uint64_t data_descriptors = 0;
+  bool data_by_memcpy = false;  // transfer::XferInfo::by_memcpy of the data READ
 };
 
 // One load on D: every D rank's reads.
@@ -178,6 +183,8 @@ class FerryConnectorImpl : public FerryConnector {
   Status Register(std::span<kv::KvCache* const> caches, const kv::HeadSharding& sharding,
                   int32_t block_size_logical);
   Status RegisterRank(int32_t rank, kv::KvCache* cache);
+  Status MakeLeaseTable(int32_t num_blocks_logical);
+  std::optional<kv::CacheMemory> CacheMemoryFor(int32_t rank);
   Status StartServing(int32_t block_size_logical);
   std::string HandleSideChannel(std::string_view request);  // server thread
   bool TokenMatches(const std::string& presented) const;
@@ -246,6 +253,8 @@ class FerryConnectorImpl : public FerryConnector {
   std::unique_ptr<SideChannelServer> server_;
   std::atomic<int32_t> server_port_{0};
   bool shut_down_ = false;
+  // MakeLeaseTable: nothing the agents registered is the engine's, so Shutdown keeps them.
+  bool agents_outlive_shutdown_ = false;
 
   // Scheduler half (engine thread).
   std::vector<LoadSpec> pending_loads_;

@@ -108,6 +108,7 @@ StatusOr<KvTransferConfig> ParseKvTransferConfig(const nlohmann::json& j) {
       }
       c.backend = *kind;
     }
+    KVF_RETURN_IF_ERROR(fields.Bool("cache_in_agent_memory", &c.cache_in_agent_memory));
     KVF_RETURN_IF_ERROR(fields.String("auth_token", &c.auth_token));
     KVF_RETURN_IF_ERROR(fields.String("curve_secret_key_file", &c.curve_secret_key_file));
     KVF_RETURN_IF_ERROR(fields.String("curve_client_keys_file", &c.curve_client_keys_file));
@@ -132,6 +133,7 @@ nlohmann::json ToJson(const KvTransferConfig& c) {
       {"handshake_timeout_ms", c.handshake_timeout_ms},
       {"transfer_timeout_ms", c.transfer_timeout_ms},
       {"backend", std::string(transfer::BackendKindName(c.backend))},
+      {"cache_in_agent_memory", c.cache_in_agent_memory},
   };
   if (!c.auth_token.empty()) extra["auth_token"] = c.auth_token;
   if (!c.curve_secret_key_file.empty()) extra["curve_secret_key_file"] = c.curve_secret_key_file;

@@ -15,6 +15,7 @@ TEST(KvTransferConfigTest, DefaultsFromMinimalConfig) {
   EXPECT_EQ(c->lease_ms, 30000);
   EXPECT_EQ(c->backend, transfer::BackendKind::kUcx);
   EXPECT_FALSE(c->use_host_buffer());
+  EXPECT_TRUE(c->cache_in_agent_memory);
 }
 
 TEST(KvTransferConfigTest, ParsesEveryField) {
@@ -23,7 +24,8 @@ TEST(KvTransferConfigTest, ParsesEveryField) {
       "kv_load_failure_policy": "fail",
       "kv_connector_extra_config": {"side_channel_host": "10.1.2.3", "side_channel_port": 5601,
         "lease_ms": 1500, "handshake_timeout_ms": 200, "transfer_timeout_ms": 900,
-        "backend": "loopback", "auth_token": "s3cret", "num_threads": 4}})");
+        "backend": "loopback", "auth_token": "s3cret", "num_threads": 4,
+        "cache_in_agent_memory": false}})");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->kv_role, KvRole::kProducer);
   EXPECT_TRUE(c->use_host_buffer());
@@ -36,6 +38,7 @@ TEST(KvTransferConfigTest, ParsesEveryField) {
   EXPECT_EQ(c->transfer_timeout_ms, 900);
   EXPECT_EQ(c->backend, transfer::BackendKind::kLoopback);
   EXPECT_EQ(c->auth_token, "s3cret");
+  EXPECT_FALSE(c->cache_in_agent_memory);
   auto again = ParseKvTransferConfig(ToJson(*c));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(*again, *c);
@@ -85,6 +88,8 @@ TEST(KvTransferConfigTest, RejectsBadValuesNamingTheField) {
       {R"({"kv_connector_extra_config": {"side_channel_port": 65536}})", "side_channel_port"},
       {R"({"kv_connector_extra_config": {"lease_ms": 0}})", "lease_ms"},
       {R"({"kv_connector_extra_config": {"backend": "rdma"}})", "backend"},
+      {R"({"kv_connector_extra_config": {"cache_in_agent_memory": "yes"}})",
+       "cache_in_agent_memory"},
       {R"({"kv_connector_extra_config": {"transfer_timeout_ms": "5s"}})", "transfer_timeout_ms"},
       {R"({"kv_connector_extra_config": 3})", "kv_connector_extra_config"},
       {R"({"kv_connector_extra_config": {"curve_secret_key_file": 7}})", "curve_secret_key_file"},

@@ -7,11 +7,21 @@
 namespace kvferry::connector::internal {
 
 LeaseTable::LeaseTable(int32_t num_blocks_logical, int32_t num_copies)
-    : num_blocks_(num_blocks_logical), hold_counts_(static_cast<size_t>(num_blocks_logical), 0) {
+    : LeaseTable(num_blocks_logical, std::vector<uint64_t*>()) {
   for (int32_t c = 0; c < num_copies; ++c) {
-    generations_.emplace_back(new uint64_t[static_cast<size_t>(num_blocks_logical)]);
-    // Start at 1 so that a zeroed (never written) table can never match.
+    owned_.emplace_back(new uint64_t[static_cast<size_t>(num_blocks_logical)]);
+    generations_.push_back(owned_.back().get());
     for (int32_t i = 0; i < num_blocks_; ++i) generations_.back()[i] = 1;
+  }
+}
+
+LeaseTable::LeaseTable(int32_t num_blocks_logical, std::vector<uint64_t*> storage)
+    : num_blocks_(num_blocks_logical),
+      generations_(std::move(storage)),
+      hold_counts_(static_cast<size_t>(num_blocks_logical), 0) {
+  // Start at 1 so that a zeroed (never written) table can never match.
+  for (uint64_t* copy : generations_) {
+    for (int32_t i = 0; i < num_blocks_; ++i) copy[i] = 1;
   }
 }
 
@@ -43,7 +53,7 @@ void LeaseTable::EndLocked(std::map<std::string, Lease>::iterator it) {
   for (kv::LogicalBlockId id : it->second.ids) {
     if (--hold_counts_[id.value()] == 0) {
       --blocks_held_;
-      for (auto& copy : generations_) {
+      for (uint64_t* copy : generations_) {
         std::atomic_ref<uint64_t>(copy[id.value()]).fetch_add(1, std::memory_order_seq_cst);
       }
     }

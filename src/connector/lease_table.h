@@ -37,12 +37,15 @@ namespace kvferry::connector::internal {
 class LeaseTable {
  public:
   explicit LeaseTable(int32_t num_blocks_logical, int32_t num_copies = 1);
+  // The copies in memory the caller owns (the connector's transfer agents', which a same-host
+  // D maps): each at least num_blocks_logical uint64s, 8-byte aligned, outliving the table.
+  LeaseTable(int32_t num_blocks_logical, std::vector<uint64_t*> storage);
   LeaseTable(const LeaseTable&) = delete;
   LeaseTable& operator=(const LeaseTable&) = delete;
 
   // Copy `copy` of the generation array, for registration (stable address for the table's
   // lifetime). Every copy holds the same values.
-  void* generations_data(int32_t copy = 0) { return generations_[copy].get(); }
+  void* generations_data(int32_t copy = 0) { return generations_[copy]; }
   uint64_t generations_size_bytes() const { return num_blocks_ * sizeof(uint64_t); }
   int32_t num_blocks_logical() const { return num_blocks_; }
 
@@ -68,7 +71,8 @@ class LeaseTable {
   void EndLocked(std::map<std::string, Lease>::iterator it) REQUIRES(mu_);
 
   const int32_t num_blocks_;
-  std::vector<std::unique_ptr<uint64_t[]>> generations_;  // written under mu_, read remotely
+  std::vector<uint64_t*> generations_;              // written under mu_, read remotely
+  std::vector<std::unique_ptr<uint64_t[]>> owned_;  // the copies, unless given storage
   mutable Mutex mu_;
   std::vector<int32_t> hold_counts_ GUARDED_BY(mu_);
   std::map<std::string, Lease> leases_ GUARDED_BY(mu_);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace kvferry::connector::internal {
 namespace {
 
@@ -31,6 +33,21 @@ TEST(LeaseTableTest, EndBumpsGenerationsOfBlocksNoOtherLeaseHolds) {
   const uint64_t* raw = static_cast<const uint64_t*>(t.generations_data());
   EXPECT_EQ(raw[5], 2u);
   EXPECT_EQ(raw[0], 1u);
+}
+
+TEST(LeaseTableTest, GivenStorageHoldsEveryCopy) {
+  // The connector's agents' memory (a same-host D maps it): the table writes there, not into
+  // copies of its own.
+  std::vector<uint64_t> rank0(4, 0), rank1(4, 0);
+  LeaseTable t(4, std::vector<uint64_t*>{rank0.data(), rank1.data()});
+  EXPECT_EQ(t.generations_data(0), rank0.data());
+  EXPECT_EQ(t.generations_data(1), rank1.data());
+  EXPECT_EQ(rank0, (std::vector<uint64_t>{1, 1, 1, 1}));  // never 0: a zeroed table cannot match
+  const LogicalBlockId ids[] = {LogicalBlockId(3)};
+  ASSERT_TRUE(t.Grant("r", ids, Deadline::AfterMs(60000)).ok());
+  ASSERT_TRUE(t.End("r").ok());
+  EXPECT_EQ(rank0, (std::vector<uint64_t>{1, 1, 1, 2}));
+  EXPECT_EQ(rank1, rank0);
 }
 
 TEST(LeaseTableTest, ExpiredLeasesEnd) {

@@ -50,6 +50,7 @@ LoadReport ReportOf(const std::string& id, const RecvState& r, LoadOutcome outco
     rank.descriptors += read.data_descriptors;
     report.bytes += read.data_bytes;
     report.descriptors += read.data_descriptors;
+    if (read.data_by_memcpy) report.bytes_by_memcpy += read.data_bytes;
   }
   return report;
 }
@@ -296,6 +297,7 @@ Status FerryConnectorImpl::PostData(SourceRead& read, PeerEntry& peer) {
   KVF_ASSIGN_OR_RETURN(transfer::XferInfo info, rank.agent->GetXferInfo(x));
   read.data_bytes = info.total_bytes;
   read.data_descriptors = info.num_descriptors_merged;
+  read.data_by_memcpy = info.by_memcpy;
   read.phase = SourceRead::Phase::kData;
   return rank.agent->Post(x);
 }
@@ -434,15 +436,21 @@ bool FerryConnectorImpl::InFlight(const RecvState& r) const {
 void FerryConnectorImpl::PollLoads() {
   for (auto& [id, r] : recvs_) {
     for (SourceRead& read : r.reads) {
-      if (!read.xfer.has_value()) continue;
-      const bool checking = read.phase == SourceRead::Phase::kPostGeneration;
-      Status st = Advance(r, read);
-      if (!st.ok()) {
-        RecordFailure(r, &read,
-                      checking && st.code() == StatusCode::kDataLoss
-                          ? LoadOutcome::kFailedGeneration
-                          : KindOf(st),
-                      st);
+      // A phase that ends at once (a READ of mapped memory is done when posted) is followed
+      // by the next in this same pass, not one engine step later.
+      while (read.xfer.has_value()) {
+        const SourceRead::Phase phase = read.phase;
+        Status st = Advance(r, read);
+        if (!st.ok()) {
+          RecordFailure(r, &read,
+                        phase == SourceRead::Phase::kPostGeneration &&
+                                st.code() == StatusCode::kDataLoss
+                            ? LoadOutcome::kFailedGeneration
+                            : KindOf(st),
+                        st);
+          break;
+        }
+        if (read.phase == phase) break;  // still in flight
       }
     }
   }
@@ -471,6 +479,7 @@ void FerryConnectorImpl::FinishLoad(const std::string& id, RecvState& r) {
     s.tokens += static_cast<uint64_t>(r.spec.num_external_tokens);
     s.bytes += report.bytes;
     s.descriptors += report.descriptors;
+    s.bytes_by_memcpy += report.bytes_by_memcpy;
     s.duration_us_total += static_cast<uint64_t>(us);
   });
   if (aborted_loads_.count(id) != 0) {

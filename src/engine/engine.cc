@@ -111,8 +111,8 @@ Status ValidateConfig(const EngineConfig& c) {
 }
 
 // Every rank's cache: the same block geometry and count (one block pool addresses all of them),
-// each with the rank's KV heads. Returns the number of logical blocks; the memory budget is per
-// rank (as vLLM's is per GPU).
+// each with the rank's KV heads, in memory the KV connector supplies if it does. Returns the
+// number of logical blocks; the memory budget is per rank (as vLLM's is per GPU).
 StatusOr<int32_t> AllocateCaches(const EngineConfig& config, const ModelConfig& mc,
                                  const kv::BlockGeometry& geometry,
                                  const std::vector<RankShard>& shards,
@@ -144,7 +144,12 @@ StatusOr<int32_t> AllocateCaches(const EngineConfig& config, const ModelConfig& 
   KVF_RETURN_IF_ERROR(spec.Validate());
   for (size_t r = 0; r < shards.size(); ++r) {
     auto rank = std::make_unique<Rank>();
-    KVF_ASSIGN_OR_RETURN(rank->cache, kv::KvCache::Allocate(spec));
+    // The connector may supply the memory (its transfer agent's: one-copy same-host pulls).
+    std::optional<kv::CacheMemory> memory;
+    if (config.connector_worker != nullptr) {
+      memory = config.connector_worker->CacheMemoryFor(static_cast<int32_t>(r));
+    }
+    KVF_ASSIGN_OR_RETURN(rank->cache, kv::KvCache::Allocate(spec, std::move(memory)));
     ranks->push_back(std::move(rank));
   }
   return static_cast<int32_t>(num_blocks);

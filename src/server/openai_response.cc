@@ -99,6 +99,7 @@ json LoadJson(const connector::LoadReport& r) {
             {"local_hit_tokens", r.local_hit_tokens},
             {"pulled_tokens", r.tokens},
             {"pulled_bytes", r.bytes},
+            {"pulled_bytes_by_memcpy", r.bytes_by_memcpy},
             {"descriptors", r.descriptors}};
   // A tensor-parallel D: what each of its ranks read, and from which P ranks.
   if (r.ranks.size() > 1) {

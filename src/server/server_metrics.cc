@@ -78,6 +78,10 @@ void ServerMetrics::UpdateConnector(const connector::ConnectorStats& s) {
         static_cast<double>(s.tokens));
   total("kvferry:kv_transfer_bytes_total", "Bytes moved by KV pulls.", {},
         static_cast<double>(s.bytes));
+  total("kvferry:kv_transfer_memcpy_bytes_total",
+        "Of the bytes moved by KV pulls, those read by one memcpy from the prefill instance's "
+        "memory mapped into this process (same host).",
+        {}, static_cast<double>(s.bytes_by_memcpy));
   total("kvferry:kv_transfer_descriptors_total", "Transfer descriptors posted by KV pulls.", {},
         static_cast<double>(s.descriptors));
   total("kvferry:kv_transfer_duration_seconds_total", "KV pull time, post to completion, summed.",

@@ -45,6 +45,9 @@ inline std::string Describe(const InstanceSpec& s) {
 class RecordingWorker : public connector::ConnectorWorker {
  public:
   explicit RecordingWorker(connector::ConnectorWorker* inner) : inner_(inner) {}
+  std::optional<kv::CacheMemory> CacheMemoryFor(int32_t rank) override {
+    return inner_->CacheMemoryFor(rank);
+  }
   Status RegisterKvCache(kv::KvCache* cache, int32_t block_size_logical) override {
     return inner_->RegisterKvCache(cache, block_size_logical);
   }

@@ -18,8 +18,9 @@ namespace {
 
 using kv::Layout;
 
-connector::KvTransferConfig ConfigFor(transfer::BackendKind backend) {
+connector::KvTransferConfig ConfigFor(transfer::BackendKind backend, bool heap_cache = false) {
   connector::KvTransferConfig c;
+  c.cache_in_agent_memory = !heap_cache;
   c.backend = backend;
   c.handshake_timeout_ms = 3000;
   c.transfer_timeout_ms = 10000;
@@ -30,8 +31,9 @@ connector::KvTransferConfig ConfigFor(transfer::BackendKind backend) {
 // Child: P. Writes one line of JSON (the params) to `fd`, then serves until its blocks are freed.
 // Exit codes: 0 freed by D's notification, 2 setup failed, 3 not freed in time, 4 not clean.
 [[noreturn]] void RunPrefillChild(int fd, transfer::BackendKind backend, const InstanceSpec& spec,
-                                  const std::vector<int32_t>& prompt, bool die_after_params) {
-  auto p = MakeInstance("P-2p", spec, ConfigFor(backend));
+                                  const std::vector<int32_t>& prompt, bool die_after_params,
+                                  bool heap_cache) {
+  auto p = MakeInstance("P-2p", spec, ConfigFor(backend, heap_cache));
   if (!p) _exit(2);
   auto params = Prefill(*p, "remote-req", prompt);
   if (!params) _exit(2);
@@ -92,7 +94,7 @@ struct TwoProcessResult {
 
 TwoProcessResult RunTwoProcess(transfer::BackendKind backend, const InstanceSpec& p_spec,
                                const InstanceSpec& d_spec, const std::vector<int32_t>& prompt,
-                               bool p_dies) {
+                               bool p_dies, bool heap_cache = false) {
   TwoProcessResult result;
   int fds[2];
   if (pipe(fds) != 0) {
@@ -102,7 +104,7 @@ TwoProcessResult RunTwoProcess(transfer::BackendKind backend, const InstanceSpec
   pid_t pid = fork();
   if (pid == 0) {
     close(fds[0]);
-    RunPrefillChild(fds[1], backend, p_spec, prompt, p_dies);
+    RunPrefillChild(fds[1], backend, p_spec, prompt, p_dies, heap_cache);
   }
   close(fds[1]);
   std::string line = ReadLine(fds[0], 30000);
@@ -115,7 +117,7 @@ TwoProcessResult RunTwoProcess(transfer::BackendKind backend, const InstanceSpec
   auto params = connector::ParseKvTransferParams(nlohmann::json::parse(line));
   EXPECT_TRUE(params.ok()) << params.status();
   if (p_dies) WaitChild(pid, 10000);  // make sure it is gone before D pulls
-  auto d = MakeInstance("D-2p", d_spec, ConfigFor(backend));
+  auto d = MakeInstance("D-2p", d_spec, ConfigFor(backend, heap_cache));
   if (!d || !params.ok()) {
     WaitChild(pid, 1000);
     return result;
@@ -143,6 +145,9 @@ TEST_P(PdTwoProcessTest, PullEqualsColocated) {
   EXPECT_EQ(r.d_out.num_cached_tokens, 600);  // every prompt token (D resumes after P's first)
   EXPECT_TRUE(r.invalid.empty());
   ExpectPulled(r.d_out, 600, TinyPullBytes(64, 0, 600), "two processes");
+  // Re-layout: D reads into registered staging from P's cache, mapped over UCX.
+  EXPECT_EQ(r.d_stats.bytes_by_memcpy,
+            GetParam() == transfer::BackendKind::kUcx ? r.d_stats.bytes : 0u);
   EXPECT_EQ(r.d_stats.transfers, 1u);
   std::printf(
       "%s pull (P 128/64 NHD -> D 64 HND host buffer, 600 tokens): %llu bytes, "
@@ -157,18 +162,28 @@ TEST_P(PdTwoProcessTest, PullEqualsColocated) {
 
 TEST_P(PdTwoProcessTest, DirectReadEqualGeometry) {
   const std::vector<int32_t> prompt = MakePrompt(300, 4);
-  TwoProcessResult r = RunTwoProcess(GetParam(), {64, "paged", Layout::kHND, false},
-                                     {128, "flash", Layout::kHND, false}, prompt, false);
-  ASSERT_TRUE(r.d_out.finished);
-  ExpectSame(r.d_out, Colocated(prompt, Greedy(4)), "direct read");
-  // Pulled, not recomputed: tokens [0, 300) in P's 5 kernel blocks of 64.
-  ExpectPulled(r.d_out, 300, TinyPullBytes(64, 0, 300), "direct read");
-  EXPECT_EQ(r.d_stats.transfers, 1u);
-  EXPECT_EQ(r.d_stats.failures_handshake + r.d_stats.failures_transfer +
-                r.d_stats.failures_deadline + r.d_stats.failures_generation,
-            0u);
-  EXPECT_EQ(r.child_exit, 0);
-  EXPECT_TRUE(r.d_clean);
+  // The cache from the agent (the default), then from the heap (cache_in_agent_memory false).
+  for (const bool heap_cache : {false, true}) {
+    SCOPED_TRACE(heap_cache ? "heap cache" : "cache in agent memory");
+    TwoProcessResult r =
+        RunTwoProcess(GetParam(), {64, "paged", Layout::kHND, false},
+                      {128, "flash", Layout::kHND, false}, prompt, false, heap_cache);
+    ASSERT_TRUE(r.d_out.finished);
+    ExpectSame(r.d_out, Colocated(prompt, Greedy(4)), "direct read");
+    // Pulled, not recomputed: tokens [0, 300) in P's 5 kernel blocks of 64.
+    ExpectPulled(r.d_out, 300, TinyPullBytes(64, 0, 300), "direct read");
+    // Over UCX P's agent-allocated cache is shared memory mapped into D: one memcpy, all of
+    // it; a heap cache is user memory, and the socket backend has no shareable memory.
+    const bool mapped = GetParam() == transfer::BackendKind::kUcx && !heap_cache;
+    EXPECT_EQ(r.d_out.kv_load->bytes_by_memcpy, mapped ? r.d_out.kv_load->bytes : 0u);
+    EXPECT_EQ(r.d_stats.bytes_by_memcpy, mapped ? r.d_stats.bytes : 0u);
+    EXPECT_EQ(r.d_stats.transfers, 1u);
+    EXPECT_EQ(r.d_stats.failures_handshake + r.d_stats.failures_transfer +
+                  r.d_stats.failures_deadline + r.d_stats.failures_generation,
+              0u);
+    EXPECT_EQ(r.child_exit, 0);
+    EXPECT_TRUE(r.d_clean);
+  }
 }
 
 TEST_P(PdTwoProcessTest, PrefillDiesBeforePull) {

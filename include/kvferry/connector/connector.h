@@ -31,11 +31,8 @@
 #include "kvferry/common/status.h"
 #include "kvferry/connector/kv_transfer_params.h"
 #include "kvferry/kv/block_id.h"
+#include "kvferry/kv/cache_spec.h"
 #include "kvferry/kv/head_sharding.h"
-
-namespace kvferry::kv {
-class KvCache;
-}
 
 namespace kvferry::connector {
 
@@ -128,7 +125,10 @@ struct LoadReport {
   int32_t tokens = 0;            // prompt tokens whose KV was read from P (0 unless kPulled)
   uint64_t bytes = 0;            // bytes read, all ranks (0 unless kPulled)
   uint64_t descriptors = 0;      // descriptors posted for the data reads, all ranks
-  std::vector<RankLoad> ranks;   // per D rank (when kPulled)
+  // Of `bytes`, those read by one memcpy from P's memory mapped into D (same host, P's cache or
+  // host buffer allocated by its transfer agent); the rest went through the transport.
+  uint64_t bytes_by_memcpy = 0;
+  std::vector<RankLoad> ranks;  // per D rank (when kPulled)
 };
 
 struct ConnectorOutput {
@@ -165,6 +165,12 @@ class ConnectorWorker {
  public:
   virtual ~ConnectorWorker() = default;
 
+  // Asked before the cache is allocated, per tensor-parallel rank: where that rank's cache
+  // regions come from. nullopt: the engine allocates them from the heap. A connector whose
+  // peers can map its memory returns its transfer agent's allocator (FerryConnector in direct
+  // mode: a same-host pull is then one memcpy). The memory lives until the cache releases it
+  // or the connector is destroyed, whichever comes first; the engine must not outlive it.
+  virtual std::optional<kv::CacheMemory> CacheMemoryFor(int32_t /*rank*/) { return std::nullopt; }
   // Once, after the cache is allocated. The connector derives the geometry from `cache`
   // (kv::GeometryOf), never from configuration. `block_size_logical` is the scheduler's.
   virtual Status RegisterKvCache(kv::KvCache* cache, int32_t block_size_logical) = 0;

@@ -30,6 +30,7 @@ struct ConnectorStats {
   uint64_t tokens = 0;  // prompt tokens whose KV the completed pulls moved
   uint64_t bytes = 0;
   uint64_t descriptors = 0;
+  uint64_t bytes_by_memcpy = 0;     // of `bytes`, read by one memcpy from P's mapped memory
   uint64_t duration_us_total = 0;   // post to completion, summed over transfers
   uint64_t notifications_sent = 0;  // with each rank read's last READ, or alone (notify_only)
   uint64_t notify_only = 0;         // requests whose KV D already held: notification, no data read

@@ -47,6 +47,11 @@ struct KvTransferConfig {
   int64_t handshake_timeout_ms = 5000;
   int64_t transfer_timeout_ms = 30000;                          // one pull, from post to completion
   transfer::BackendKind backend = transfer::BackendKind::kUcx;  // the agent's data plane
+  // Direct mode: the KV cache is allocated by the transfer agent, so a same-host peer maps it
+  // and a pull is one memcpy (docs/connector.md, "One-copy pulls"). false: from the heap, as
+  // user memory the transport registers (two copies over UCX shared memory); for comparison,
+  // or for hosts whose shared memory is too small for the cache.
+  bool cache_in_agent_memory = true;
   // When set, the side channel answers only requests carrying it. Sent in plaintext unless
   // CURVE is on, so without CURVE it may only be used on loopback (docs/deploy.md).
   std::string auth_token;
