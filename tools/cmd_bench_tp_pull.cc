@@ -34,7 +34,11 @@ void Print(const PairResult& r, const PairResult* equal) {
   if (equal != nullptr && equal != &r && equal->Median() > 0) {
     std::printf("  x%.2f of tp %d -> %d", r.Median() / equal->Median(), equal->p_tp, equal->d_tp);
   }
-  std::printf("\n");
+  std::printf(
+      "\n    %llu of the bytes by memcpy from P's mapped memory; cold memcpy of the same "
+      "bytes %.1f us: the pull at %.2fx memcpy speed\n",
+      static_cast<unsigned long long>(r.last.bytes_by_memcpy), r.cold_memcpy_us,
+      r.Median() > 0 ? r.cold_memcpy_us / r.Median() : 0.0);
   for (const connector::RankLoad& rank : r.last.ranks) {
     std::string sources;
     for (int32_t s : rank.source_ranks) sources += (sources.empty() ? "" : ",") + std::to_string(s);
@@ -68,9 +72,14 @@ int RunTpPull(const TpPullOptions& o) {
     }
   }
   if (!o.json) return results.empty() ? 1 : 0;
-  nlohmann::json j = {{"model", o.model},           {"prompt_len", o.prompt_len},
-                      {"block_size", o.block_size}, {"layout", o.layout},
-                      {"backend", o.backend},       {"pairs", nlohmann::json::array()}};
+  nlohmann::json j = {{"model", o.model},
+                      {"prompt_len", o.prompt_len},
+                      {"two_process", o.two_process},
+                      {"heap_cache", o.heap_cache},
+                      {"block_size", o.block_size},
+                      {"layout", o.layout},
+                      {"backend", o.backend},
+                      {"pairs", nlohmann::json::array()}};
   for (const PairResult& r : results) {
     nlohmann::json ranks = nlohmann::json::array();
     for (const connector::RankLoad& rank : r.last.ranks) {
@@ -83,6 +92,9 @@ int RunTpPull(const TpPullOptions& o) {
                           {"median_us", r.Median()}, {"pull_us", r.pull_us},
                           {"bytes", r.last.bytes},   {"descriptors", r.last.descriptors},
                           {"ranks", ranks}};
+    row["bytes_by_memcpy"] = r.last.bytes_by_memcpy;
+    row["cold_memcpy_us"] = r.cold_memcpy_us;
+    row["ratio_vs_cold_memcpy"] = r.Median() > 0 ? r.cold_memcpy_us / r.Median() : 0.0;
     auto it = equal.find(r.d_tp);
     if (it != equal.end()) row["ratio_to_equal_tp"] = r.Median() / results[it->second].Median();
     j["pairs"].push_back(row);
@@ -118,6 +130,11 @@ void AddBenchTpPull(CLI::App& app) {
   sub->add_flag("--host-buffer", o->host_buffer,
                 "kv_buffer_device cpu on both sides (P serves agent-allocated memory; with UCX a "
                 "same-host D maps it and pulls with one memcpy)");
+  sub->add_flag("--two-process", o->two_process,
+                "P in a forked child process, as between two serving instances on this host");
+  sub->add_flag("--heap-cache", o->heap_cache,
+                "Caches from the heap (cache_in_agent_memory false): registered user memory, "
+                "not mapped by a same-host peer, for comparison");
   sub->add_flag("--json", o->json, "Print JSON instead of a table");
   sub->callback([o] { throw CLI::RuntimeError(RunTpPull(*o)); });
 }

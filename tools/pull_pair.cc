@@ -1,8 +1,15 @@
 #include "tools/pull_pair.h"
 
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
@@ -21,6 +28,7 @@ StatusOr<Instance> MakeInstance(const PullOptions& o, const std::string& id, int
   connector::KvTransferConfig kv;
   kv.engine_id = id;
   if (o.host_buffer) kv.kv_buffer_device = "cpu";
+  kv.cache_in_agent_memory = !o.heap_cache;
   KVF_ASSIGN_OR_RETURN(kv.backend, transfer::ParseBackendKind(o.backend));
   Instance inst;
   KVF_ASSIGN_OR_RETURN(inst.connector,
@@ -65,39 +73,183 @@ StatusOr<engine::RequestOutput> Run(const std::vector<engine::Engine*>& engines,
   return DeadlineExceededError("request " + id + " did not finish");
 }
 
-}  // namespace
+std::vector<int32_t> Prompt(const PullOptions& o) {
+  std::vector<int32_t> prompt = {256};
+  for (int i = 1; i < o.prompt_len; ++i) prompt.push_back(32 + (i * 7) % 95);
+  return prompt;
+}
 
-double PairResult::Median() const {
-  std::vector<double> v = pull_us;
+// P's side of one rep: prefill `id` (one token) and return the params D needs.
+StatusOr<connector::KvTransferParams> PrefillHere(const PullOptions& o, Instance& p,
+                                                  const std::string& id) {
+  engine::SamplingParams sp;
+  sp.max_tokens = 1;
+  sp.ignore_eos = true;
+  connector::KvTransferParams to_p;
+  to_p.do_remote_decode = true;
+  KVF_RETURN_IF_ERROR(p.engine->AddRequest(id, Prompt(o), sp, to_p));
+  KVF_ASSIGN_OR_RETURN(engine::RequestOutput prefilled,
+                       Run({p.engine.get()}, p.engine.get(), id, false));
+  if (!prefilled.kv_transfer_params) return InternalError("P returned no kv_transfer_params");
+  return *prefilled.kv_transfer_params;
+}
+
+// ---- P in a child process (PullOptions::two_process) ----------------------------------------
+// The parent writes request ids, one per line; the child answers each with one line: P's
+// kv_transfer_params as JSON, or "error: ...". Between lines it steps its engine, so it ends
+// leases on D's notifications. "quit" or the end of input ends it.
+
+void WriteLine(int fd, const std::string& line) {
+  const std::string l = line + "\n";
+  for (size_t done = 0; done < l.size();) {
+    const ssize_t n = write(fd, l.data() + done, l.size() - done);
+    if (n <= 0) return;
+    done += static_cast<size_t>(n);
+  }
+}
+
+// One line from `fd` (without its newline), or DeadlineExceeded / Unavailable (closed).
+StatusOr<std::string> ReadLine(int fd, Deadline deadline) {
+  std::string line;
+  while (!deadline.Expired()) {
+    pollfd pfd{fd, POLLIN, 0};
+    if (poll(&pfd, 1, 10) <= 0) continue;
+    char c = 0;
+    if (read(fd, &c, 1) != 1) return UnavailableError("the prefill child closed its pipe");
+    if (c == '\n') return line;
+    line.push_back(c);
+  }
+  return DeadlineExceededError("no answer from the prefill child");
+}
+
+[[noreturn]] void ServePrefills(const PullOptions& o, const std::string& name, int tp, int in,
+                                int out) {
+  StatusOr<Instance> p = MakeInstance(o, name, tp, true);
+  if (!p.ok()) {
+    WriteLine(out, "error: " + p.status().ToString());
+    _exit(2);
+  }
+  WriteLine(out, "ready");
+  while (true) {
+    pollfd pfd{in, POLLIN, 0};
+    if (poll(&pfd, 1, p->engine->HasComputableWork() ? 0 : 1) > 0) {
+      StatusOr<std::string> id = ReadLine(in, Deadline::AfterMs(10000));
+      if (!id.ok() || *id == "quit") break;
+      StatusOr<connector::KvTransferParams> params = PrefillHere(o, *p, *id);
+      WriteLine(out, params.ok() ? connector::ToJson(*params).dump()
+                                 : "error: " + params.status().ToString());
+    }
+    if (p->engine->HasWork()) p->engine->Step();
+  }
+  p->connector->worker()->Shutdown();
+  _exit(0);  // no other destructors: they belong to the parent's state
+}
+
+class PrefillChild {
+ public:
+  static StatusOr<std::unique_ptr<PrefillChild>> Start(const PullOptions& o,
+                                                       const std::string& name, int tp) {
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0 || pipe(from_child) != 0) return InternalError("pipe failed");
+    const pid_t pid = fork();
+    if (pid < 0) return InternalError("fork failed");
+    if (pid == 0) {
+      close(to_child[1]);
+      close(from_child[0]);
+      ServePrefills(o, name, tp, to_child[0], from_child[1]);
+    }
+    close(to_child[0]);
+    close(from_child[1]);
+    std::unique_ptr<PrefillChild> c(new PrefillChild(pid, to_child[1], from_child[0]));
+    KVF_ASSIGN_OR_RETURN(std::string ready, ReadLine(c->from_, Deadline::AfterMs(60000)));
+    if (ready != "ready") return InternalError("prefill child: " + ready);
+    return c;
+  }
+  ~PrefillChild() {
+    WriteLine(to_, "quit");
+    close(to_);
+    close(from_);
+    const Deadline deadline = Deadline::AfterMs(10000);
+    while (waitpid(pid_, nullptr, WNOHANG) == 0) {
+      if (deadline.Expired()) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, nullptr, 0);
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  StatusOr<connector::KvTransferParams> Prefill(const std::string& id) {
+    WriteLine(to_, id);
+    KVF_ASSIGN_OR_RETURN(std::string line, ReadLine(from_, Deadline::AfterMs(120000)));
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return InternalError("prefill child: " + line);
+    return connector::ParseKvTransferParams(j);
+  }
+
+ private:
+  PrefillChild(pid_t pid, int to, int from) : pid_(pid), to_(to), from_(from) {}
+  pid_t pid_;
+  int to_, from_;
+};
+
+double MedianOf(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
 }
 
+// PairResult::cold_memcpy_us: `bytes` in `pieces` equal pieces, each rep on a part of the
+// working set the previous reps did not touch (wrapping round a set larger than any cache).
+double ColdMemcpyUs(uint64_t bytes, uint64_t pieces, int reps) {
+  if (bytes == 0 || pieces == 0) return 0;
+  const uint64_t span = std::max<uint64_t>(bytes, 1 << 20);
+  const uint64_t ws = std::max<uint64_t>(uint64_t{256} << 20, 4 * span) / span * span;
+  std::vector<std::byte> src(ws, std::byte{1}), dst(ws, std::byte{0});
+  const uint64_t piece = bytes / pieces;
+  std::vector<double> us;
+  uint64_t at = 0;
+  for (int rep = 0; rep < std::max(reps, 1); ++rep, at = (at + span) % ws) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (uint64_t i = 0; i < pieces; ++i) {
+      const uint64_t len = i + 1 < pieces ? piece : bytes - piece * (pieces - 1);
+      std::memcpy(dst.data() + at + i * piece, src.data() + at + i * piece, len);
+    }
+    us.push_back(
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return MedianOf(std::move(us));
+}
+
+}  // namespace
+
+double PairResult::Median() const { return MedianOf(pull_us); }
+
 StatusOr<PairResult> BenchPair(const PullOptions& o, int p_tp, int d_tp) {
   const std::string tag = std::to_string(p_tp) + "-" + std::to_string(d_tp);
-  KVF_ASSIGN_OR_RETURN(Instance p, MakeInstance(o, "bench-p-" + tag, p_tp, true));
+  // P in this process, or in a child forked before D's agents exist.
+  std::optional<Instance> p;
+  std::unique_ptr<PrefillChild> child;
+  if (o.two_process) {
+    KVF_ASSIGN_OR_RETURN(child, PrefillChild::Start(o, "bench-p-" + tag, p_tp));
+  } else {
+    KVF_ASSIGN_OR_RETURN(p, MakeInstance(o, "bench-p-" + tag, p_tp, true));
+  }
   KVF_ASSIGN_OR_RETURN(Instance d, MakeInstance(o, "bench-d-" + tag, d_tp, false));
-  std::vector<int32_t> prompt = {256};
-  for (int i = 1; i < o.prompt_len; ++i) prompt.push_back(32 + (i * 7) % 95);
-  engine::SamplingParams sp;
-  sp.max_tokens = 1;
-  sp.ignore_eos = true;
-  PairResult r{p_tp, d_tp, {}, {}};
+  std::vector<engine::Engine*> engines = {d.engine.get()};
+  if (p) engines.push_back(p->engine.get());
+  const std::vector<int32_t> prompt = Prompt(o);
+  PairResult r{p_tp, d_tp, {}, {}, 0};
   for (int rep = 0; rep <= o.reps; ++rep) {  // rep 0: handshake and warm-up, not timed
     const std::string id = "r" + std::to_string(rep);
-    connector::KvTransferParams to_p;
-    to_p.do_remote_decode = true;
-    KVF_RETURN_IF_ERROR(p.engine->AddRequest(id, prompt, sp, to_p));
-    KVF_ASSIGN_OR_RETURN(engine::RequestOutput prefilled,
-                         Run({p.engine.get()}, p.engine.get(), id, false));
-    if (!prefilled.kv_transfer_params) return InternalError("P returned no kv_transfer_params");
+    KVF_ASSIGN_OR_RETURN(connector::KvTransferParams params,
+                         child ? child->Prefill(id) : PrefillHere(o, *p, id));
     const uint64_t before = d.connector->Stats().duration_us_total;
     // Two tokens: the first is P's (D resumes after it), so D must pull to compute the second.
-    engine::SamplingParams d_sp = sp;
+    engine::SamplingParams d_sp;
     d_sp.max_tokens = 2;
-    KVF_RETURN_IF_ERROR(d.engine->AddRequest(id, prompt, d_sp, *prefilled.kv_transfer_params));
-    KVF_ASSIGN_OR_RETURN(engine::RequestOutput out,
-                         Run({d.engine.get(), p.engine.get()}, d.engine.get(), id, true));
+    d_sp.ignore_eos = true;
+    KVF_RETURN_IF_ERROR(d.engine->AddRequest(id, prompt, d_sp, params));
+    KVF_ASSIGN_OR_RETURN(engine::RequestOutput out, Run(engines, d.engine.get(), id, true));
     if (!out.kv_load || out.kv_load->outcome != connector::LoadOutcome::kPulled) {
       return InternalError("the KV was not pulled (" +
                            std::string(out.kv_load
@@ -111,7 +263,8 @@ StatusOr<PairResult> BenchPair(const PullOptions& o, int p_tp, int d_tp) {
     r.last = *out.kv_load;
   }
   d.connector->worker()->Shutdown();
-  p.connector->worker()->Shutdown();
+  if (p) p->connector->worker()->Shutdown();
+  r.cold_memcpy_us = ColdMemcpyUs(r.last.bytes, r.last.descriptors, o.reps);
   return r;
 }
 
