@@ -442,12 +442,12 @@ void FerryConnectorImpl::PollLoads() {
         const SourceRead::Phase phase = read.phase;
         Status st = Advance(r, read);
         if (!st.ok()) {
-          RecordFailure(r, &read,
-                        phase == SourceRead::Phase::kPostGeneration &&
-                                st.code() == StatusCode::kDataLoss
-                            ? LoadOutcome::kFailedGeneration
-                            : KindOf(st),
-                        st);
+          RecordFailure(
+              r, &read,
+              phase == SourceRead::Phase::kPostGeneration && st.code() == StatusCode::kDataLoss
+                  ? LoadOutcome::kFailedGeneration
+                  : KindOf(st),
+              st);
           break;
         }
         if (read.phase == phase) break;  // still in flight
