@@ -349,6 +349,7 @@ void FerryConnectorImpl::Shutdown() {
   }
   recvs_.clear();
   peers_.clear();
+  for (RankEndpoint& rank : ranks_) rank.scratch_pool.reset();  // deregisters, while agents live
   // The agents go before the memory they registered: their progress threads must not serve a
   // peer's read from freed memory. When all they hold is their own (MakeLeaseTable), they stay
   // until the destructor: the engine, whose cache may be their memory, may outlive Shutdown.

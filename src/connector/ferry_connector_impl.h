@@ -35,6 +35,7 @@
 #include "connector/agent_cache_memory.h"
 #include "connector/handshake_wire.h"
 #include "connector/lease_table.h"
+#include "connector/scratch_pool.h"
 #include "connector/side_channel.h"
 #include "connector/side_channel_keys.h"
 #include "connector/transfer_plan.h"
@@ -95,6 +96,7 @@ struct RankEndpoint {
   transfer::RegionHandle generation_region;  // this rank's copy of the lease generations
   // Direct mode: the cache's regions, allocated by `agent` (the engine asked CacheMemoryFor).
   std::shared_ptr<AgentCacheMemory> cache_memory;
+  std::unique_ptr<ScratchPool> scratch_pool;  // D: created with the first pull
 };
 
 // A background handshake with one remote engine.
@@ -127,12 +129,11 @@ struct SourceRead {
   Phase phase = Phase::kData;
   PullPlan plan;
   std::vector<uint64_t> expected_generations;  // per plan.remote_logical_blocks
-  // Registered scratch (in D rank's agent): staging slots (staged pulls) then one uint64 per
-  // remote logical block.
-  std::unique_ptr<std::byte[]> scratch;
+  // Registered scratch from D rank's ScratchPool: staging slots (staged pulls) then one uint64
+  // per remote logical block; `scratch_bytes` of its capacity are this read's.
+  std::optional<ScratchArea> scratch;
   uint64_t scratch_bytes = 0;
   uint64_t generations_offset = 0;
-  std::optional<transfer::RegionHandle> scratch_region;
   std::optional<transfer::XferHandle> xfer;
   uint64_t data_bytes = 0;
   uint64_t data_descriptors = 0;

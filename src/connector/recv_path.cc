@@ -26,6 +26,11 @@
 namespace kvferry::connector::internal {
 namespace {
 
+// Per D rank, the scratch areas kept for later pulls (ScratchPool): enough for a few loads in
+// flight at once, holding at most 1 GiB of idle staging per rank.
+constexpr size_t kScratchAreasKept = 4;
+constexpr uint64_t kScratchBytesKept = uint64_t{1} << 30;
+
 std::string IdsToString(std::span<const kv::LogicalBlockId> ids) {
   std::string s;
   for (kv::LogicalBlockId id : ids) s += (s.empty() ? "" : ",") + std::to_string(id.value());
@@ -271,11 +276,12 @@ Status FerryConnectorImpl::StartRead(RecvState& r, SourceRead& read, PeerEntry& 
   read.generations_offset = (staging_bytes + 7) / 8 * 8;
   read.scratch_bytes =
       read.generations_offset + read.plan.remote_logical_blocks.size() * sizeof(uint64_t);
-  read.scratch.reset(new std::byte[read.scratch_bytes]());
-  KVF_ASSIGN_OR_RETURN(transfer::RegionHandle region,
-                       ranks_[read.d_rank].agent->RegisterMemory(
-                           read.scratch.get(), read.scratch_bytes, transfer::MemoryKind::kHost));
-  read.scratch_region = region;
+  RankEndpoint& rank = ranks_[read.d_rank];
+  if (rank.scratch_pool == nullptr) {
+    rank.scratch_pool =
+        std::make_unique<ScratchPool>(rank.agent.get(), kScratchAreasKept, kScratchBytesKept);
+  }
+  KVF_ASSIGN_OR_RETURN(read.scratch, rank.scratch_pool->Acquire(read.scratch_bytes));
   if (read.expected_generations.empty()) return PostGenerationRead(r, read, peer, false);
   return PostData(read, peer);
 }
@@ -284,7 +290,7 @@ Status FerryConnectorImpl::PostData(SourceRead& read, PeerEntry& peer) {
   const RankEndpoint& rank = ranks_[read.d_rank];
   std::vector<transfer::RegionHandle> local =
       read.plan.direct ? rank.local_regions
-                       : std::vector<transfer::RegionHandle>{*read.scratch_region};
+                       : std::vector<transfer::RegionHandle>{read.scratch->region};
   DescriptorPair d = BuildDescriptors(read.plan, peer.remote_regions[read.heads.src_rank], local);
   transfer::TransferRequest req{.op = transfer::XferOp::kRead,
                                 .peer = *peer.links[read.d_rank][read.heads.src_rank],
@@ -316,7 +322,7 @@ Status FerryConnectorImpl::PostGenerationRead(const RecvState& r, SourceRead& re
   const transfer::RegionHandle table{peer.ranks[read.heads.src_rank].generation_table.id};
   for (size_t i = 0; i < read.plan.remote_logical_blocks.size(); ++i) {
     req.local.push_back(
-        {*read.scratch_region, read.generations_offset + i * sizeof(uint64_t), sizeof(uint64_t)});
+        {read.scratch->region, read.generations_offset + i * sizeof(uint64_t), sizeof(uint64_t)});
     req.remote.push_back(
         {table,
          static_cast<uint64_t>(read.plan.remote_logical_blocks[i].value()) * sizeof(uint64_t),
@@ -344,7 +350,7 @@ Status FerryConnectorImpl::Advance(RecvState& r, SourceRead& read) {
   }
   auto read_generations = [&read] {
     std::vector<uint64_t> g(read.plan.remote_logical_blocks.size());
-    std::memcpy(g.data(), read.scratch.get() + read.generations_offset,
+    std::memcpy(g.data(), read.scratch->data.get() + read.generations_offset,
                 g.size() * sizeof(uint64_t));
     return g;
   };
@@ -388,7 +394,7 @@ Status FerryConnectorImpl::FinishRead(RecvState& r, SourceRead& read) {
     const kv::CacheSpec staged = read.plan.StagingSpec();
     kv::KvSourceView src{staged, {}, read.plan.staging_block_table};
     for (int32_t reg = 0; reg < staged.num_regions(); ++reg) {
-      src.regions.push_back(read.scratch.get() + reg * staged.region_bytes());
+      src.regions.push_back(read.scratch->data.get() + reg * staged.region_bytes());
     }
     std::vector<kv::KernelBlockId> table = geometry_->ExpandBlockTable(r.spec.local_block_ids);
     kv::KvDestView dst = kv::DestViewOf(*ranks_[read.d_rank].cache, table);
@@ -533,11 +539,10 @@ void FerryConnectorImpl::FailLoad(const std::string& id, RecvState& r) {
   recvs_.erase(id);
 }
 
+// Back to the rank's pool. After a transfer failure the caller has closed the connection first.
 void FerryConnectorImpl::ReleaseScratch(SourceRead& read) {
-  if (read.scratch_region.has_value()) {
-    ranks_[read.d_rank].agent->DeregisterMemory(*read.scratch_region).IgnoreError();
-    read.scratch_region.reset();
-  }
+  if (!read.scratch.has_value()) return;
+  ranks_[read.d_rank].scratch_pool->GiveBack(std::move(*read.scratch));
   read.scratch.reset();
 }
 
