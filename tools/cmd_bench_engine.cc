@@ -302,14 +302,7 @@ int RunBench(const BenchOptions& o) {
 }
 
 void AddBenchEngine(CLI::App& app) {
-  // `bench` may already exist (other areas register `bench <area>` too).
-  CLI::App* bench = nullptr;
-  try {
-    bench = app.get_subcommand("bench");
-  } catch (const CLI::OptionNotFound&) {
-    bench = app.add_subcommand("bench", "Benchmarks");
-    bench->require_subcommand(1);
-  }
+  CLI::App* bench = kvferry::tools::BenchGroup(app);
   auto opts = std::make_shared<BenchOptions>();
   auto* sub = bench->add_subcommand(
       "engine", "Engine prefill/decode tokens/s and matmul GFLOP/s beside OpenBLAS sgemm");

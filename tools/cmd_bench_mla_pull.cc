@@ -107,13 +107,7 @@ int RunMlaPull(const MlaPullOptions& o) {
 }
 
 void AddBenchMlaPull(CLI::App& app) {
-  CLI::App* bench = nullptr;
-  try {
-    bench = app.get_subcommand("bench");
-  } catch (const CLI::OptionNotFound&) {
-    bench = app.add_subcommand("bench", "Benchmarks");
-    bench->require_subcommand(1);
-  }
+  CLI::App* bench = kvferry::tools::BenchGroup(app);
   auto o = std::make_shared<MlaPullOptions>();
   o->layout = "NHD";
   auto* sub = bench->add_subcommand(

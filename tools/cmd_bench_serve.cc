@@ -437,14 +437,7 @@ int RunBench(const BenchOptions& o) {
 void AddBenchServe(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   // The `bench` group may be created by another cmd_bench_*.cc; share it.
-  CLI::App* bench = nullptr;
-  for (CLI::App* s : app.get_subcommands({})) {
-    if (s->get_name() == "bench") bench = s;
-  }
-  if (bench == nullptr) {
-    bench = app.add_subcommand("bench", "Benchmarks");
-    bench->require_subcommand(1);
-  }
+  CLI::App* bench = kvferry::tools::BenchGroup(app);
   auto* sub = bench->add_subcommand(
       "serve", "Load generator against an OpenAI-compatible endpoint (TTFT, ITL, throughput)");
   sub->add_option("--url", o->url, "Base URL of the server or proxy")->capture_default_str();

@@ -104,13 +104,7 @@ int RunTpPull(const TpPullOptions& o) {
 }
 
 void AddBenchTpPull(CLI::App& app) {
-  CLI::App* bench = nullptr;
-  try {
-    bench = app.get_subcommand("bench");
-  } catch (const CLI::OptionNotFound&) {
-    bench = app.add_subcommand("bench", "Benchmarks");
-    bench->require_subcommand(1);
-  }
+  CLI::App* bench = kvferry::tools::BenchGroup(app);
   auto o = std::make_shared<TpPullOptions>();
   auto* sub = bench->add_subcommand(
       "tp-pull", "P/D pull time, bytes and descriptors across tensor-parallel sizes");

@@ -26,16 +26,6 @@ uint64_t ParseBytes(const std::string& s) {
   return v;
 }
 
-// The `bench` group may be created by another cmd_bench_*.cc; share it.
-CLI::App* BenchGroup(CLI::App& app) {
-  for (CLI::App* sub : app.get_subcommands({})) {
-    if (sub->get_name() == "bench") return sub;
-  }
-  auto* b = app.add_subcommand("bench", "Benchmarks");
-  b->require_subcommand(1);
-  return b;
-}
-
 void AddBenchXfer(CLI::App& app) {
   struct Flags {
     std::string sizes = "4K,16K,64K,256K,1M,4M";
@@ -47,7 +37,7 @@ void AddBenchXfer(CLI::App& app) {
     kvferry::bench::XferBenchOptions o;
   };
   auto f = std::make_shared<Flags>();
-  auto* sub = BenchGroup(app)->add_subcommand(
+  auto* sub = kvferry::tools::BenchGroup(app)->add_subcommand(
       "xfer", "Transfer-layer benchmark (initiator + target process) with its ceilings");
   sub->add_option("--sizes", f->sizes, "descriptor sizes, e.g. 4K,64K,1M");
   sub->add_option("--batches", f->batches, "descriptors per transfer, e.g. 1,16,1024");

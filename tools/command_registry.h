@@ -28,6 +28,17 @@ struct CommandRegistrar {
   explicit CommandRegistrar(CommandAdder adder) { CommandRegistry().push_back(std::move(adder)); }
 };
 
+// The `bench` group the cmd_bench_*.cc files add their subcommands to: made by whichever of
+// them registers first (registration order across files is unspecified).
+inline CLI::App* BenchGroup(CLI::App& app) {
+  for (CLI::App* sub : app.get_subcommands({})) {
+    if (sub->get_name() == "bench") return sub;
+  }
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks");
+  bench->require_subcommand(1);
+  return bench;
+}
+
 }  // namespace kvferry::tools
 
 #define KVF_REGISTER_COMMAND(fn) \
