@@ -14,13 +14,12 @@
 
 #include "kvferry/proxy/proxy_server.h"
 #include "kvferry/server/openai_server.h"
-#include "server/testing/fake_generation_service.h"
+#include "server/testing/fake_instance.h"
 
 namespace kvferry::proxy {
 namespace {
 
 using nlohmann::json;
-using server::testing::FakeGenerationService;
 
 constexpr const char* kBody = R"({"prompt":"abc","max_tokens":4})";
 
@@ -35,23 +34,16 @@ class ProxySecurityTest : public ::testing::Test {
   static void TearDownTestSuite() { std::filesystem::remove_all(pki_); }
 
   // P or D: requires "upstream-key", optionally over TLS.
-  struct Instance {
-    explicit Instance(bool tls, http::ApiKeyScope scope = http::ApiKeyScope::kV1) : tls(tls) {
+  struct Instance : server::testing::FakeInstance {
+    explicit Instance(bool tls, http::ApiKeyScope scope = http::ApiKeyScope::kV1)
+        : FakeInstance(Options(tls, scope)) {}
+    static server::ServerOptions Options(bool tls, http::ApiKeyScope scope) {
       server::ServerOptions o;
-      o.port = 0;
       o.api_keys.keys = {"upstream-key"};
       o.api_keys.scope = scope;
       if (tls) o.tls = {pki_ + "/server.pem", pki_ + "/server.key"};
-      server = std::make_unique<server::OpenAiServer>(o, &fake, &metrics);
-      EXPECT_TRUE(server->Start().ok());
+      return o;
     }
-    std::string url() const {
-      return (tls ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(server->port());
-    }
-    bool tls;
-    server::ServerMetrics metrics;
-    FakeGenerationService fake;
-    std::unique_ptr<server::OpenAiServer> server;
   };
 
   std::unique_ptr<ProxyServer> StartProxy(const Instance& p, const Instance& d,

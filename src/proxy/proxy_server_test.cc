@@ -13,26 +13,14 @@
 #include <thread>
 
 #include "kvferry/server/openai_server.h"
-#include "server/testing/fake_generation_service.h"
+#include "server/testing/fake_instance.h"
 
 namespace kvferry::proxy {
 namespace {
 
 using nlohmann::json;
-using server::testing::FakeGenerationService;
 
-struct Instance {
-  Instance() {
-    server::ServerOptions o;
-    o.port = 0;
-    server = std::make_unique<server::OpenAiServer>(o, &fake, &metrics);
-    EXPECT_TRUE(server->Start().ok());
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(server->port()); }
-  server::ServerMetrics metrics;
-  FakeGenerationService fake;
-  std::unique_ptr<server::OpenAiServer> server;
-};
+using Instance = server::testing::FakeInstance;
 
 std::unique_ptr<ProxyServer> StartProxy(std::vector<std::string> p, std::vector<std::string> d,
                                         int64_t timeout_ms = 5000) {
