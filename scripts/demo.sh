@@ -79,7 +79,8 @@ metric() {  # metric PORT NAME_WITH_LABELS
 D_BYTES=$(metric "$D_PORT" kvferry:kv_transfer_bytes_total)
 D_SECONDS=$(metric "$D_PORT" kvferry:kv_transfer_duration_seconds_total)
 printf 'D pulls            %s\n' "$(metric "$D_PORT" kvferry:kv_transfers_total)"
-printf 'D bytes            %s\n' "$D_BYTES"
+printf 'D bytes            %s (%s read by one memcpy from P'"'"'s mapped memory)\n' "$D_BYTES" \
+  "$(metric "$D_PORT" kvferry:kv_transfer_memcpy_bytes_total)"
 printf 'D descriptors      %s\n' "$(metric "$D_PORT" kvferry:kv_transfer_descriptors_total)"
 printf 'D pull time        %s s (%s MB/s)\n' "$D_SECONDS" \
   "$(awk -v b="$D_BYTES" -v s="$D_SECONDS" 'BEGIN { if (s > 0) printf "%.1f", b / s / 1e6; else print "n/a" }')"
