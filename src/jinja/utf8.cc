@@ -1,41 +1,10 @@
 #include "jinja/utf8.h"
 
+#include "kvferry/common/utf8.h"
+
 namespace kvferry::jinja::utf8 {
-namespace {
 
-// Length of the sequence a lead byte starts, or 0 if `b` cannot start one.
-int SequenceLength(unsigned char b) {
-  if (b < 0x80) return 1;
-  if (b >= 0xC2 && b <= 0xDF) return 2;
-  if (b >= 0xE0 && b <= 0xEF) return 3;
-  if (b >= 0xF0 && b <= 0xF4) return 4;
-  return 0;
-}
-
-bool IsContinuation(unsigned char b) { return (b & 0xC0) == 0x80; }
-
-}  // namespace
-
-bool IsValid(std::string_view s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto b0 = static_cast<unsigned char>(s[i]);
-    const int n = SequenceLength(b0);
-    if (n == 0 || i + n > s.size()) return false;
-    for (int k = 1; k < n; ++k) {
-      if (!IsContinuation(static_cast<unsigned char>(s[i + k]))) return false;
-    }
-    if (n >= 3) {
-      const auto b1 = static_cast<unsigned char>(s[i + 1]);
-      if (b0 == 0xE0 && b1 < 0xA0) return false;   // overlong
-      if (b0 == 0xED && b1 >= 0xA0) return false;  // surrogate
-      if (b0 == 0xF0 && b1 < 0x90) return false;   // overlong
-      if (b0 == 0xF4 && b1 >= 0x90) return false;  // above U+10FFFF
-    }
-    i += n;
-  }
-  return true;
-}
+bool IsValid(std::string_view s) { return IsValidUtf8(s); }
 
 bool IsAscii(std::string_view s) {
   for (char c : s) {
@@ -47,36 +16,18 @@ bool IsAscii(std::string_view s) {
 std::vector<char32_t> Decode(std::string_view s) {
   std::vector<char32_t> out;
   out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto b0 = static_cast<unsigned char>(s[i]);
-    int n = SequenceLength(b0);
-    if (n == 0 || i + n > s.size()) n = 1;  // not reached for valid input
-    char32_t cp = n == 1 ? b0 : n == 2 ? (b0 & 0x1F) : n == 3 ? (b0 & 0x0F) : (b0 & 0x07);
-    for (int k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-    out.push_back(cp);
-    i += n;
+  for (size_t i = 0; i < s.size();) {
+    if (WellFormedLength(s, i) == 0) {  // not reached: strings are checked where they enter
+      out.push_back(0xFFFD);
+      ++i;
+      continue;
+    }
+    out.push_back(NextCodePoint(s, &i));
   }
   return out;
 }
 
-void Append(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
+void Append(char32_t cp, std::string* out) { AppendUtf8(cp, out); }
 
 std::string Encode(const std::vector<char32_t>& cps) {
   std::string out;
@@ -87,7 +38,7 @@ std::string Encode(const std::vector<char32_t>& cps) {
 
 size_t Length(std::string_view s) {
   size_t n = 0;
-  for (char c : s) n += !IsContinuation(static_cast<unsigned char>(c));
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;  // not a continuation
   return n;
 }
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "tokenizer/unicode.h"
-#include "tokenizer/utf8.h"
+#include "kvferry/common/utf8.h"
 
 namespace kvferry::tokenizer {
 namespace {

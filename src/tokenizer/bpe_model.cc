@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <queue>
 
-#include "tokenizer/utf8.h"
+#include "kvferry/common/utf8.h"
 
 namespace kvferry::tokenizer {
 namespace {

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "tokenizer/byte_level.h"
-#include "tokenizer/utf8.h"
+#include "kvferry/common/utf8.h"
 
 namespace kvferry::tokenizer {
 namespace {

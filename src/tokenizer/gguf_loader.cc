@@ -16,7 +16,7 @@
 #include "kvferry/tokenizer/tokenizer.h"
 #include "tokenizer/gguf_pre_types.h"
 #include "tokenizer/pipeline.h"
-#include "tokenizer/utf8.h"
+#include "kvferry/common/utf8.h"
 
 namespace kvferry::tokenizer {
 namespace {

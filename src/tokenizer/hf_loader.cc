@@ -9,7 +9,7 @@
 #include "kvferry/tokenizer/tokenizer.h"
 #include "tokenizer/json_section.h"
 #include "tokenizer/pipeline.h"
-#include "tokenizer/utf8.h"
+#include "kvferry/common/utf8.h"
 
 namespace kvferry::tokenizer {
 namespace {

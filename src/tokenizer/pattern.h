@@ -66,7 +66,7 @@ std::vector<std::string_view> SplitAtSpans(std::string_view text, std::vector<Sp
 
 }  // namespace kvferry::tokenizer
 
-#include "tokenizer/utf8.h"
+#include "kvferry/common/utf8.h"
 
 namespace kvferry::tokenizer {
 

@@ -4,7 +4,7 @@
 
 #include "tokenizer/byte_level.h"
 #include "tokenizer/unicode.h"
-#include "tokenizer/utf8.h"
+#include "kvferry/common/utf8.h"
 
 namespace kvferry::tokenizer {
 namespace {

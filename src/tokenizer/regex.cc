@@ -5,7 +5,7 @@
 #include <pcre2.h>
 
 #include "kvferry/common/unique_handle.h"
-#include "tokenizer/utf8.h"
+#include "kvferry/common/utf8.h"
 
 namespace kvferry::tokenizer {
 namespace {

@@ -1,6 +1,6 @@
 #include "kvferry/tokenizer/stream_decoder.h"
 
-#include "tokenizer/utf8.h"
+#include "kvferry/common/utf8.h"
 
 namespace kvferry::tokenizer {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "tokenizer/pipeline.h"
-#include "tokenizer/utf8.h"
+#include "kvferry/common/utf8.h"
 
 namespace kvferry::tokenizer {
 namespace {

@@ -14,7 +14,7 @@
 #include "kvferry/tokenizer/gguf_metadata.h"
 #include "kvferry/tokenizer/stream_decoder.h"
 #include "kvferry/tokenizer/tokenizer.h"
-#include "tokenizer/utf8.h"
+#include "kvferry/common/utf8.h"
 
 namespace {
 
@@ -28,7 +28,7 @@ void Check(const Tokenizer& tok, std::string_view text) {
     if (id < 0 || id >= tok.vocab_size()) std::abort();
   }
   const std::string decoded = tok.Decode(*ids, false);
-  if (!kvferry::tokenizer::IsValidUtf8(decoded)) std::abort();
+  if (!kvferry::IsValidUtf8(decoded)) std::abort();
   StreamDecoder stream(&tok, /*skip_special_tokens=*/true);
   std::string streamed;
   for (int32_t id : *ids) streamed += stream.Add(id);

@@ -1,8 +1,8 @@
-#include "tokenizer/utf8.h"
+#include "kvferry/common/utf8.h"
 
 #include <gtest/gtest.h>
 
-namespace kvferry::tokenizer {
+namespace kvferry {
 namespace {
 
 TEST(Utf8Test, ValidatesWellFormedSequencesOnly) {
@@ -46,4 +46,4 @@ TEST(Utf8Test, CodePointsRoundTrip) {
 }
 
 }  // namespace
-}  // namespace kvferry::tokenizer
+}  // namespace kvferry

@@ -1,6 +1,6 @@
-#include "tokenizer/utf8.h"
+#include "kvferry/common/utf8.h"
 
-namespace kvferry::tokenizer {
+namespace kvferry {
 namespace {
 
 // For a lead byte: the length of its sequence and the allowed range of the second byte (the
@@ -112,4 +112,4 @@ void AppendUtf8(char32_t cp, std::string* out) {
   }
 }
 
-}  // namespace kvferry::tokenizer
+}  // namespace kvferry

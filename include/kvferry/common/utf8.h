@@ -1,14 +1,16 @@
-// UTF-8 helpers of the tokenizer: validation, code point iteration, the Unicode "maximal
-// subpart" replacement of ill-formed bytes by U+FFFD, and the length of an incomplete tail.
+// UTF-8 helpers: validation, code point iteration and encoding, the Unicode "maximal subpart"
+// replacement of ill-formed bytes by U+FFFD, and the length of an incomplete tail. Used by the
+// tokenizer (bytes from models and clients) and the template renderer (Python strings are
+// sequences of code points).
 //
-// Internal to src/tokenizer. Thread-safety: pure functions.
+// Thread-safety: pure functions.
 #pragma once
 
 #include <cstddef>
 #include <string>
 #include <string_view>
 
-namespace kvferry::tokenizer {
+namespace kvferry {
 
 // Length of the well-formed UTF-8 sequence starting at s[i], or 0 if the bytes there are not one
 // (ill-formed or cut off by the end of s).
@@ -37,4 +39,4 @@ inline size_t SequenceLength(unsigned char lead) {
   return lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
 }
 
-}  // namespace kvferry::tokenizer
+}  // namespace kvferry
