@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "tokenizer/unicode.h"
 #include "kvferry/common/utf8.h"
+#include "tokenizer/unicode.h"
 
 namespace kvferry::tokenizer {
 namespace {

@@ -2,8 +2,8 @@
 
 #include <fmt/format.h>
 
-#include "tokenizer/byte_level.h"
 #include "kvferry/common/utf8.h"
+#include "tokenizer/byte_level.h"
 
 namespace kvferry::tokenizer {
 namespace {

@@ -13,10 +13,10 @@
 #include <algorithm>
 #include <tuple>
 
+#include "kvferry/common/utf8.h"
 #include "kvferry/tokenizer/tokenizer.h"
 #include "tokenizer/gguf_pre_types.h"
 #include "tokenizer/pipeline.h"
-#include "kvferry/common/utf8.h"
 
 namespace kvferry::tokenizer {
 namespace {

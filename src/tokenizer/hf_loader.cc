@@ -6,10 +6,10 @@
 #include <iterator>
 #include <nlohmann/json.hpp>
 
+#include "kvferry/common/utf8.h"
 #include "kvferry/tokenizer/tokenizer.h"
 #include "tokenizer/json_section.h"
 #include "tokenizer/pipeline.h"
-#include "kvferry/common/utf8.h"
 
 namespace kvferry::tokenizer {
 namespace {

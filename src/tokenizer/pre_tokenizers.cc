@@ -2,9 +2,9 @@
 
 #include <fmt/format.h>
 
+#include "kvferry/common/utf8.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/unicode.h"
-#include "kvferry/common/utf8.h"
 
 namespace kvferry::tokenizer {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 
-#include "tokenizer/pipeline.h"
 #include "kvferry/common/utf8.h"
+#include "tokenizer/pipeline.h"
 
 namespace kvferry::tokenizer {
 namespace {

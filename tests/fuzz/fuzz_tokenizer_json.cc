@@ -11,10 +11,10 @@
 #include <string>
 #include <string_view>
 
+#include "kvferry/common/utf8.h"
 #include "kvferry/tokenizer/gguf_metadata.h"
 #include "kvferry/tokenizer/stream_decoder.h"
 #include "kvferry/tokenizer/tokenizer.h"
-#include "kvferry/common/utf8.h"
 
 namespace {
 
