@@ -149,10 +149,14 @@ class PrefillChild {
  public:
   static StatusOr<std::unique_ptr<PrefillChild>> Start(const PullOptions& o,
                                                        const std::string& name, int tp) {
-    int to_child[2], from_child[2];
-    if (pipe(to_child) != 0 || pipe(from_child) != 0) return InternalError("pipe failed");
-    const pid_t pid = fork();
-    if (pid < 0) return InternalError("fork failed");
+    int to_child[2] = {-1, -1}, from_child[2] = {-1, -1};
+    const pid_t pid = pipe(to_child) == 0 && pipe(from_child) == 0 ? fork() : -1;
+    if (pid < 0) {
+      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) {
+        if (fd >= 0) close(fd);
+      }
+      return InternalError("cannot start the prefill child (pipe or fork failed)");
+    }
     if (pid == 0) {
       close(to_child[1]);
       close(from_child[0]);
