@@ -2,6 +2,7 @@
 
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +14,7 @@
 #include <optional>
 #include <thread>
 
+#include "kvferry/common/frame_socket.h"
 #include "kvferry/connector/ferry_connector.h"
 #include "kvferry/engine/engine.h"
 
@@ -95,49 +97,25 @@ StatusOr<connector::KvTransferParams> PrefillHere(const PullOptions& o, Instance
 }
 
 // ---- P in a child process (PullOptions::two_process) ----------------------------------------
-// The parent writes request ids, one per line; the child answers each with one line: P's
-// kv_transfer_params as JSON, or "error: ...". Between lines it steps its engine, so it ends
-// leases on D's notifications. "quit" or the end of input ends it.
+// Over a socketpair, in frames (common/frame_socket.h): the parent sends request ids; the child
+// answers each with P's kv_transfer_params as JSON, or "error: ...". Between requests it steps
+// its engine, so it ends leases on D's notifications. "quit" or a closed socket ends it.
 
-void WriteLine(int fd, const std::string& line) {
-  const std::string l = line + "\n";
-  for (size_t done = 0; done < l.size();) {
-    const ssize_t n = write(fd, l.data() + done, l.size() - done);
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
-
-// One line from `fd` (without its newline), or DeadlineExceeded / Unavailable (closed).
-StatusOr<std::string> ReadLine(int fd, Deadline deadline) {
-  std::string line;
-  while (!deadline.Expired()) {
-    pollfd pfd{fd, POLLIN, 0};
-    if (poll(&pfd, 1, 10) <= 0) continue;
-    char c = 0;
-    if (read(fd, &c, 1) != 1) return UnavailableError("the prefill child closed its pipe");
-    if (c == '\n') return line;
-    line.push_back(c);
-  }
-  return DeadlineExceededError("no answer from the prefill child");
-}
-
-[[noreturn]] void ServePrefills(const PullOptions& o, const std::string& name, int tp, int in,
-                                int out) {
+[[noreturn]] void ServePrefills(const PullOptions& o, const std::string& name, int tp, int fd) {
   StatusOr<Instance> p = MakeInstance(o, name, tp, true);
   if (!p.ok()) {
-    WriteLine(out, "error: " + p.status().ToString());
+    SendFrame(fd, "error: " + p.status().ToString());
     _exit(2);
   }
-  WriteLine(out, "ready");
+  SendFrame(fd, "ready");
   while (true) {
-    pollfd pfd{in, POLLIN, 0};
+    pollfd pfd{fd, POLLIN, 0};
     if (poll(&pfd, 1, p->engine->HasComputableWork() ? 0 : 1) > 0) {
-      StatusOr<std::string> id = ReadLine(in, Deadline::AfterMs(10000));
-      if (!id.ok() || *id == "quit") break;
+      std::optional<std::string> id = RecvFrame(fd, Deadline::AfterMs(10000));
+      if (!id || *id == "quit") break;
       StatusOr<connector::KvTransferParams> params = PrefillHere(o, *p, *id);
-      WriteLine(out, params.ok() ? connector::ToJson(*params).dump()
-                                 : "error: " + params.status().ToString());
+      SendFrame(fd, params.ok() ? connector::ToJson(*params).dump()
+                                : "error: " + params.status().ToString());
     }
     if (p->engine->HasWork()) p->engine->Step();
   }
@@ -149,30 +127,27 @@ class PrefillChild {
  public:
   static StatusOr<std::unique_ptr<PrefillChild>> Start(const PullOptions& o,
                                                        const std::string& name, int tp) {
-    int to_child[2] = {-1, -1}, from_child[2] = {-1, -1};
-    const pid_t pid = pipe(to_child) == 0 && pipe(from_child) == 0 ? fork() : -1;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return InternalError("socketpair failed");
+    const pid_t pid = fork();
     if (pid < 0) {
-      for (int fd : {to_child[0], to_child[1], from_child[0], from_child[1]}) {
-        if (fd >= 0) close(fd);
-      }
-      return InternalError("cannot start the prefill child (pipe or fork failed)");
+      close(sv[0]);
+      close(sv[1]);
+      return InternalError("fork failed");
     }
     if (pid == 0) {
-      close(to_child[1]);
-      close(from_child[0]);
-      ServePrefills(o, name, tp, to_child[0], from_child[1]);
+      close(sv[0]);
+      ServePrefills(o, name, tp, sv[1]);
     }
-    close(to_child[0]);
-    close(from_child[1]);
-    std::unique_ptr<PrefillChild> c(new PrefillChild(pid, to_child[1], from_child[0]));
-    KVF_ASSIGN_OR_RETURN(std::string ready, ReadLine(c->from_, Deadline::AfterMs(60000)));
-    if (ready != "ready") return InternalError("prefill child: " + ready);
+    close(sv[1]);
+    std::unique_ptr<PrefillChild> c(new PrefillChild(pid, sv[0]));
+    std::optional<std::string> ready = RecvFrame(c->fd_, Deadline::AfterMs(60000));
+    if (ready != "ready") return InternalError("prefill child: " + ready.value_or("no answer"));
     return c;
   }
   ~PrefillChild() {
-    WriteLine(to_, "quit");
-    close(to_);
-    close(from_);
+    SendFrame(fd_, "quit");
+    close(fd_);
     const Deadline deadline = Deadline::AfterMs(10000);
     while (waitpid(pid_, nullptr, WNOHANG) == 0) {
       if (deadline.Expired()) {
@@ -184,17 +159,18 @@ class PrefillChild {
     }
   }
   StatusOr<connector::KvTransferParams> Prefill(const std::string& id) {
-    WriteLine(to_, id);
-    KVF_ASSIGN_OR_RETURN(std::string line, ReadLine(from_, Deadline::AfterMs(120000)));
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return InternalError("prefill child: " + line);
+    if (!SendFrame(fd_, id)) return UnavailableError("the prefill child is gone");
+    std::optional<std::string> answer = RecvFrame(fd_, Deadline::AfterMs(120000));
+    if (!answer) return DeadlineExceededError("no answer from the prefill child");
+    nlohmann::json j = nlohmann::json::parse(*answer, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return InternalError("prefill child: " + *answer);
     return connector::ParseKvTransferParams(j);
   }
 
  private:
-  PrefillChild(pid_t pid, int to, int from) : pid_(pid), to_(to), from_(from) {}
+  PrefillChild(pid_t pid, int fd) : pid_(pid), fd_(fd) {}
   pid_t pid_;
-  int to_, from_;
+  int fd_;
 };
 
 double MedianOf(std::vector<double> v) {

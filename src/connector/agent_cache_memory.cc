@@ -1,10 +1,5 @@
 #include "connector/agent_cache_memory.h"
 
-#include <cstdlib>
-#include <cstring>
-
-#include "kvferry/common/logging.h"
-
 namespace kvferry::connector::internal {
 
 AgentCacheMemory::AgentCacheMemory(transfer::Agent* agent, std::string what)
@@ -19,34 +14,9 @@ kv::CacheMemory AgentCacheMemory::Hooks() {
 StatusOr<std::byte*> AgentCacheMemory::Allocate(size_t bytes) {
   MutexLock lock(&mu_);
   if (agent_ == nullptr) return FailedPreconditionError(what_ + ": the connector has shut down");
-  StatusOr<transfer::AllocatedMemory> m = agent_->AllocateMemory(bytes);
-  if (m.ok()) {
-    auto* base = static_cast<std::byte*>(m->addr);
-    regions_[base] = {m->region, false};
-    return base;
-  }
-  if (!warned_) {
-    KVF_LOG_WARN(
-        "{}: the transfer agent could not allocate the KV cache ({}); it comes from the heap, "
-        "and same-host pulls from it are not one memcpy",
-        what_, m.status().ToString());
-    warned_ = true;
-  }
-  constexpr size_t kAlign = 4096;
-  auto* base =
-      static_cast<std::byte*>(std::aligned_alloc(kAlign, (bytes + kAlign - 1) / kAlign * kAlign));
-  if (base == nullptr) {
-    return ResourceExhaustedError(what_ + ": cannot allocate " + std::to_string(bytes) +
-                                  " bytes of KV cache");
-  }
-  std::memset(base, 0, bytes);
-  StatusOr<transfer::RegionHandle> h =
-      agent_->RegisterMemory(base, bytes, transfer::MemoryKind::kHost);
-  if (!h.ok()) {
-    std::free(base);
-    return h.status();
-  }
-  regions_[base] = {*h, true};
+  KVF_ASSIGN_OR_RETURN(transfer::AllocatedMemory m, agent_->AllocateMemory(bytes));
+  auto* base = static_cast<std::byte*>(m.addr);
+  regions_[base] = m.region;
   return base;
 }
 
@@ -54,9 +24,8 @@ void AgentCacheMemory::Release(std::byte* base) {
   MutexLock lock(&mu_);
   auto it = regions_.find(base);
   if (it == regions_.end()) return;
-  // After Detach the agent is gone, and its destruction deregistered (and freed its own) memory.
-  if (agent_ != nullptr) agent_->DeregisterMemory(it->second.handle).IgnoreError();
-  if (it->second.heap) std::free(base);
+  // Frees it. After Detach the agent is gone, and its destruction freed everything it had.
+  if (agent_ != nullptr) agent_->DeregisterMemory(it->second).IgnoreError();
   regions_.erase(it);
 }
 
@@ -64,7 +33,7 @@ std::optional<transfer::RegionHandle> AgentCacheMemory::RegionOf(const std::byte
   MutexLock lock(&mu_);
   auto it = regions_.find(base);
   if (it == regions_.end()) return std::nullopt;
-  return it->second.handle;
+  return it->second;
 }
 
 void AgentCacheMemory::Detach() {

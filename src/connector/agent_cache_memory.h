@@ -2,9 +2,9 @@
 // transfer agent (kv::CacheMemory hooks the engine passes to kv::KvCache::Allocate). With UCX
 // that memory is shared memory a D on the same host maps, so a direct-mode pull from this cache
 // is one memcpy by D (docs/connector.md, "One-copy pulls"). Remembers each allocation's region
-// handle, so the connector registers nothing twice. When the agent cannot allocate (no shared
-// memory left), the region comes from the heap with a warning, registered here, and pulls from
-// it take the transport's two-copy path.
+// handle, so the connector registers nothing twice. When shared memory runs out the agent itself
+// falls back to ordinary memory (with a warning), and pulls from it take the transport's
+// two-copy path (`kv_load.pulled_bytes_by_memcpy` says which).
 //
 // Lifetime: the hooks share ownership of this object. Detach() is called before the agent is
 // destroyed; the agent's destruction frees what it allocated, so a later release is a no-op.
@@ -42,12 +42,7 @@ class AgentCacheMemory : public std::enable_shared_from_this<AgentCacheMemory> {
   const std::string what_;
   mutable Mutex mu_;
   transfer::Agent* agent_ GUARDED_BY(mu_);
-  struct Region {
-    transfer::RegionHandle handle;
-    bool heap = false;  // the fallback: ours to free, after the agent deregistered it
-  };
-  std::map<const std::byte*, Region> regions_ GUARDED_BY(mu_);
-  bool warned_ GUARDED_BY(mu_) = false;
+  std::map<const std::byte*, transfer::RegionHandle> regions_ GUARDED_BY(mu_);
 };
 
 }  // namespace kvferry::connector::internal

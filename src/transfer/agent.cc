@@ -193,7 +193,13 @@ StatusOr<AllocatedMemory> Agent::AllocateMemory(uint64_t length) {
   if (shared.ok()) {
     r.base = static_cast<uint8_t*>(*shared);
     std::memset(r.base, 0, length);
-  } else if (shared.status().code() == StatusCode::kUnimplemented) {
+  } else {
+    // No shareable allocation here (Unimplemented), or none left (sysv limits): ordinary
+    // memory, which works everywhere but which a peer on this host cannot map.
+    if (shared.status().code() != StatusCode::kUnimplemented) {
+      KVF_LOG_WARN("agent '{}': shared allocation of {} bytes failed ({}); ordinary memory instead",
+                   name_, length, shared.status().ToString());
+    }
     constexpr uint64_t kPage = 4096;
     void* p = std::aligned_alloc(kPage, (length + kPage - 1) / kPage * kPage);
     if (p == nullptr) return ResourceExhaustedError("AllocateMemory: out of memory");
@@ -203,8 +209,6 @@ StatusOr<AllocatedMemory> Agent::AllocateMemory(uint64_t length) {
       return s;
     }
     r = {static_cast<uint8_t*>(p), length, true};
-  } else {
-    return shared.status();
   }
   MutexLock l(&impl_->mu);
   impl_->regions[id] = r;

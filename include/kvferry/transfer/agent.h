@@ -124,8 +124,9 @@ class Agent {
   // With UCX the memory is shared memory (ucp_mem_map ALLOCATE) that a peer on this host maps
   // into its address space when it loads this agent's metadata; that peer's READs from and
   // WRITEs to it are then one memcpy by the initiator, at memory speed, with no work by this
-  // process (docs/transfer.md, "Mapped regions"). Other backends: ordinary memory. Valid until
-  // DeregisterMemory or the agent's destruction.
+  // process (docs/transfer.md, "Mapped regions"). Other backends, or UCX when the shared
+  // allocation fails (logged): ordinary memory. Valid until DeregisterMemory or the agent's
+  // destruction.
   StatusOr<AllocatedMemory> AllocateMemory(uint64_t length);
 
   // Opaque bytes for peers: agent name, backend connection info (UCX worker address), and the
