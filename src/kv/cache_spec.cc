@@ -199,6 +199,31 @@ StatusOr<std::unique_ptr<KvCache>> KvCache::Allocate(const CacheSpec& spec,
 }
 
 // Regions allocated so far are given back by the destructor if a later one fails.
+StatusOr<std::unique_ptr<KvCache>> KvCache::Borrow(const CacheSpec& spec,
+                                                   std::vector<RegionView> regions) {
+  KVF_RETURN_IF_ERROR(spec.Validate());
+  if (static_cast<int32_t>(regions.size()) != spec.num_regions()) {
+    return InvalidArgumentError("KvCache: " + std::to_string(regions.size()) +
+                                " regions borrowed, the spec has " +
+                                std::to_string(spec.num_regions()));
+  }
+  for (size_t r = 0; r < regions.size(); ++r) {
+    if (regions[r].base == nullptr || regions[r].size_bytes < spec.region_bytes()) {
+      return InvalidArgumentError("KvCache: borrowed region " + std::to_string(r) + " holds " +
+                                  std::to_string(regions[r].size_bytes) +
+                                  " bytes, the spec needs " + std::to_string(spec.region_bytes()));
+    }
+    if (reinterpret_cast<uintptr_t>(regions[r].base) % kAlignment != 0) {
+      return InvalidArgumentError("KvCache: borrowed region " + std::to_string(r) +
+                                  " is not 64-byte aligned");
+    }
+    regions[r].size_bytes = spec.region_bytes();
+  }
+  std::unique_ptr<KvCache> cache(new KvCache(spec));
+  cache->regions_ = std::move(regions);
+  return cache;
+}
+
 Status KvCache::AllocateFrom(const CacheMemory& memory) {
   source_ = memory;
   for (int32_t r = 0; r < spec_.num_regions(); ++r) {

@@ -107,6 +107,43 @@ TEST(CacheSpecTest, AllocateIsAlignedZeroedAndGeometryRoundTrips) {
   EXPECT_EQ(*geo, s);
 }
 
+TEST(CacheSpecTest, BorrowViewsTheCallersMemoryAndChecksItsSize) {
+  const CacheSpec s = Spec(Layout::kNHD);
+  // Another engine's tensors: 64-byte aligned, a little longer than the spec needs.
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::vector<std::unique_ptr<std::byte, Free>> memory;
+  std::vector<RegionView> regions;
+  const size_t bytes = (s.region_bytes() + 64) / 64 * 64;
+  for (int32_t r = 0; r < s.num_regions(); ++r) {
+    memory.emplace_back(static_cast<std::byte*>(std::aligned_alloc(64, bytes)));
+    regions.push_back({memory.back().get(), bytes});
+  }
+  auto cache = KvCache::Borrow(s, regions);
+  ASSERT_TRUE(cache.ok()) << cache.status();
+  for (int32_t r = 0; r < s.num_regions(); ++r) {
+    EXPECT_EQ((*cache)->region(r).base, memory[r].get());
+    EXPECT_EQ((*cache)->region(r).size_bytes, s.region_bytes());  // the spec's share of it
+  }
+  auto geo = GeometryOf(**cache);
+  ASSERT_TRUE(geo.ok()) << geo.status().ToString();
+  EXPECT_EQ(*geo, s);
+  cache->reset();  // frees nothing: `memory` is the caller's (ASan would see a bad free)
+
+  std::vector<RegionView> fewer(regions.begin(), regions.end() - 1);
+  EXPECT_EQ(KvCache::Borrow(s, fewer).status().code(), StatusCode::kInvalidArgument);
+  std::vector<RegionView> short_one = regions;
+  short_one[2].size_bytes = s.region_bytes() - 1;
+  auto refused = KvCache::Borrow(s, short_one);
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("region 2"), std::string::npos);
+  std::vector<RegionView> misaligned = regions;
+  misaligned[1].base += 8;
+  misaligned[1].size_bytes -= 8;
+  EXPECT_EQ(KvCache::Borrow(s, misaligned).status().code(), StatusCode::kInvalidArgument);
+}
+
 // A CacheMemory that counts what it hands out and gets back, and fails its Nth allocation.
 struct CountingMemory {
   std::map<std::byte*, int> live;  // base -> times released (must end at 1)

@@ -103,7 +103,7 @@ struct CacheMemory {
   std::function<void(std::byte*)> release;
 };
 
-// An allocated cache: the memory of all regions, owned, zero-initialised, 64-byte aligned.
+// A cache's regions: allocated (Allocate: owned, zero-initialised, 64-byte aligned) or borrowed.
 // Not copyable (its regions' addresses are registered with transports); movable only before
 // registration — callers keep it in a unique_ptr.
 class KvCache {
@@ -111,6 +111,13 @@ class KvCache {
   // From the heap, one allocation for every region; with `memory`, one `allocate` per region.
   static StatusOr<std::unique_ptr<KvCache>> Allocate(const CacheSpec& spec,
                                                      std::optional<CacheMemory> memory = {});
+  // A view of memory someone else allocated and keeps (another engine's KV tensors, e.g.
+  // vLLM's, that the connector is to register): one region per entry of `regions`, in the
+  // spec's region order, each 64-byte aligned and at least spec.region_bytes() long. Nothing
+  // is zeroed or freed; the memory must outlive the cache. InvalidArgument when the count, a
+  // size or an alignment is wrong.
+  static StatusOr<std::unique_ptr<KvCache>> Borrow(const CacheSpec& spec,
+                                                   std::vector<RegionView> regions);
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
