@@ -9,7 +9,7 @@
 // Lifetime: the hooks share ownership of this object. Detach() is called before the agent is
 // destroyed; the agent's destruction frees what it allocated, so a later release is a no-op.
 //
-// Used by FerryConnectorImpl only. Thread-safety: internally synchronised.
+// Used by the connector's Registration only. Thread-safety: internally synchronised.
 #pragma once
 
 #include <cstddef>

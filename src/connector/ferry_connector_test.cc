@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -42,12 +44,19 @@ std::string Describe(const Geometry& g) {
 int g_counter = 0;
 
 struct Side {
+  // With `borrow`: the cache's memory, owned here as another engine's tensors would be (it
+  // outlives the connector: declared before it).
+  struct Free {
+    void operator()(std::byte* p) const { std::free(p); }
+  };
+  std::vector<std::unique_ptr<std::byte, Free>> borrowed;
   std::unique_ptr<FerryConnector> conn;
   std::unique_ptr<kv::KvCache> cache;
   std::optional<kv::BlockGeometry> geometry;
   KvTransferConfig config;
 
-  static Side Make(const std::string& role, const Geometry& g, KvTransferConfig config = {}) {
+  static Side Make(const std::string& role, const Geometry& g, KvTransferConfig config = {},
+                   bool borrow = false) {
     Side s;
     config.kv_connector = "FerryConnector";
     config.backend = transfer::BackendKind::kLoopback;
@@ -68,7 +77,18 @@ struct Side {
     spec.layout = g.layout;
     spec.block_size_kernel = g.block_size_kernel;
     spec.num_blocks_kernel = 64 * (g.block_size_logical / g.block_size_kernel);
-    s.cache = std::move(*kv::KvCache::Allocate(spec));
+    if (borrow) {
+      std::vector<kv::RegionView> regions;
+      for (int32_t r = 0; r < spec.num_regions(); ++r) {
+        const size_t bytes = (spec.region_bytes() + 63) / 64 * 64;  // aligned, as tensors are
+        s.borrowed.emplace_back(static_cast<std::byte*>(std::aligned_alloc(64, bytes)));
+        std::memset(s.borrowed.back().get(), 0, bytes);
+        regions.push_back({s.borrowed.back().get(), bytes});
+      }
+      s.cache = std::move(*kv::KvCache::Borrow(spec, std::move(regions)));
+    } else {
+      s.cache = std::move(*kv::KvCache::Allocate(spec));
+    }
     s.geometry = *kv::BlockGeometry::Create(g.block_size_logical, g.block_size_kernel);
     Status st = s.conn->worker()->RegisterKvCache(s.cache.get(), g.block_size_logical);
     EXPECT_TRUE(st.ok()) << st;
@@ -203,6 +223,30 @@ TEST(FerryConnectorTest, ParamsCarryLogicalIdsAndVllmNames) {
   EXPECT_EQ(params.tp_size, 1);
   EXPECT_EQ(params.remote_block_generations.size(), 3u);
   EXPECT_EQ(p.conn->Stats().blocks_held, 3);
+}
+
+// The connector needs no kvferry engine: caches that are views of memory another engine owns
+// (as vLLM's KV tensors would be), driven through the two halves alone, pull exact bytes.
+TEST(FerryConnectorTest, BorrowedCachesOfAnotherEngineMoveExactBytes) {
+  for (bool host_buffer : {false, true}) {
+    SCOPED_TRACE(host_buffer ? "host buffer" : "direct");
+    Side p = Side::Make("P", {128, 64, Layout::kHND, host_buffer}, {}, /*borrow=*/true);
+    Side d = Side::Make("D", {16, 16, Layout::kNHD, false}, {}, /*borrow=*/true);
+    ASSERT_EQ(p.cache->region(0).base, p.borrowed[0].get());
+    auto prompt = Prompt(300);
+    auto pblocks = Ids({4, 1, 7});
+    std::vector<int32_t> dv;
+    for (int32_t i = 0; i < 19; ++i) dv.push_back(40 - i);
+    auto dblocks = Ids(dv);
+    KvTransferParams params = PrefillOnP(p, "b1", prompt, pblocks, 77);
+    PullResult out = PullOnD(d, "b1", prompt, params, dblocks, 0);
+    ASSERT_TRUE(out.finished);
+    EXPECT_TRUE(out.invalid.empty());
+    EXPECT_TRUE(d.Holds(77, dblocks, 0, 299));
+    EXPECT_GT(d.conn->Stats().bytes, 0u);
+    EXPECT_EQ(d.conn->Stats().failures_transfer, 0u);
+    EXPECT_TRUE(WaitSent(p, "b1"));
+  }
 }
 
 TEST(FerryConnectorTest, GeometryPairsMoveExactBytes) {

@@ -1,17 +1,72 @@
-// P's side of the worker: host-buffer staging (every rank's cache into its own host buffer),
-// the offer of a finished request's blocks under a lease, and the lease's end — by D's
-// notifications, counted per P rank, by a side-channel release, or by expiry.
+// P's side: host-buffer staging (every rank's cache into its own host buffer), the offer of a
+// finished request's blocks under a lease, and the lease's end — by D's notifications, counted
+// per P rank, by a side-channel release, or by expiry.
+#include "connector/producer.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "connector/ferry_connector_impl.h"
+#include "connector/handshake_wire.h"
 #include "kvferry/common/logging.h"
 #include "kvferry/kv/relayout.h"
 
 namespace kvferry::connector::internal {
 
-void FerryConnectorImpl::StagePendingSaves(const std::string* only_request) {
+void Producer::OnTokensComputed(const RequestView& request,
+                                std::span<const kv::LogicalBlockId> block_ids, int32_t token_begin,
+                                int32_t token_end) {
+  // Every chunk of a chunked prefill is staged (vLLM #30358 staged only the first).
+  auto [it, inserted] =
+      computed_.try_emplace(request.request_id, ComputedRange{token_begin, token_end});
+  if (!inserted) {
+    if (token_begin != it->second.end) it->second.first = token_begin;  // re-admitted
+    it->second.end = token_end;
+  }
+  pending_saves_.push_back({request.request_id,
+                            std::vector<kv::LogicalBlockId>(block_ids.begin(), block_ids.end()),
+                            token_begin, token_end});
+}
+
+FinishResult Producer::Finish(const RequestView& request,
+                              std::span<const kv::LogicalBlockId> block_ids) {
+  const std::string& id = request.request_id;
+  if (!reg_->registered()) {
+    KVF_LOG_ERROR("connector {}: request {} finished before RegisterKvCache", ctx_->engine_id, id);
+    return {};
+  }
+  // Host buffer: chunks computed this step are staged before the lease is granted, so D can
+  // never read a host block P has not written yet.
+  if (ctx_->config.use_host_buffer()) QueueCachedPrefix(request, block_ids);
+  StagePendingSaves(&id);
+  // A request that ended by itself (eos, a stop token) is P's whole answer: no D will read it.
+  FinishResult result =
+      OfferBlocks(request, request.generation_ended ? block_ids.first(0) : block_ids);
+  // P of a prefill-only request (one token generated): a D resumes after that token.
+  const int32_t generated = request.num_tokens - static_cast<int32_t>(request.prompt_tokens.size());
+  if (result.kv_transfer_params && request.first_token != nullptr && generated == 1) {
+    result.kv_transfer_params->first_token = *request.first_token;
+  }
+  return result;
+}
+
+// Tokens served by P's prefix cache were computed by another request, which may never have been
+// staged: they are staged for this one too.
+void Producer::QueueCachedPrefix(const RequestView& request,
+                                 std::span<const kv::LogicalBlockId> block_ids) {
+  auto first = computed_.find(request.request_id);
+  const int32_t prompt_len = static_cast<int32_t>(request.prompt_tokens.size());
+  const int32_t cached_end =
+      first == computed_.end() ? prompt_len : std::min(first->second.first, prompt_len);
+  if (cached_end > 0 && !block_ids.empty()) {
+    pending_saves_.push_back({request.request_id,
+                              std::vector<kv::LogicalBlockId>(block_ids.begin(), block_ids.end()),
+                              0, cached_end});
+  }
+  if (first != computed_.end()) computed_.erase(first);
+}
+
+void Producer::StagePendingSaves(const std::string* only_request) {
   if (pending_saves_.empty()) return;
   std::vector<PendingSave> keep;
   for (PendingSave& s : pending_saves_) {
@@ -23,85 +78,99 @@ void FerryConnectorImpl::StagePendingSaves(const std::string* only_request) {
       // The host buffer now holds stale (or half-written) bytes from this chunk on: remember
       // where, so that OfferBlocks never offers them.
       KVF_LOG_ERROR("connector {}: host-buffer staging of {} tokens [{}, {}) failed: {}",
-                    engine_id_, s.request_id, s.token_begin, s.token_end, st.ToString());
+                    ctx_->engine_id, s.request_id, s.token_begin, s.token_end, st.ToString());
       auto [it, inserted] = stage_failed_from_.try_emplace(s.request_id, s.token_begin);
       if (!inserted) it->second = std::min(it->second, s.token_begin);
-      UpdateStats([](ConnectorStats& st) { ++st.stage_failures; });
+      ctx_->stats.Update([](ConnectorStats& st) { ++st.stage_failures; });
     }
   }
   pending_saves_ = std::move(keep);
 }
 
-Status FerryConnectorImpl::StageOne(const PendingSave& s) {
-  if (stage_fault_for_test && stage_fault_for_test(s.request_id, s.token_begin)) {
+Status Producer::StageOne(const PendingSave& s) {
+  if (*stage_fault_ && (*stage_fault_)(s.request_id, s.token_begin)) {
     return InternalError("injected staging fault");
   }
   // Same geometry both sides: each rank's host buffer mirrors its cache kernel block for kernel
   // block, addressed by the same kernel ids (the mapping of the request's logical ids).
-  std::vector<kv::KernelBlockId> table = geometry_->ExpandBlockTable(s.block_ids);
-  for (RankEndpoint& rank : ranks_) {
+  const kv::BlockGeometry& geometry = reg_->geometry();
+  std::vector<kv::KernelBlockId> table = geometry.ExpandBlockTable(s.block_ids);
+  for (int32_t r = 0; r < reg_->tp_size(); ++r) {
+    RankEndpoint& rank = reg_->rank(r);
     kv::KvSourceView src = kv::SourceViewOf(*rank.cache, table);
     kv::KvDestView dst{rank.spec, rank.host_regions, table};
     KVF_RETURN_IF_ERROR(kv::RelayoutTokens(src, dst, s.token_begin, s.token_end));
   }
-  const int32_t k = geometry_->block_size_kernel();
+  const int32_t k = geometry.block_size_kernel();
   const uint64_t blocks = s.token_end > s.token_begin
                               ? static_cast<uint64_t>((s.token_end - 1) / k - s.token_begin / k + 1)
                               : 0;
-  UpdateStats([&](ConnectorStats& st) { st.staged_kernel_blocks += blocks; });
+  ctx_->stats.Update([&](ConnectorStats& st) { st.staged_kernel_blocks += blocks; });
   return Status::Ok();
 }
 
-FinishResult FerryConnectorImpl::OfferBlocks(const RequestView& request,
-                                             std::span<const kv::LogicalBlockId> block_ids) {
-  const std::string& id = request.request_id;
-  const int32_t prompt_len = static_cast<int32_t>(request.prompt_tokens.size());
-  size_t offered = block_ids.size();
-  if (auto failed = stage_failed_from_.find(id); failed != stage_failed_from_.end()) {
-    const int32_t first_bad = failed->second;
-    stage_failed_from_.erase(failed);
-    if (config_.kv_load_failure_policy == KvLoadFailurePolicy::kFail) {
-      UpdateStats([&](ConnectorStats& s) { s.blocks_withheld += block_ids.size(); });
-      FinishResult failed_request;
-      failed_request.error = DataLossError(
-          fmt::format("request {}: its KV could not be staged for the remote decoder from token "
-                      "{} on (kv_load_failure_policy fail)",
-                      id, first_bad));
-      return failed_request;
-    }
-    // Only whole logical blocks before the first bad token; D computes the rest itself.
-    offered = std::min(offered, static_cast<size_t>(first_bad / block_size_logical_));
-    const uint64_t withheld = block_ids.size() - offered;
-    UpdateStats([withheld](ConnectorStats& s) { s.blocks_withheld += withheld; });
-    KVF_LOG_WARN("connector {}: request {}: offering {} of {} blocks (staging failed at token {})",
-                 engine_id_, id, offered, block_ids.size(), first_bad);
+size_t Producer::OfferableAfterStagingFailure(const std::string& id, size_t num_blocks,
+                                              Status* error) {
+  auto failed = stage_failed_from_.find(id);
+  if (failed == stage_failed_from_.end()) return num_blocks;
+  const int32_t first_bad = failed->second;
+  stage_failed_from_.erase(failed);
+  if (ctx_->config.kv_load_failure_policy == KvLoadFailurePolicy::kFail) {
+    ctx_->stats.Update([&](ConnectorStats& s) { s.blocks_withheld += num_blocks; });
+    *error = DataLossError(
+        fmt::format("request {}: its KV could not be staged for the remote decoder from token "
+                    "{} on (kv_load_failure_policy fail)",
+                    id, first_bad));
+    return 0;
   }
+  // Only whole logical blocks before the first bad token; D computes the rest itself.
+  const size_t offered =
+      std::min(num_blocks, static_cast<size_t>(first_bad / reg_->block_size_logical()));
+  const uint64_t withheld = num_blocks - offered;
+  ctx_->stats.Update([withheld](ConnectorStats& s) { s.blocks_withheld += withheld; });
+  KVF_LOG_WARN("connector {}: request {}: offering {} of {} blocks (staging failed at token {})",
+               ctx_->engine_id, id, offered, num_blocks, first_bad);
+  return offered;
+}
+
+KvTransferParams Producer::ParamsFor(const RequestView& request, size_t offered_blocks) const {
+  const int32_t prompt_len = static_cast<int32_t>(request.prompt_tokens.size());
   KvTransferParams out;
   out.do_remote_prefill = true;
-  out.remote_engine_id = engine_id_;
-  out.remote_request_id = id;
-  out.remote_host = config_.side_channel_host;
-  out.remote_port = server_port_.load();
-  out.tp_size = tp_size();
-  out.remote_num_tokens = std::min(prompt_len, static_cast<int32_t>(offered) * block_size_logical_);
+  out.remote_engine_id = ctx_->engine_id;
+  out.remote_request_id = request.request_id;
+  out.remote_host = ctx_->config.side_channel_host;
+  out.remote_port = reg_->side_channel_port();
+  out.tp_size = reg_->tp_size();
+  out.remote_num_tokens =
+      std::min(prompt_len, static_cast<int32_t>(offered_blocks) * reg_->block_size_logical());
+  return out;
+}
+
+FinishResult Producer::OfferBlocks(const RequestView& request,
+                                   std::span<const kv::LogicalBlockId> block_ids) {
+  const std::string& id = request.request_id;
   FinishResult result;
+  const size_t offered = OfferableAfterStagingFailure(id, block_ids.size(), &result.error);
+  if (!result.error.ok()) return result;
+  KvTransferParams out = ParamsFor(request, offered);
   if (offered == 0) {  // nothing held for D
     result.kv_transfer_params = std::move(out);
     return result;
   }
   const std::span<const kv::LogicalBlockId> leased = block_ids.first(offered);
   StatusOr<std::vector<uint64_t>> gens =
-      leases_->Grant(id, leased, Deadline::AfterMs(config_.lease_ms));
+      reg_->leases().Grant(id, leased, Deadline::AfterMs(ctx_->config.lease_ms));
   if (!gens.ok()) {
-    KVF_LOG_ERROR("connector {}: cannot hold blocks of {}: {}", engine_id_, id,
+    KVF_LOG_ERROR("connector {}: cannot hold blocks of {}: {}", ctx_->engine_id, id,
                   gens.status().ToString());
     return {};
   }
   out.remote_block_ids.assign(leased.begin(), leased.end());  // LOGICAL ids, P's geometry
   out.remote_block_generations = std::move(*gens);
   pending_holds_.push_back(id);
-  const int64_t held = leases_->blocks_held();
-  UpdateStats([held](ConnectorStats& s) {
+  const int64_t held = reg_->leases().blocks_held();
+  ctx_->stats.Update([held](ConnectorStats& s) {
     ++s.leases_granted;
     s.blocks_held = held;
   });
@@ -110,66 +179,105 @@ FinishResult FerryConnectorImpl::OfferBlocks(const RequestView& request,
   return result;
 }
 
-void FerryConnectorImpl::CollectProducerFinished() {
-  if (!registered_) return;
+std::vector<std::string> Producer::TakeHolds() {
+  std::vector<std::string> holds = std::move(pending_holds_);
+  pending_holds_.clear();
+  return holds;
+}
+
+void Producer::Poll(ConnectorOutput* out) {
+  if (!reg_->registered()) return;
   std::vector<std::string> released;
   {
     MutexLock lock(&released_mu_);
     released.swap(released_);
   }
-  for (const std::string& id : released) EndLease(id);
-  for (int32_t r = 0; r < tp_size(); ++r) {
-    for (const transfer::Notification& n : ranks_[r].agent->GetNotifications()) {
-      NoteNotification(r, n);
+  for (const std::string& id : released) EndLease(id, out);
+  for (int32_t r = 0; r < reg_->tp_size(); ++r) {
+    for (const transfer::Notification& n : reg_->rank(r).agent->GetNotifications()) {
+      NoteNotification(r, n, out);
     }
   }
-  for (std::string& id : leases_->EndExpired()) {
+  for (std::string& id : reg_->leases().EndExpired()) {
     KVF_LOG_WARN(
         "connector {}: lease of request {} expired after {} ms without every notification; "
         "freeing its blocks",
-        engine_id_, id, config_.lease_ms);
-    UpdateStats([](ConnectorStats& s) { ++s.leases_expired; });
+        ctx_->engine_id, id, ctx_->config.lease_ms);
+    ctx_->stats.Update([](ConnectorStats& s) { ++s.leases_expired; });
     heard_.erase(id);
-    pending_out_.finished_sending.push_back(std::move(id));
+    out->finished_sending.push_back(std::move(id));
   }
-  const int64_t held = leases_->blocks_held();
-  UpdateStats([held](ConnectorStats& s) { s.blocks_held = held; });
+  const int64_t held = reg_->leases().blocks_held();
+  ctx_->stats.Update([held](ConnectorStats& s) { s.blocks_held = held; });
 }
 
-void FerryConnectorImpl::NoteNotification(int32_t rank, const transfer::Notification& n) {
+void Producer::NoteNotification(int32_t rank, const transfer::Notification& n,
+                                ConnectorOutput* out) {
   StatusOr<PullNotification> parsed = DecodePullNotification(n.message);
-  if (!parsed.ok() || !leases_->Has(parsed->request_id)) {
+  if (!parsed.ok() || !reg_->leases().Has(parsed->request_id)) {
     // Late (lease already ended: expired, or released) or not ours: nothing held to free.
     KVF_LOG_WARN("connector {}: notification '{}' from {} to rank {} matches no live lease ({})",
-                 engine_id_, n.message, n.peer_name, rank,
+                 ctx_->engine_id, n.message, n.peer_name, rank,
                  parsed.ok() ? "expired?" : parsed.status().ToString());
     return;
   }
   const std::string& id = parsed->request_id;
+  const kv::HeadSharding& sharding = reg_->sharding();
   StatusOr<kv::HeadSharding> reader =
-      kv::HeadSharding::Create(sharding_.num_kv_heads(), parsed->d_tp_size);
+      kv::HeadSharding::Create(sharding.num_kv_heads(), parsed->d_tp_size);
   if (!reader.ok()) {
-    KVF_LOG_WARN("connector {}: notification for {} names D tp_size {}: {}", engine_id_, id,
+    KVF_LOG_WARN("connector {}: notification for {} names D tp_size {}: {}", ctx_->engine_id, id,
                  parsed->d_tp_size, reader.status().ToString());
     return;
   }
   Heard& heard = heard_[id];
-  heard.per_rank.resize(ranks_.size(), 0);
+  heard.per_rank.resize(static_cast<size_t>(reg_->tp_size()), 0);
   heard.d_tp_size = parsed->d_tp_size;
   ++heard.per_rank[rank];
   // Each P rank's share of the lease ends once every D rank reading from it has notified (a
   // replica no D rank reads from has nothing to wait for); the lease ends with the last share.
-  for (int32_t p = 0; p < tp_size(); ++p) {
-    if (heard.per_rank[p] < kv::CountReaders(sharding_, *reader, p).value()) return;
+  for (int32_t p = 0; p < reg_->tp_size(); ++p) {
+    if (heard.per_rank[p] < kv::CountReaders(sharding, *reader, p).value()) return;
   }
-  EndLease(id);
+  EndLease(id, out);
 }
 
-void FerryConnectorImpl::EndLease(const std::string& request_id) {
+void Producer::EndLease(const std::string& request_id, ConnectorOutput* out) {
   heard_.erase(request_id);
-  if (!leases_->End(request_id).ok()) return;  // already ended (expired, or released twice)
-  pending_out_.finished_sending.push_back(request_id);
-  UpdateStats([](ConnectorStats& s) { ++s.leases_released_by_notification; });
+  if (!reg_->leases().End(request_id).ok()) return;  // already ended (expired, released twice)
+  out->finished_sending.push_back(request_id);
+  ctx_->stats.Update([](ConnectorStats& s) { ++s.leases_released_by_notification; });
+}
+
+bool Producer::TokenMatches(const std::string& presented) const {
+  const std::string& want = ctx_->config.auth_token;
+  if (want.empty()) return true;
+  // Constant-time comparison: the token's bytes are not revealed by timing.
+  unsigned char diff = want.size() == presented.size() ? 0 : 1;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff |= static_cast<unsigned char>(want[i] ^ (i < presented.size() ? presented[i] : 0));
+  }
+  return diff == 0;
+}
+
+std::string Producer::HandleSideChannel(std::string_view request) {
+  StatusOr<HandshakeRequest> req = DecodeHandshakeRequest(request);
+  if (!req.ok()) {
+    if (StatusOr<ReleaseRequest> rel = DecodeReleaseRequest(request); rel.ok()) {
+      if (!TokenMatches(rel->auth_token)) return EncodeHandshakeError("bad auth token");
+      MutexLock lock(&released_mu_);
+      released_.push_back(std::move(rel->request_id));
+      return EncodeOk();
+    }
+    KVF_LOG_WARN("connector {}: rejected side-channel message: {}", ctx_->engine_id,
+                 req.status().ToString());
+    return EncodeHandshakeError(fmt::format("malformed request: {}", req.status().message()));
+  }
+  if (!TokenMatches(req->auth_token)) {
+    KVF_LOG_WARN("connector {}: side-channel request with a bad auth token", ctx_->engine_id);
+    return EncodeHandshakeError("bad auth token");
+  }
+  return reg_->handshake_reply();  // every rank's metadata, whichever D rank asks
 }
 
 }  // namespace kvferry::connector::internal

@@ -8,7 +8,7 @@
 // by its own READ first. The poisoning rule (transfer/agent.h) is the caller's: an area whose
 // transfer failed is given back only after the connection that wrote into it was closed.
 //
-// Used by FerryConnectorImpl (engine thread); not thread-safe. Destroy before the agent.
+// Used by the Consumer (engine thread); not thread-safe. Destroy before the agent.
 #pragma once
 
 #include <cstddef>

@@ -36,6 +36,14 @@
 
 namespace kvferry::connector {
 
+// What the scheduler does with a request whose remote KV could not be loaded (the connector
+// reported invalid blocks), and what P does when it cannot deliver a request's KV. One type for
+// the connector's config and the engine's scheduler.
+enum class KvLoadFailurePolicy : uint8_t {
+  kRecompute,  // D rolls back to the last valid prefix and computes the rest locally
+  kFail,       // the request finishes with an error
+};
+
 // What the connector may see of a request. Filled by the engine.
 struct RequestView {
   std::string request_id;
@@ -46,6 +54,10 @@ struct RequestView {
   // At RequestFinished: the request ended by itself (eos or a stop token, or max_model_len) —
   // no decoder will resume it, so a P holds nothing for one.
   bool generation_ended = false;
+  // The first output token once sampled (null before). At RequestFinished of a P request that
+  // generated exactly that one token, the connector puts it into the kv_transfer_params it
+  // returns, so that D resumes after it (the hand-off record has one author: the connector).
+  const FirstToken* first_token = nullptr;
 };
 
 // D: how a request's remote KV arrived. A load reports it with finished_recving (a failed load
