@@ -64,6 +64,8 @@ class FakeConnector : public connector::ConnectorScheduler, public connector::Co
       p.remote_block_ids.assign(ids.begin(), ids.end());
       p.remote_host = "local";
       p.remote_port = 1;
+      // The connector writes the whole hand-off record, P's first token included.
+      if (r.first_token != nullptr) p.first_token = *r.first_token;
       fr.kv_transfer_params = p;
     }
     return fr;

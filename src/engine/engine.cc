@@ -18,13 +18,6 @@
 
 namespace kvferry::engine {
 
-StatusOr<KvLoadFailurePolicy> ParseKvLoadFailurePolicy(std::string_view name) {
-  if (name == "recompute") return KvLoadFailurePolicy::kRecompute;
-  if (name == "fail") return KvLoadFailurePolicy::kFail;
-  return InvalidArgumentError("kv_load_failure_policy must be 'recompute' or 'fail', got '" +
-                              std::string(name) + "'");
-}
-
 std::string_view FinishReasonName(FinishReason reason) {
   switch (reason) {
     case FinishReason::kNone:

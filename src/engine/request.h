@@ -47,6 +47,7 @@ struct Request {
     v.num_computed_tokens = num_computed_tokens;
     v.kv_transfer_params = kv_transfer_params ? &*kv_transfer_params : nullptr;
     v.generation_ended = generation_ended;
+    v.first_token = first_output ? &*first_output : nullptr;
     return v;
   }
 

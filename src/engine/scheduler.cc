@@ -312,11 +312,6 @@ void Scheduler::ReleaseBlocks(Request* r) {
       out.finish_reason = FinishReason::kError;
       out.error = fr.error;
     }
-    if (fr.kv_transfer_params && r->first_output && r->num_output_tokens() == 1 &&
-        r->kv_transfer_params && r->kv_transfer_params->do_remote_decode) {
-      // P of a prefill-only request (one token generated): a D resumes after that token.
-      fr.kv_transfer_params->first_token = r->first_output;
-    }
     if (fr.kv_transfer_params && !r->aborted) {
       auto it = output_index_.find(r->request_id);
       if (it != output_index_.end())
@@ -380,7 +375,7 @@ void Scheduler::UpdateFromConnector(const connector::ConnectorOutput& output) {
     if (first_invalid >= 0) {
       const Status s = pool_.InvalidateCached(invalid);
       s.IgnoreError();
-      if (options_.kv_load_failure_policy == KvLoadFailurePolicy::kFail) {
+      if (options_.kv_load_failure_policy == connector::KvLoadFailurePolicy::kFail) {
         Finish(r, FinishReason::kError,
                DataLossError("remote KV load failed for " + std::to_string(invalid.size()) +
                              " block(s) of request '" + id + "'"));

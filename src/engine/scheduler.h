@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "engine/request.h"
-#include "kvferry/engine/engine.h"
+#include "kvferry/engine/request_output.h"
 #include "kvferry/kv/block_geometry.h"
 #include "kvferry/kv/block_pool.h"
 
@@ -47,7 +47,8 @@ struct SchedulerOptions {
   int32_t max_num_seqs = 64;
   int32_t max_model_len = 0;
   bool enable_prefix_caching = true;
-  KvLoadFailurePolicy kv_load_failure_policy = KvLoadFailurePolicy::kRecompute;
+  connector::KvLoadFailurePolicy kv_load_failure_policy =
+      connector::KvLoadFailurePolicy::kRecompute;
   std::vector<int32_t> eos_token_ids;  // any of them stops a request (unless ignore_eos)
 };
 

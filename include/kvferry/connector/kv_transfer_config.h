@@ -17,6 +17,7 @@
 #include <string_view>
 
 #include "kvferry/common/status.h"
+#include "kvferry/connector/connector.h"
 #include "kvferry/transfer/agent.h"
 
 namespace kvferry::connector {
@@ -24,8 +25,6 @@ namespace kvferry::connector {
 // kv_producer: only prefills for remote readers; kv_consumer: only pulls; kv_both: either, the
 // per-request kv_transfer_params decide (as in vLLM, the proxy chooses the role).
 enum class KvRole : uint8_t { kProducer, kConsumer, kBoth };
-// What the scheduler does with a request whose remote KV could not be loaded.
-enum class KvLoadFailurePolicy : uint8_t { kRecompute, kFail };
 
 std::string_view KvRoleName(KvRole role);                         // "kv_producer" ...
 std::string_view KvLoadFailurePolicyName(KvLoadFailurePolicy p);  // "recompute" | "fail"

@@ -31,6 +31,7 @@
 #include "kvferry/connector/connector.h"
 #include "kvferry/connector/kv_transfer_params.h"
 #include "kvferry/engine/model_config.h"
+#include "kvferry/engine/request_output.h"
 #include "kvferry/engine/sampling_params.h"
 #include "kvferry/kv/block_geometry.h"
 #include "kvferry/kv/cache_spec.h"
@@ -38,12 +39,9 @@
 
 namespace kvferry::engine {
 
-// What to do with a request whose remote KV load failed (connector reported invalid blocks).
-enum class KvLoadFailurePolicy : uint8_t {
-  kRecompute = 0,  // roll back to the last valid prefix and compute the rest locally
-  kFail = 1,       // finish the request with FinishReason::kError
-};
-StatusOr<KvLoadFailurePolicy> ParseKvLoadFailurePolicy(std::string_view name);  // recompute|fail
+// What to do with a request whose remote KV load failed: the connector contract's policy
+// (connector.h), one type for both layers; kFail finishes it with FinishReason::kError.
+using connector::KvLoadFailurePolicy;
 
 struct EngineConfig {
   std::string model =
@@ -74,58 +72,6 @@ struct EngineConfig {
   connector::ConnectorScheduler* connector_scheduler = nullptr;
   connector::ConnectorWorker* connector_worker = nullptr;
   KvLoadFailurePolicy kv_load_failure_policy = KvLoadFailurePolicy::kRecompute;
-};
-
-enum class FinishReason : uint8_t {
-  kNone = 0,  // still running
-  kStop,      // eos or a stop token
-  kLength,    // max_tokens reached, or max_model_len
-  kAbort,     // Abort() was called
-  kError,     // see RequestOutput::error (e.g. remote KV load failed with policy fail)
-};
-std::string_view FinishReasonName(FinishReason reason);  // "stop" | "length" | "abort" | ...
-
-struct TokenLogprob {
-  int32_t token_id = 0;
-  float logprob = 0.0f;
-};
-
-// What one Step() produced for one request. A request appears in a Step's result when it got
-// new tokens or finished; its final appearance has finished == true (exactly once).
-struct RequestOutput {
-  std::string request_id;
-  std::vector<int32_t> new_token_ids;
-  std::vector<float> new_logprobs;                      // log p of each new token, same order
-  std::vector<std::vector<TokenLogprob>> top_logprobs;  // per new token, when top_logprobs > 0
-  bool finished = false;
-  FinishReason finish_reason = FinishReason::kNone;
-  Status error;                                                   // set with kError
-  std::optional<connector::KvTransferParams> kv_transfer_params;  // from the connector, at finish
-  int32_t num_prompt_tokens = 0;
-  int32_t num_cached_tokens = 0;  // prompt tokens served from the prefix cache or remote KV
-  // D, final output of a request that came with do_remote_prefill: how its KV arrived (pulled,
-  // notification only, or which failure made it recompute).
-  std::optional<connector::LoadReport> kv_load;
-};
-
-// Pool and scheduler counters, for /metrics. Blocks are logical blocks.
-struct EngineStats {
-  int32_t num_blocks_total = 0;
-  int32_t num_blocks_free = 0;    // free, not caching a prefix
-  int32_t num_blocks_cached = 0;  // free but holding a reusable prefix (evictable)
-  int32_t num_blocks_used = 0;    // referenced by requests
-  int32_t num_blocks_held = 0;    // held for a remote reader (delayed free)
-  int32_t num_waiting = 0;
-  int32_t num_running = 0;
-  int32_t num_waiting_for_remote_kv = 0;
-  // Prompt tokens of waiting and running requests not computed yet (a proxy routes prefills by
-  // it); requests loading remote KV are not counted, their tokens arrive by transfer.
-  int64_t num_pending_prefill_tokens = 0;
-  int64_t num_preemptions = 0;
-  int64_t num_prompt_tokens_computed = 0;
-  int64_t num_prefix_cache_hit_tokens = 0;
-  int64_t num_generated_tokens = 0;
-  int64_t num_steps = 0;
 };
 
 // What P and D compare (with the KV cache's shape) to know they serve the same model: a
