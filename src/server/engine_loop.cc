@@ -56,24 +56,11 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Start(EngineLoopOptions option
 }
 
 Status EngineLoop::Init(EngineLoopOptions options) {
-  if (options.kv_transfer) {
-    connector::FerryConnectorOptions copts;
-    copts.model_name = engine::ModelIdentity(options.engine.model);
-    copts.tp_size = options.engine.tensor_parallel_size;  // one transfer agent per rank
-    KVF_ASSIGN_OR_RETURN(connector_, connector::CreateFerryConnector(*options.kv_transfer, copts));
-    options.engine.connector_scheduler = connector_->scheduler();
-    options.engine.connector_worker = connector_->worker();
-    options.engine.kv_load_failure_policy =
-        options.kv_transfer->kv_load_failure_policy == connector::KvLoadFailurePolicy::kFail
-            ? engine::KvLoadFailurePolicy::kFail
-            : engine::KvLoadFailurePolicy::kRecompute;
-  }
-  auto engine = engine::Engine::Create(options.engine);
-  if (!engine.ok()) {
-    connector_.reset();
-    return engine.status();
-  }
-  engine_ = std::move(engine).value();
+  KVF_ASSIGN_OR_RETURN(instance_, Instance::Create({.engine = std::move(options.engine),
+                                                    .kv_transfer = std::move(options.kv_transfer),
+                                                    .wrap_worker = nullptr}));
+  engine_ = &instance_->engine();
+  connector_ = instance_->connector();
   max_model_len_ = engine_->max_model_len();
   num_kv_blocks_total_ = engine_->stats().num_blocks_total;
   block_size_logical_ = engine_->block_size_logical();
@@ -188,8 +175,9 @@ void EngineLoop::Shutdown() {
   live_.clear();
   PublishStats();
   if (connector_) connector_->worker()->Shutdown();
-  engine_.reset();
-  connector_.reset();
+  engine_ = nullptr;
+  connector_ = nullptr;
+  instance_.reset();
   running_ = false;
   KVF_LOG_INFO("engine loop stopped");
 }

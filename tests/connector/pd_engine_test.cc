@@ -54,17 +54,17 @@ TEST_F(PdEngineTest, HostBufferPrefixHitOnP) {
   ASSERT_TRUE(p && d);
   const std::vector<int32_t>& prompt = prompts_[1];
   std::vector<int32_t> head(prompt.begin(), prompt.begin() + 400);
-  ASSERT_TRUE(p->engine->AddRequest("local", head, Greedy(1)).ok());
-  RunAll({p->engine.get()});
+  ASSERT_TRUE(p->engine()->AddRequest("local", head, Greedy(1)).ok());
+  RunAll({p->engine()});
   auto params = Prefill(*p, "r", prompt);
   ASSERT_TRUE(params.has_value());
-  ASSERT_TRUE(d->engine->AddRequest("r", prompt, Greedy(4), *params).ok());
-  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ASSERT_TRUE(d->engine()->AddRequest("r", prompt, Greedy(4), *params).ok());
+  auto all = RunAll({d->engine(), p->engine()});
   ExpectSame(all["r"], reference_[1], "P prefix hit, host buffer");
   ExpectPulled(all["r"], 600, TinyPullBytes(64, 0, 600), "P prefix hit, host buffer");
-  EXPECT_GT(p->engine->stats().num_prefix_cache_hit_tokens, 0);
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  EXPECT_GT(p->engine()->stats().num_prefix_cache_hit_tokens, 0);
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 TEST_F(PdEngineTest, ManyRequestsShareOneHandshake) {
@@ -83,18 +83,18 @@ TEST_F(PdEngineTest, ManyRequestsShareOneHandshake) {
   }
   for (int i = 0; i < 4; ++i) {
     const std::string id = "m" + std::to_string(i);
-    ASSERT_TRUE(d->engine->AddRequest(id, prompts[i], Greedy(3), params[id]).ok());
+    ASSERT_TRUE(d->engine()->AddRequest(id, prompts[i], Greedy(3), params[id]).ok());
   }
-  auto all = RunAll({d->engine.get(), p->engine.get()});
+  auto all = RunAll({d->engine(), p->engine()});
   for (int i = 0; i < 4; ++i) {
     const std::string id = "m" + std::to_string(i);
     ExpectSame(all[id], Colocated(prompts[i], Greedy(3)), "request " + std::to_string(i));
     ExpectPulled(all[id], static_cast<int32_t>(prompts[i].size()), 0, id);
   }
-  EXPECT_EQ(d->connector->Stats().handshakes, 1u);
-  EXPECT_EQ(d->connector->Stats().transfers, 4u);
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  EXPECT_EQ(d->connector()->Stats().handshakes, 1u);
+  EXPECT_EQ(d->connector()->Stats().transfers, 4u);
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 TEST_F(PdEngineTest, DPrefixHitPullsOnlyTheTail) {
@@ -105,14 +105,14 @@ TEST_F(PdEngineTest, DPrefixHitPullsOnlyTheTail) {
   const std::vector<int32_t>& prompt = prompts_[1];  // 600 tokens
   // Warm D's prefix cache with the first 300 tokens (2 full logical blocks of 128).
   std::vector<int32_t> head(prompt.begin(), prompt.begin() + 300);
-  ASSERT_TRUE(d->engine->AddRequest("warm", head, Greedy(1)).ok());
-  RunAll({d->engine.get()});
+  ASSERT_TRUE(d->engine()->AddRequest("warm", head, Greedy(1)).ok());
+  RunAll({d->engine()});
   auto params = Prefill(*p, "r", prompt);
   ASSERT_TRUE(params.has_value());
-  ASSERT_TRUE(d->engine->AddRequest("r", prompt, Greedy(4), *params).ok());
-  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ASSERT_TRUE(d->engine()->AddRequest("r", prompt, Greedy(4), *params).ok());
+  auto all = RunAll({d->engine(), p->engine()});
   ExpectSame(all["r"], reference_[1], "tail pull");
-  const connector::ConnectorStats s = d->connector->Stats();
+  const connector::ConnectorStats s = d->connector()->Stats();
   EXPECT_EQ(s.transfers, 1u);
   // 600 - 256 = 344 tokens pulled (D resumes after P's first token): P kernel blocks of 64
   // covering [256, 600) = 6 blocks (4..9), per region, in P's geometry (tiny: 4 layers, 2 KV heads,
@@ -121,8 +121,8 @@ TEST_F(PdEngineTest, DPrefixHitPullsOnlyTheTail) {
   EXPECT_EQ(s.bytes, 6 * 8 * bytes_per_kernel_block);
   ExpectPulled(all["r"], 344, s.bytes, "tail pull");
   EXPECT_EQ(all["r"].kv_load->local_hit_tokens, 256);
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 TEST_F(PdEngineTest, AbortWhileWaitingForRemoteKv) {
@@ -133,16 +133,16 @@ TEST_F(PdEngineTest, AbortWhileWaitingForRemoteKv) {
   ASSERT_TRUE(p && d);
   auto params = Prefill(*p, "a", prompts_[1]);
   ASSERT_TRUE(params.has_value());
-  ASSERT_TRUE(d->engine->AddRequest("a", prompts_[1], Greedy(4), *params).ok());
-  d->engine->Step();  // admitted, waiting for remote KV, handshake in the background
-  EXPECT_EQ(d->engine->stats().num_waiting_for_remote_kv, 1);
-  ASSERT_TRUE(d->engine->Abort("a").ok());
-  auto all = RunAll({d->engine.get(), p->engine.get()}, 10000);
+  ASSERT_TRUE(d->engine()->AddRequest("a", prompts_[1], Greedy(4), *params).ok());
+  d->engine()->Step();  // admitted, waiting for remote KV, handshake in the background
+  EXPECT_EQ(d->engine()->stats().num_waiting_for_remote_kv, 1);
+  ASSERT_TRUE(d->engine()->Abort("a").ok());
+  auto all = RunAll({d->engine(), p->engine()}, 10000);
   EXPECT_TRUE(all["a"].finished);
   EXPECT_EQ(all["a"].reason, engine::FinishReason::kAbort);
-  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, 1u);
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  EXPECT_EQ(p->connector()->Stats().leases_released_by_notification, 1u);
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 TEST_F(PdEngineTest, AbortBeforeScheduleNotifiesP) {
@@ -152,13 +152,13 @@ TEST_F(PdEngineTest, AbortBeforeScheduleNotifiesP) {
   ASSERT_TRUE(p && d);
   auto params = Prefill(*p, "b", prompts_[1]);
   ASSERT_TRUE(params.has_value());
-  ASSERT_TRUE(d->engine->AddRequest("b", prompts_[1], Greedy(4), *params).ok());
-  ASSERT_TRUE(d->engine->Abort("b").ok());
-  RunAll({d->engine.get(), p->engine.get()}, 10000);
-  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, 1u);
-  EXPECT_EQ(d->connector->Stats().transfers, 0u);
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  ASSERT_TRUE(d->engine()->AddRequest("b", prompts_[1], Greedy(4), *params).ok());
+  ASSERT_TRUE(d->engine()->Abort("b").ok());
+  RunAll({d->engine(), p->engine()}, 10000);
+  EXPECT_EQ(p->connector()->Stats().leases_released_by_notification, 1u);
+  EXPECT_EQ(d->connector()->Stats().transfers, 0u);
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 TEST_F(PdEngineTest, FullHitOnDOnlyNotifies) {
@@ -169,23 +169,23 @@ TEST_F(PdEngineTest, FullHitOnDOnlyNotifies) {
   auto d = MakeInstance("D", {64, "paged", Layout::kHND, false}, Config());
   ASSERT_TRUE(p && d);
   const std::vector<int32_t> prompt = MakePrompt(256, 31);
-  ASSERT_TRUE(d->engine->AddRequest("warm", prompt, Greedy(2)).ok());
-  RunAll({d->engine.get()});
+  ASSERT_TRUE(d->engine()->AddRequest("warm", prompt, Greedy(2)).ok());
+  RunAll({d->engine()});
   auto params = Prefill(*p, "full", prompt);
   ASSERT_TRUE(params.has_value());
-  ASSERT_TRUE(d->engine->AddRequest("full", prompt, Greedy(4), *params).ok());
-  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ASSERT_TRUE(d->engine()->AddRequest("full", prompt, Greedy(4), *params).ok());
+  auto all = RunAll({d->engine(), p->engine()});
   ExpectSame(all["full"], Colocated(prompt, Greedy(4)), "full hit on D");
   ExpectOutcome(all["full"], connector::LoadOutcome::kNotifyOnly, "full hit on D");
   EXPECT_EQ(all["full"].kv_load->local_hit_tokens, 256);
   EXPECT_EQ(all["full"].kv_load->bytes, 0u);
-  EXPECT_EQ(d->connector->Stats().transfers, 0u);
-  EXPECT_EQ(d->connector->Stats().bytes, 0u);
-  EXPECT_EQ(d->connector->Stats().notify_only, 1u);
-  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, 1u);
-  EXPECT_EQ(p->connector->Stats().leases_expired, 0u);
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  EXPECT_EQ(d->connector()->Stats().transfers, 0u);
+  EXPECT_EQ(d->connector()->Stats().bytes, 0u);
+  EXPECT_EQ(d->connector()->Stats().notify_only, 1u);
+  EXPECT_EQ(p->connector()->Stats().leases_released_by_notification, 1u);
+  EXPECT_EQ(p->connector()->Stats().leases_expired, 0u);
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 TEST_F(PdEngineTest, StagingFailureOnPIsWithheldAndRecomputedOnD) {
@@ -196,22 +196,22 @@ TEST_F(PdEngineTest, StagingFailureOnPIsWithheldAndRecomputedOnD) {
   auto p = MakeInstance("P", ps, Config());
   auto d = MakeInstance("D", {64, "paged", Layout::kNHD, false}, Config());
   ASSERT_TRUE(p && d);
-  static_cast<connector::internal::FerryConnectorImpl*>(p->connector.get())->stage_fault_for_test =
+  static_cast<connector::internal::FerryConnectorImpl*>(p->connector())->stage_fault_for_test =
       [](const std::string&, int32_t token_begin) { return token_begin == 200; };
   auto params = Prefill(*p, "s", prompts_[1]);
   ASSERT_TRUE(params.has_value());
   EXPECT_EQ(params->remote_num_tokens, 192);  // 3 whole blocks of 64 before token 200
   EXPECT_EQ(params->remote_block_ids.size(), 3u);
-  ASSERT_TRUE(d->engine->AddRequest("s", prompts_[1], Greedy(4), *params).ok());
-  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ASSERT_TRUE(d->engine()->AddRequest("s", prompts_[1], Greedy(4), *params).ok());
+  auto all = RunAll({d->engine(), p->engine()});
   ExpectSame(all["s"], reference_[1], "staging failure on P");
   // Only the staged part moved: P kernel blocks 0..2 of 64 tokens; nothing of the failed rest.
   ExpectPulled(all["s"], 192, TinyPullBytes(64, 0, 192), "staging failure on P");
-  EXPECT_EQ(p->connector->Stats().stage_failures, 1u);
-  EXPECT_EQ(p->connector->Stats().blocks_withheld, 7u);  // 10 blocks of 64 for 600 tokens
-  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, 1u);
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  EXPECT_EQ(p->connector()->Stats().stage_failures, 1u);
+  EXPECT_EQ(p->connector()->Stats().blocks_withheld, 7u);  // 10 blocks of 64 for 600 tokens
+  EXPECT_EQ(p->connector()->Stats().leases_released_by_notification, 1u);
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 TEST_F(PdEngineTest, StagingFailureWithPolicyFailFailsOnP) {
@@ -219,18 +219,18 @@ TEST_F(PdEngineTest, StagingFailureWithPolicyFailFailsOnP) {
   pc.kv_load_failure_policy = connector::KvLoadFailurePolicy::kFail;
   auto p = MakeInstance("P", {64, "paged", Layout::kNHD, true}, pc);
   ASSERT_TRUE(p);
-  static_cast<connector::internal::FerryConnectorImpl*>(p->connector.get())->stage_fault_for_test =
+  static_cast<connector::internal::FerryConnectorImpl*>(p->connector())->stage_fault_for_test =
       [](const std::string&, int32_t) { return true; };
   engine::SamplingParams sp = Greedy(1);
   connector::KvTransferParams in;
   in.do_remote_decode = true;
-  ASSERT_TRUE(p->engine->AddRequest("x", prompts_[1], sp, in).ok());
-  auto all = RunAll({p->engine.get()});
+  ASSERT_TRUE(p->engine()->AddRequest("x", prompts_[1], sp, in).ok());
+  auto all = RunAll({p->engine()});
   EXPECT_EQ(all["x"].reason, engine::FinishReason::kError);
   EXPECT_EQ(all["x"].error.code(), StatusCode::kDataLoss) << all["x"].error;
   EXPECT_FALSE(all["x"].kv_transfer_params.has_value());
-  EXPECT_EQ(p->connector->Stats().leases_granted, 0u);
-  ExpectPoolClean(*p->engine, "P");
+  EXPECT_EQ(p->connector()->Stats().leases_granted, 0u);
+  ExpectPoolClean(*p->engine(), "P");
 }
 
 TEST_F(PdEngineTest, SeededSamplingEqualsColocated) {
@@ -246,12 +246,12 @@ TEST_F(PdEngineTest, SeededSamplingEqualsColocated) {
   ASSERT_TRUE(p && d);
   auto params = Prefill(*p, "seeded", prompts_[1], sp);  // P samples the first token too
   ASSERT_TRUE(params.has_value());
-  ASSERT_TRUE(d->engine->AddRequest("seeded", prompts_[1], sp, *params).ok());
-  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ASSERT_TRUE(d->engine()->AddRequest("seeded", prompts_[1], sp, *params).ok());
+  auto all = RunAll({d->engine(), p->engine()});
   ExpectSame(all["seeded"], Colocated(prompts_[1], sp), "seeded sampling");
   ExpectPulled(all["seeded"], 600, TinyPullBytes(64, 0, 600), "seeded sampling");
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 TEST_F(PdEngineTest, KvDtypesF16AndBf16) {
@@ -280,14 +280,14 @@ TEST_F(PdEngineTest, DifferentKvDtypesAreRefusedAtTheHandshake) {
   // P's first token comes from P's f16 cache, so D is given the params without it (vLLM's
   // form) to show that its own recompute is exact; a first token is P's, like its KV.
   params->first_token.reset();
-  ASSERT_TRUE(d->engine->AddRequest("dt", prompts_[1], Greedy(4), *params).ok());
-  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ASSERT_TRUE(d->engine()->AddRequest("dt", prompts_[1], Greedy(4), *params).ok());
+  auto all = RunAll({d->engine(), p->engine()});
   ExpectSame(all["dt"], reference_[1], "f16 P, f32 D");
   ExpectOutcome(all["dt"], connector::LoadOutcome::kFailedHandshake, "f16 P, f32 D");
-  EXPECT_EQ(d->connector->Stats().bytes, 0u);
-  ExpectPoolClean(*d->engine, "D");
-  RunAll({p->engine.get()});  // P's lease runs out (no reader)
-  ExpectPoolClean(*p->engine, "P");
+  EXPECT_EQ(d->connector()->Stats().bytes, 0u);
+  ExpectPoolClean(*d->engine(), "D");
+  RunAll({p->engine()});  // P's lease runs out (no reader)
+  ExpectPoolClean(*p->engine(), "P");
 }
 
 TEST_F(PdEngineTest, PreemptionOnDDuringAndAfterPulls) {
@@ -303,16 +303,16 @@ TEST_F(PdEngineTest, PreemptionOnDDuringAndAfterPulls) {
   auto pa = Prefill(*p, "a", a);
   auto pb = Prefill(*p, "b", b);
   ASSERT_TRUE(pa.has_value() && pb.has_value());
-  ASSERT_TRUE(d->engine->AddRequest("a", a, Greedy(40), *pa).ok());
-  ASSERT_TRUE(d->engine->AddRequest("b", b, Greedy(40), *pb).ok());
-  auto all = RunAll({d->engine.get(), p->engine.get()}, 60000);
+  ASSERT_TRUE(d->engine()->AddRequest("a", a, Greedy(40), *pa).ok());
+  ASSERT_TRUE(d->engine()->AddRequest("b", b, Greedy(40), *pb).ok());
+  auto all = RunAll({d->engine(), p->engine()}, 60000);
   ExpectSame(all["a"], Colocated(a, Greedy(40)), "a");
   ExpectSame(all["b"], Colocated(b, Greedy(40)), "b");
   ExpectPulled(all["a"], 300, 0, "a");
   ExpectPulled(all["b"], 300, 0, "b");
-  EXPECT_GT(d->engine->stats().num_preemptions, 0);
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  EXPECT_GT(d->engine()->stats().num_preemptions, 0);
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 // ---- failures: one named test per kind; D recomputes and still matches colocated ----
@@ -333,14 +333,15 @@ FailureRun RunWithFailure(const std::vector<int32_t>& prompt, connector::KvTrans
   if (p_config.lease_ms == connector::KvTransferConfig{}.lease_ms) p_config.lease_ms = 300;
   // P's pool holds exactly one 600-token prompt, so a second prompt reuses the same blocks.
   run.p = MakeInstance("P", {128, "flash", Layout::kNHD, false, 5}, p_config);
-  run.d = MakeInstance("D", {64, "paged", Layout::kHND, false}, d_config, policy);
+  d_config.kv_load_failure_policy = policy;
+  run.d = MakeInstance("D", {64, "paged", Layout::kHND, false}, d_config);
   if (!run.p || !run.d) return run;
   auto params = Prefill(*run.p, "f", prompt);
   EXPECT_TRUE(params.has_value());
   if (!params) return run;
   if (before_pull) before_pull(run);
-  EXPECT_TRUE(run.d->engine->AddRequest("f", prompt, Greedy(4), *params).ok());
-  run.out = RunAll({run.d->engine.get(), run.p->engine.get()})["f"];
+  EXPECT_TRUE(run.d->engine()->AddRequest("f", prompt, Greedy(4), *params).ok());
+  run.out = RunAll({run.d->engine(), run.p->engine()})["f"];
   return run;
 }
 
@@ -354,7 +355,7 @@ void ExpectReportedAllBlocks(const FailureRun& run, size_t prompt_len) {
   EXPECT_EQ(ids.size(), d_blocks);
   for (int32_t id : ids) {
     EXPECT_GE(id, 0);
-    EXPECT_LT(id, run.d->engine->stats().num_blocks_total);
+    EXPECT_LT(id, run.d->engine()->stats().num_blocks_total);
   }
 }
 
@@ -366,10 +367,10 @@ TEST_F(PdEngineTest, HandshakeFails) {
   ExpectOutcome(run.out, connector::LoadOutcome::kFailedHandshake,
                 "recomputed after a handshake failure");
   ExpectReportedAllBlocks(run, prompts_[1].size());
-  EXPECT_EQ(run.d->connector->Stats().failures_handshake, 1u);
-  EXPECT_EQ(run.p->connector->Stats().leases_expired, 1u);
-  ExpectPoolClean(*run.d->engine, "D");
-  ExpectPoolClean(*run.p->engine, "P");
+  EXPECT_EQ(run.d->connector()->Stats().failures_handshake, 1u);
+  EXPECT_EQ(run.p->connector()->Stats().leases_expired, 1u);
+  ExpectPoolClean(*run.d->engine(), "D");
+  ExpectPoolClean(*run.p->engine(), "P");
 }
 
 TEST_F(PdEngineTest, TransferFails) {
@@ -384,9 +385,9 @@ TEST_F(PdEngineTest, TransferFails) {
   ExpectOutcome(run.out, connector::LoadOutcome::kFailedTransfer,
                 "recomputed after a transfer failure");
   ExpectReportedAllBlocks(run, prompts_[1].size());
-  EXPECT_EQ(run.d->connector->Stats().failures_transfer, 1u);
-  ExpectPoolClean(*run.d->engine, "D");
-  ExpectPoolClean(*run.p->engine, "P");
+  EXPECT_EQ(run.d->connector()->Stats().failures_transfer, 1u);
+  ExpectPoolClean(*run.d->engine(), "D");
+  ExpectPoolClean(*run.p->engine(), "P");
 }
 
 TEST_F(PdEngineTest, TransferDeadline) {
@@ -402,9 +403,9 @@ TEST_F(PdEngineTest, TransferDeadline) {
   ExpectOutcome(run.out, connector::LoadOutcome::kFailedDeadline,
                 "recomputed after a transfer deadline");
   ExpectReportedAllBlocks(run, prompts_[1].size());
-  EXPECT_EQ(run.d->connector->Stats().failures_deadline, 1u);
-  ExpectPoolClean(*run.d->engine, "D");
-  ExpectPoolClean(*run.p->engine, "P");
+  EXPECT_EQ(run.d->connector()->Stats().failures_deadline, 1u);
+  ExpectPoolClean(*run.d->engine(), "D");
+  ExpectPoolClean(*run.p->engine(), "P");
 }
 
 TEST_F(PdEngineTest, LeaseExpiresDuringRead) {
@@ -414,7 +415,7 @@ TEST_F(PdEngineTest, LeaseExpiresDuringRead) {
   FailureRun run = RunWithFailure(
       prompts_[1], Config(100), Config(), engine::KvLoadFailurePolicy::kRecompute,
       [&other](FailureRun& r) {
-        auto* impl = static_cast<connector::internal::FerryConnectorImpl*>(r.d->connector.get());
+        auto* impl = static_cast<connector::internal::FerryConnectorImpl*>(r.d->connector());
         Instance* p = r.p.get();
         impl->after_data_read_for_test = [p, &other](const std::string&) {
           std::this_thread::sleep_for(std::chrono::milliseconds(150));
@@ -429,12 +430,12 @@ TEST_F(PdEngineTest, LeaseExpiresDuringRead) {
   ExpectOutcome(run.out, connector::LoadOutcome::kFailedGeneration,
                 "recomputed after the lease ran out");
   ExpectReportedAllBlocks(run, prompts_[1].size());
-  EXPECT_EQ(run.d->connector->Stats().failures_generation, 1u);
-  EXPECT_GE(run.p->connector->Stats().leases_expired, 1u);
-  ExpectPoolClean(*run.d->engine, "D");
+  EXPECT_EQ(run.d->connector()->Stats().failures_generation, 1u);
+  EXPECT_GE(run.p->connector()->Stats().leases_expired, 1u);
+  ExpectPoolClean(*run.d->engine(), "D");
   // "other" is still held by P for a reader that never comes; let its lease run out too.
-  RunAll({run.p->engine.get()});
-  ExpectPoolClean(*run.p->engine, "P");
+  RunAll({run.p->engine()});
+  ExpectPoolClean(*run.p->engine(), "P");
 }
 
 TEST_F(PdEngineTest, FailPolicyFailsTheRequest) {
@@ -448,8 +449,8 @@ TEST_F(PdEngineTest, FailPolicyFailsTheRequest) {
   EXPECT_EQ(run.out.reason, engine::FinishReason::kError);
   EXPECT_FALSE(run.out.error.ok());
   ExpectReportedAllBlocks(run, prompts_[1].size());
-  ExpectPoolClean(*run.d->engine, "D");
-  ExpectPoolClean(*run.p->engine, "P");
+  ExpectPoolClean(*run.d->engine(), "D");
+  ExpectPoolClean(*run.p->engine(), "P");
 }
 
 // ---- resuming from P's first token ----
@@ -462,13 +463,13 @@ TEST_F(PdEngineTest, WithoutFirstTokenDPullsAllButTheLastPromptToken) {
   auto params = Prefill(*p, "old", prompts_[1]);
   ASSERT_TRUE(params.has_value() && params->first_token.has_value());
   params->first_token.reset();
-  ASSERT_TRUE(d->engine->AddRequest("old", prompts_[1], Greedy(4), *params).ok());
-  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ASSERT_TRUE(d->engine()->AddRequest("old", prompts_[1], Greedy(4), *params).ok());
+  auto all = RunAll({d->engine(), p->engine()});
   ExpectSame(all["old"], reference_[1], "without first token");
   ExpectPulled(all["old"], 599, TinyPullBytes(64, 0, 599), "without first token");
   EXPECT_EQ(all["old"].num_cached_tokens, 599);
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 TEST_F(PdEngineTest, FirstTokenCarriesWhatColocatedReports) {
@@ -489,8 +490,8 @@ TEST_F(PdEngineTest, FirstTokenCarriesWhatColocatedReports) {
   EXPECT_EQ(params->first_token->sampling_seed, 99u);
   EXPECT_EQ(params->first_token->top_logprobs.size(), 3u);
   EXPECT_EQ(params->remote_num_tokens, 600);  // every prompt token offered
-  RunAll({p->engine.get()});                  // nobody reads: the lease runs out
-  ExpectPoolClean(*p->engine, "P");
+  RunAll({p->engine()});                  // nobody reads: the lease runs out
+  ExpectPoolClean(*p->engine(), "P");
 }
 
 TEST_F(PdEngineTest, FirstTokenThatEndsTheRequestHoldsNothingOnP) {
@@ -505,9 +506,9 @@ TEST_F(PdEngineTest, FirstTokenThatEndsTheRequestHoldsNothingOnP) {
   ASSERT_TRUE(params.has_value() && params->first_token.has_value());
   EXPECT_EQ(params->first_token->token_id, ref.tokens[0]);
   EXPECT_TRUE(params->remote_block_ids.empty());
-  EXPECT_EQ(p->connector->Stats().leases_granted, 0u);
-  EXPECT_FALSE(p->engine->HasWork());
-  ExpectPoolClean(*p->engine, "P");
+  EXPECT_EQ(p->connector()->Stats().leases_granted, 0u);
+  EXPECT_FALSE(p->engine()->HasWork());
+  ExpectPoolClean(*p->engine(), "P");
 }
 
 TEST_F(PdEngineTest, DGivenAFinalFirstTokenFinishesAtOnceAndReleasesP) {
@@ -518,15 +519,15 @@ TEST_F(PdEngineTest, DGivenAFinalFirstTokenFinishesAtOnceAndReleasesP) {
   ASSERT_TRUE(p && d);
   auto params = Prefill(*p, "one", prompts_[1]);
   ASSERT_TRUE(params.has_value());
-  ASSERT_TRUE(d->engine->AddRequest("one", prompts_[1], Greedy(1), *params).ok());
-  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ASSERT_TRUE(d->engine()->AddRequest("one", prompts_[1], Greedy(1), *params).ok());
+  auto all = RunAll({d->engine(), p->engine()});
   ExpectSame(all["one"], Colocated(prompts_[1], Greedy(1)), "one token");
   EXPECT_EQ(all["one"].reason, engine::FinishReason::kLength);
-  EXPECT_EQ(d->connector->Stats().transfers, 0u);
-  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, 1u);
-  EXPECT_EQ(p->connector->Stats().leases_expired, 0u);
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  EXPECT_EQ(d->connector()->Stats().transfers, 0u);
+  EXPECT_EQ(p->connector()->Stats().leases_released_by_notification, 1u);
+  EXPECT_EQ(p->connector()->Stats().leases_expired, 0u);
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 TEST_F(PdEngineTest, FirstTokenOutsideTheVocabularyIsRefused) {
@@ -535,7 +536,7 @@ TEST_F(PdEngineTest, FirstTokenOutsideTheVocabularyIsRefused) {
   connector::KvTransferParams params;
   params.do_remote_prefill = true;
   params.first_token = connector::FirstToken{1 << 20, -1.0f, {}, 1};
-  const Status s = d->engine->AddRequest("bad", prompts_[0], Greedy(4), params);
+  const Status s = d->engine()->AddRequest("bad", prompts_[0], Greedy(4), params);
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("first_token_id"), std::string_view::npos) << s;
 }

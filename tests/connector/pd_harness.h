@@ -19,6 +19,7 @@
 
 #include "kvferry/connector/ferry_connector.h"
 #include "kvferry/engine/engine.h"
+#include "kvferry/server/instance.h"
 
 namespace kvferry::pd_test {
 
@@ -78,10 +79,13 @@ class RecordingWorker : public connector::ConnectorWorker {
   connector::ConnectorWorker* inner_;
 };
 
+// One P or D: a server::Instance whose worker half is recorded.
 struct Instance {
-  std::unique_ptr<connector::FerryConnector> connector;
-  std::unique_ptr<RecordingWorker> worker;
-  std::unique_ptr<engine::Engine> engine;
+  engine::Engine* engine() const { return &owned->engine(); }
+  connector::FerryConnector* connector() const { return owned->connector(); }
+
+  std::unique_ptr<server::Instance> owned;
+  RecordingWorker* worker = nullptr;  // owned's
   connector::KvTransferConfig config;
 };
 
@@ -104,11 +108,11 @@ inline engine::EngineConfig BaseEngineConfig(const InstanceSpec& s) {
   return ec;
 }
 
-// `config` supplies the extra settings (timeouts, lease, auth, backend); engine id, buffer
-// device and (unless set) backend are filled in here.
+// `config` supplies the extra settings (timeouts, lease, auth, backend, kv_load_failure_policy
+// for both the connector and the engine); engine id, buffer device and (unless set) backend
+// are filled in here.
 inline std::unique_ptr<Instance> MakeInstance(
-    const std::string& role, const InstanceSpec& s, connector::KvTransferConfig config = {},
-    engine::KvLoadFailurePolicy policy = engine::KvLoadFailurePolicy::kRecompute) {
+    const std::string& role, const InstanceSpec& s, connector::KvTransferConfig config = {}) {
   auto inst = std::make_unique<Instance>();
   config.engine_id = role + "-" + std::to_string(NextInstanceNumber());
   config.kv_buffer_device = s.host_buffer ? "cpu" : "direct";
@@ -116,19 +120,19 @@ inline std::unique_ptr<Instance> MakeInstance(
     config.handshake_timeout_ms = 3000;
   }
   inst->config = config;
-  auto conn = connector::CreateFerryConnector(config, {.model_name = s.model, .tp_size = s.tp});
-  EXPECT_TRUE(conn.ok()) << conn.status();
-  if (!conn.ok()) return nullptr;
-  inst->connector = std::move(*conn);
-  inst->worker = std::make_unique<RecordingWorker>(inst->connector->worker());
-  engine::EngineConfig ec = BaseEngineConfig(s);
-  ec.connector_scheduler = inst->connector->scheduler();
-  ec.connector_worker = inst->worker.get();
-  ec.kv_load_failure_policy = policy;
-  auto eng = engine::Engine::Create(ec);
-  EXPECT_TRUE(eng.ok()) << eng.status();
-  if (!eng.ok()) return nullptr;
-  inst->engine = std::move(*eng);
+  RecordingWorker* recorder = nullptr;
+  auto owned = server::Instance::Create(
+      {.engine = BaseEngineConfig(s),
+       .kv_transfer = config,
+       .wrap_worker = [&recorder](connector::ConnectorWorker* inner) {
+         auto w = std::make_unique<RecordingWorker>(inner);
+         recorder = w.get();
+         return std::unique_ptr<connector::ConnectorWorker>(std::move(w));
+       }});
+  EXPECT_TRUE(owned.ok()) << owned.status();
+  if (!owned.ok()) return nullptr;
+  inst->owned = std::move(*owned);
+  inst->worker = recorder;
   return inst;
 }
 
@@ -207,12 +211,12 @@ inline std::optional<connector::KvTransferParams> Prefill(
   sp.max_tokens = 1;
   connector::KvTransferParams in;
   in.do_remote_decode = true;
-  Status st = p.engine->AddRequest(id, prompt, sp, in);
+  Status st = p.engine()->AddRequest(id, prompt, sp, in);
   EXPECT_TRUE(st.ok()) << st;
   std::map<std::string, Completion> all;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (!all[id].finished && std::chrono::steady_clock::now() < deadline) {
-    Collect(p.engine->Step(), &all);
+    Collect(p.engine()->Step(), &all);
   }
   EXPECT_TRUE(all[id].finished);
   return all[id].kv_transfer_params;
@@ -317,22 +321,22 @@ inline void RunPair(const Case& c, const std::vector<std::vector<int32_t>>& prom
     auto params = Prefill(*p, id, prompts[i], sp);
     ASSERT_TRUE(params.has_value());
     ASSERT_TRUE(params->first_token.has_value());
-    ASSERT_TRUE(d->engine->AddRequest(id, prompts[i], sp, *params).ok());
-    auto all = RunAll({d->engine.get(), p->engine.get()});
+    ASSERT_TRUE(d->engine()->AddRequest(id, prompts[i], sp, *params).ok());
+    auto all = RunAll({d->engine(), p->engine()});
     ASSERT_TRUE(all[id].finished);
     const int32_t n = static_cast<int32_t>(prompts[i].size());
     ExpectSame(all[id], reference[i], "prompt " + std::to_string(n));
     // D resumed after P's first token: every prompt token's KV came from P.
     EXPECT_EQ(all[id].num_cached_tokens, n);
-    ExpectPulled(all[id], n, TinyPullBytes(p->engine->block_size_kernel(), 0, n, c.p.dtype),
+    ExpectPulled(all[id], n, TinyPullBytes(p->engine()->block_size_kernel(), 0, n, c.p.dtype),
                  "prompt " + std::to_string(n));
   }
   EXPECT_TRUE(d->worker->invalid.empty());
-  EXPECT_EQ(d->connector->Stats().transfers, prompts.size());
-  EXPECT_EQ(d->connector->Stats().notifications_sent, prompts.size());
-  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, prompts.size());
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  EXPECT_EQ(d->connector()->Stats().transfers, prompts.size());
+  EXPECT_EQ(d->connector()->Stats().notifications_sent, prompts.size());
+  EXPECT_EQ(p->connector()->Stats().leases_released_by_notification, prompts.size());
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 }  // namespace kvferry::pd_test

@@ -65,31 +65,31 @@ void RunMlaPair(const InstanceSpec& ps, const InstanceSpec& ds, int32_t warm_tok
   ASSERT_TRUE(p && d);
   if (warm_tokens > 0) {
     std::vector<int32_t> head(prompts[1].begin(), prompts[1].begin() + warm_tokens);
-    ASSERT_TRUE(d->engine->AddRequest("warm", head, Greedy(1)).ok());
-    RunAll({d->engine.get()});
+    ASSERT_TRUE(d->engine()->AddRequest("warm", head, Greedy(1)).ok());
+    RunAll({d->engine()});
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
     const std::string id = "req" + std::to_string(i);
     auto params = Prefill(*p, id, prompts[i]);
     ASSERT_TRUE(params.has_value());
     ASSERT_TRUE(params->first_token.has_value());  // D resumes after P's first token
-    ASSERT_TRUE(d->engine->AddRequest(id, prompts[i], Greedy(4), *params).ok());
-    auto all = RunAll({d->engine.get(), p->engine.get()});
+    ASSERT_TRUE(d->engine()->AddRequest(id, prompts[i], Greedy(4), *params).ok());
+    auto all = RunAll({d->engine(), p->engine()});
     ASSERT_TRUE(all[id].finished);
     const int32_t n = static_cast<int32_t>(prompts[i].size());
     ExpectSame(all[id], reference[i], "prompt " + std::to_string(n));
     // D's prefix hit: the full logical blocks of the warm tokens (the short prompt shares none).
     const int32_t hit = i == 1 ? warm_tokens / ds.block_size * ds.block_size : 0;
-    ExpectPulled(all[id], n - hit, MlaPullBytes(p->engine->block_size_kernel(), hit, n),
+    ExpectPulled(all[id], n - hit, MlaPullBytes(p->engine()->block_size_kernel(), hit, n),
                  "prompt " + std::to_string(n));
     if (all[id].kv_load) {
       EXPECT_EQ(all[id].kv_load->local_hit_tokens, hit);
     }
   }
   EXPECT_TRUE(d->worker->invalid.empty());
-  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, prompts.size());
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  EXPECT_EQ(p->connector()->Stats().leases_released_by_notification, prompts.size());
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 // Every P spec of the matrix meets two D specs, once without and once with a partial D prefix
@@ -125,8 +125,8 @@ TEST_F(PdMlaTest, LayoutsAndHalfPrecision) {
   const Completion want = Colocated(prompts_[1], Greedy(4), kv::DType::kBF16, "tiny-mla");
   auto params = Prefill(*p, "r", prompts_[1]);
   ASSERT_TRUE(params.has_value());
-  ASSERT_TRUE(d->engine->AddRequest("r", prompts_[1], Greedy(4), *params).ok());
-  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ASSERT_TRUE(d->engine()->AddRequest("r", prompts_[1], Greedy(4), *params).ok());
+  auto all = RunAll({d->engine(), p->engine()});
   ExpectSame(all["r"], want, "bf16");
   ExpectPulled(all["r"], 600, MlaPullBytes(64, 0, 600, kv::DType::kBF16), "bf16");
 }
@@ -145,8 +145,8 @@ TEST_F(PdMlaTest, BytesPerTokenAreTheLatentRowAndFewerThanGqa) {
     EXPECT_TRUE(p && d);
     auto params = Prefill(*p, "r", prompt);
     EXPECT_TRUE(params.has_value());
-    EXPECT_TRUE(d->engine->AddRequest("r", prompt, Greedy(2), *params).ok());
-    auto all = RunAll({d->engine.get(), p->engine.get()});
+    EXPECT_TRUE(d->engine()->AddRequest("r", prompt, Greedy(2), *params).ok());
+    auto all = RunAll({d->engine(), p->engine()});
     ExpectSame(all["r"], Colocated(prompt, Greedy(2), kv::DType::kF32, model), model);
     ExpectPulled(all["r"], 320, 0, model);
     const engine::ModelConfig m = engine::BuiltinModelConfig(model).value();
@@ -185,8 +185,8 @@ TEST_F(PdMlaTest, TensorParallelReadsTheLatentOncePerDRankSpreadOverPRanks) {
       const std::vector<int32_t>& prompt = prompts_[1];
       auto params = Prefill(*p, "r", prompt);
       ASSERT_TRUE(params.has_value());
-      ASSERT_TRUE(d->engine->AddRequest("r", prompt, Greedy(4), *params).ok());
-      auto all = RunAll({d->engine.get(), p->engine.get()});
+      ASSERT_TRUE(d->engine()->AddRequest("r", prompt, Greedy(4), *params).ok());
+      auto all = RunAll({d->engine(), p->engine()});
       ASSERT_TRUE(all["r"].finished);
       ExpectSame(all["r"], reference_[1], "tp pair");
       const uint64_t rank_bytes = MlaPullBytes(64, 0, 600);
@@ -198,11 +198,11 @@ TEST_F(PdMlaTest, TensorParallelReadsTheLatentOncePerDRankSpreadOverPRanks) {
         EXPECT_EQ(rank.bytes, rank_bytes) << "D rank " << r;
         EXPECT_EQ(rank.source_ranks, std::vector<int32_t>{r % p_tp}) << "D rank " << r;
       }
-      EXPECT_EQ(d->connector->Stats().notifications_sent, static_cast<uint64_t>(d_tp));
-      EXPECT_EQ(p->connector->Stats().leases_released_by_notification, 1u);
-      EXPECT_EQ(p->connector->Stats().leases_expired, 0u);
-      ExpectPoolClean(*p->engine, "P");
-      ExpectPoolClean(*d->engine, "D");
+      EXPECT_EQ(d->connector()->Stats().notifications_sent, static_cast<uint64_t>(d_tp));
+      EXPECT_EQ(p->connector()->Stats().leases_released_by_notification, 1u);
+      EXPECT_EQ(p->connector()->Stats().leases_expired, 0u);
+      ExpectPoolClean(*p->engine(), "P");
+      ExpectPoolClean(*d->engine(), "D");
     }
   }
 }
@@ -216,16 +216,16 @@ TEST_F(PdMlaTest, GeometryMismatchFailsTheHandshake) {
   ASSERT_TRUE(p && d);
   auto params = Prefill(*p, "r", prompts_[0]);
   ASSERT_TRUE(params.has_value());
-  ASSERT_TRUE(d->engine->AddRequest("r", prompts_[0], Greedy(4), *params).ok());
-  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ASSERT_TRUE(d->engine()->AddRequest("r", prompts_[0], Greedy(4), *params).ok());
+  auto all = RunAll({d->engine(), p->engine()});
   ASSERT_TRUE(all["r"].finished);
   ExpectOutcome(all["r"], connector::LoadOutcome::kFailedHandshake, "mla P, gqa D");
   // D recomputed the prompt with its own model and answered (its output is not comparable with
   // either colocated model: the first token is P's).
   EXPECT_TRUE(all["r"].error.ok()) << all["r"].error;
   EXPECT_EQ(all["r"].tokens.size(), 4u);
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 }  // namespace

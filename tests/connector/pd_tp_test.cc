@@ -40,7 +40,7 @@ kv::HeadSharding Sharding(const std::string& model, int32_t tp) {
 uint64_t ExpectedDescriptors(const Instance& p, const InstanceSpec& ps, const Instance& d,
                              const InstanceSpec& ds, const connector::KvTransferParams& params,
                              const connector::LoadSpec& load, int32_t d_rank) {
-  const int32_t kp = p.engine->block_size_kernel(), kd = d.engine->block_size_kernel();
+  const int32_t kp = p.engine()->block_size_kernel(), kd = d.engine()->block_size_kernel();
   const int32_t lp = ps.block_size, ld = ds.block_size;
   const int64_t begin = load.num_local_computed_tokens;
   const int64_t end = begin + load.num_external_tokens;
@@ -88,12 +88,12 @@ void RunTpPair(const InstanceSpec& ps, const InstanceSpec& ds,
     auto params = Prefill(*p, id, prompts[i]);
     ASSERT_TRUE(params.has_value());
     EXPECT_EQ(params->tp_size, ps.tp);
-    ASSERT_TRUE(d->engine->AddRequest(id, prompts[i], Greedy(4), *params).ok());
-    auto all = RunAll({d->engine.get(), p->engine.get()});
+    ASSERT_TRUE(d->engine()->AddRequest(id, prompts[i], Greedy(4), *params).ok());
+    auto all = RunAll({d->engine(), p->engine()});
     ASSERT_TRUE(all[id].finished);
     ExpectSame(all[id], reference[i], "prompt " + std::to_string(n));
     const uint64_t rank_bytes =
-        RankPullBytes(ds.model, ds.tp, p->engine->block_size_kernel(), 0, n);
+        RankPullBytes(ds.model, ds.tp, p->engine()->block_size_kernel(), 0, n);
     // D resumes after P's first token: every prompt token's KV was read.
     ExpectPulled(all[id], n, rank_bytes * ds.tp, "prompt " + std::to_string(n));
     ASSERT_TRUE(all[id].kv_load.has_value());
@@ -115,12 +115,12 @@ void RunTpPair(const InstanceSpec& ps, const InstanceSpec& ds,
     }
   }
   EXPECT_TRUE(d->worker->invalid.empty());
-  EXPECT_EQ(d->connector->Stats().transfers, prompts.size());
-  EXPECT_EQ(d->connector->Stats().notifications_sent, reads);
-  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, prompts.size());
-  EXPECT_EQ(p->connector->Stats().leases_expired, 0u);
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  EXPECT_EQ(d->connector()->Stats().transfers, prompts.size());
+  EXPECT_EQ(d->connector()->Stats().notifications_sent, reads);
+  EXPECT_EQ(p->connector()->Stats().leases_released_by_notification, prompts.size());
+  EXPECT_EQ(p->connector()->Stats().leases_expired, 0u);
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 // Logical 16 and 128 on flash (kernel 16 and 64) x NHD/HND x host buffer off/on.
@@ -185,7 +185,7 @@ TEST(PdTpTest, PRankReleasesAfterAllItsReaders) {
     return s;
   }());
   auto reply = connector::internal::FetchOverSideChannel(
-      "127.0.0.1", p->connector->side_channel_port(),
+      "127.0.0.1", p->connector()->side_channel_port(),
       connector::internal::EncodeHandshakeRequest(0, ""), Deadline::AfterMs(3000));
   ASSERT_TRUE(reply.ok()) << reply.status();
   auto ranks = connector::internal::DecodeHandshakeReply(*reply, hash);
@@ -200,8 +200,8 @@ TEST(PdTpTest, PRankReleasesAfterAllItsReaders) {
   for (const auto& m : *ranks) to.push_back((*d)->LoadRemoteMetadata(m.agent_metadata).value());
   const std::string note = connector::internal::EncodePullNotification("f", 4);
   auto step_p = [&] {
-    for (int i = 0; i < 3; ++i) p->engine->Step();
-    return p->connector->Stats().blocks_held;
+    for (int i = 0; i < 3; ++i) p->engine()->Step();
+    return p->connector()->Stats().blocks_held;
   };
   ASSERT_GT(step_p(), 0);
   ASSERT_TRUE((*d)->SendNotification(to[0], note).ok());
@@ -210,8 +210,8 @@ TEST(PdTpTest, PRankReleasesAfterAllItsReaders) {
   EXPECT_GT(step_p(), 0) << "P rank 1 has heard from one of its two readers only";
   ASSERT_TRUE((*d)->SendNotification(to[1], note).ok());
   EXPECT_EQ(step_p(), 0);
-  EXPECT_EQ(p->connector->Stats().leases_released_by_notification, 1u);
-  ExpectPoolClean(*p->engine, "P");
+  EXPECT_EQ(p->connector()->Stats().leases_released_by_notification, 1u);
+  ExpectPoolClean(*p->engine(), "P");
 }
 
 // kv_transfer_params naming another TP size than P's handshake: refused, recomputed exactly.
@@ -225,12 +225,12 @@ TEST(PdTpTest, TpSizeMismatchIsAHandshakeFailure) {
   auto params = Prefill(*p, "f", prompt);
   ASSERT_TRUE(params.has_value());
   params->tp_size = 4;
-  ASSERT_TRUE(d->engine->AddRequest("f", prompt, Greedy(4), *params).ok());
-  auto all = RunAll({d->engine.get()});
+  ASSERT_TRUE(d->engine()->AddRequest("f", prompt, Greedy(4), *params).ok());
+  auto all = RunAll({d->engine()});
   ASSERT_TRUE(all["f"].finished);
   ExpectSame(all["f"], Colocated(prompt, Greedy(4)), "recomputed");
   ExpectOutcome(all["f"], connector::LoadOutcome::kFailedHandshake, "tp_size mismatch");
-  ExpectPoolClean(*d->engine, "D");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 // A P rank unreachable (its transfers fail) or hung (they run past transfer_timeout_ms) during
@@ -260,9 +260,9 @@ TEST_P(PdTpFaultTest, PRankFailsDuringPull) {
   ASSERT_TRUE(params.has_value());
   // P's last rank fails; its other ranks keep answering.
   ASSERT_TRUE(
-      transfer::loopback::InjectTargetFault(p->connector->AgentName(c.p_tp - 1), c.fault).ok());
-  ASSERT_TRUE(d->engine->AddRequest("f", prompt, Greedy(4), *params).ok());
-  auto all = RunAll({d->engine.get(), p->engine.get()});
+      transfer::loopback::InjectTargetFault(p->connector()->AgentName(c.p_tp - 1), c.fault).ok());
+  ASSERT_TRUE(d->engine()->AddRequest("f", prompt, Greedy(4), *params).ok());
+  auto all = RunAll({d->engine(), p->engine()});
   ASSERT_TRUE(all["f"].finished);
   ExpectSame(all["f"], reference, "recomputed");
   ExpectOutcome(all["f"], c.outcome, "recomputed");
@@ -270,16 +270,16 @@ TEST_P(PdTpFaultTest, PRankFailsDuringPull) {
   ASSERT_EQ(d->worker->loads.size(), 1u);
   const auto& local = d->worker->loads[0].local_block_ids;
   EXPECT_EQ(d->worker->invalid, std::vector<kv::LogicalBlockId>(local.begin(), local.begin() + 19));
-  const connector::ConnectorStats ds_stats = d->connector->Stats();
+  const connector::ConnectorStats ds_stats = d->connector()->Stats();
   EXPECT_EQ(ds_stats.failures_transfer + ds_stats.failures_deadline, 1u);
   EXPECT_EQ(ds_stats.transfers, 0u);
   // Every P rank let go: by notification or by D's release, not by expiry.
-  const connector::ConnectorStats p_stats = p->connector->Stats();
+  const connector::ConnectorStats p_stats = p->connector()->Stats();
   EXPECT_EQ(p_stats.leases_released_by_notification, 1u);
   EXPECT_EQ(p_stats.leases_expired, 0u);
   EXPECT_EQ(p_stats.blocks_held, 0);
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, PdTpFaultTest,
@@ -305,20 +305,22 @@ TEST(PdTpFaultPolicyTest, FailPolicyFailsAndReleases) {
   InstanceSpec ps{16, "flash", Layout::kHND, false}, ds{16, "flash", Layout::kHND, false};
   ps.tp = 2;
   auto p = MakeInstance("P", ps, Config(60000));
-  auto d = MakeInstance("D", ds, Config(), engine::KvLoadFailurePolicy::kFail);
+  connector::KvTransferConfig dc = Config();
+  dc.kv_load_failure_policy = connector::KvLoadFailurePolicy::kFail;
+  auto d = MakeInstance("D", ds, dc);
   ASSERT_TRUE(p && d);
   auto params = Prefill(*p, "f", prompt);
   ASSERT_TRUE(params.has_value());
-  ASSERT_TRUE(transfer::loopback::InjectTargetFault(p->connector->AgentName(0),
+  ASSERT_TRUE(transfer::loopback::InjectTargetFault(p->connector()->AgentName(0),
                                                     transfer::loopback::Fault::kFailNext)
                   .ok());
-  ASSERT_TRUE(d->engine->AddRequest("f", prompt, Greedy(4), *params).ok());
-  auto all = RunAll({d->engine.get(), p->engine.get()});
+  ASSERT_TRUE(d->engine()->AddRequest("f", prompt, Greedy(4), *params).ok());
+  auto all = RunAll({d->engine(), p->engine()});
   ASSERT_TRUE(all["f"].finished);
   EXPECT_EQ(all["f"].reason, engine::FinishReason::kError);
-  EXPECT_EQ(p->connector->Stats().leases_expired, 0u);
-  ExpectPoolClean(*p->engine, "P");
-  ExpectPoolClean(*d->engine, "D");
+  EXPECT_EQ(p->connector()->Stats().leases_expired, 0u);
+  ExpectPoolClean(*p->engine(), "P");
+  ExpectPoolClean(*d->engine(), "D");
 }
 
 }  // namespace

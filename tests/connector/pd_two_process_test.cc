@@ -42,14 +42,14 @@ connector::KvTransferConfig ConfigFor(transfer::BackendKind backend, bool heap_c
   close(fd);
   if (die_after_params) _exit(0);  // no destructors: like a crash
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (p->engine->HasWork() && std::chrono::steady_clock::now() < deadline) {
-    p->engine->Step();
+  while (p->engine()->HasWork() && std::chrono::steady_clock::now() < deadline) {
+    p->engine()->Step();
     std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
-  if (p->engine->HasWork()) _exit(3);
-  const engine::EngineStats s = p->engine->stats();
+  if (p->engine()->HasWork()) _exit(3);
+  const engine::EngineStats s = p->engine()->stats();
   if (s.num_blocks_used != 0 || s.num_blocks_held != 0) _exit(4);
-  if (p->connector->Stats().leases_released_by_notification != 1) _exit(3);
+  if (p->connector()->Stats().leases_released_by_notification != 1) _exit(3);
   p.reset();
   _exit(0);
 }
@@ -122,11 +122,11 @@ TwoProcessResult RunTwoProcess(transfer::BackendKind backend, const InstanceSpec
     WaitChild(pid, 1000);
     return result;
   }
-  EXPECT_TRUE(d->engine->AddRequest("local-req", prompt, Greedy(4), *params).ok());
-  result.d_out = RunAll({d->engine.get()}, 30000)["local-req"];
-  result.d_stats = d->connector->Stats();
+  EXPECT_TRUE(d->engine()->AddRequest("local-req", prompt, Greedy(4), *params).ok());
+  result.d_out = RunAll({d->engine()}, 30000)["local-req"];
+  result.d_stats = d->connector()->Stats();
   result.invalid = d->worker->invalid;
-  const engine::EngineStats s = d->engine->stats();
+  const engine::EngineStats s = d->engine()->stats();
   result.d_clean = s.num_blocks_used == 0 && s.num_blocks_held == 0;
   result.child_exit = p_dies ? 0 : WaitChild(pid, 30000);
   return result;

@@ -26,12 +26,13 @@
 #include "kvferry/connector/kv_transfer_config.h"
 #include "kvferry/engine/engine.h"
 #include "kvferry/server/generation_service.h"
+#include "kvferry/server/instance.h"
 #include "kvferry/server/server_metrics.h"
 
 namespace kvferry::server {
 
 struct EngineLoopOptions {
-  engine::EngineConfig engine;  // connector pointers are filled in by EngineLoop
+  engine::EngineConfig engine;  // connector pointers are filled in by Instance
   std::optional<connector::KvTransferConfig> kv_transfer;  // none: colocated only
   int64_t startup_timeout_ms = 60000;
 };
@@ -85,8 +86,9 @@ class EngineLoop : public GenerationService {
   std::thread thread_;
 
   // Engine-thread state.
-  std::unique_ptr<connector::FerryConnector> connector_;
-  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<Instance> instance_;
+  engine::Engine* engine_ = nullptr;                 // instance_'s
+  connector::FerryConnector* connector_ = nullptr;   // instance_'s; null colocated
   std::map<std::string, std::shared_ptr<OutputChannel>> live_;
 
   // Inbox from HTTP threads.
