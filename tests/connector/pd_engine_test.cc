@@ -490,7 +490,7 @@ TEST_F(PdEngineTest, FirstTokenCarriesWhatColocatedReports) {
   EXPECT_EQ(params->first_token->sampling_seed, 99u);
   EXPECT_EQ(params->first_token->top_logprobs.size(), 3u);
   EXPECT_EQ(params->remote_num_tokens, 600);  // every prompt token offered
-  RunAll({p->engine()});                  // nobody reads: the lease runs out
+  RunAll({p->engine()});                      // nobody reads: the lease runs out
   ExpectPoolClean(*p->engine(), "P");
 }
 

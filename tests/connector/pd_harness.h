@@ -111,8 +111,8 @@ inline engine::EngineConfig BaseEngineConfig(const InstanceSpec& s) {
 // `config` supplies the extra settings (timeouts, lease, auth, backend, kv_load_failure_policy
 // for both the connector and the engine); engine id, buffer device and (unless set) backend
 // are filled in here.
-inline std::unique_ptr<Instance> MakeInstance(
-    const std::string& role, const InstanceSpec& s, connector::KvTransferConfig config = {}) {
+inline std::unique_ptr<Instance> MakeInstance(const std::string& role, const InstanceSpec& s,
+                                              connector::KvTransferConfig config = {}) {
   auto inst = std::make_unique<Instance>();
   config.engine_id = role + "-" + std::to_string(NextInstanceNumber());
   config.kv_buffer_device = s.host_buffer ? "cpu" : "direct";
@@ -121,14 +121,14 @@ inline std::unique_ptr<Instance> MakeInstance(
   }
   inst->config = config;
   RecordingWorker* recorder = nullptr;
-  auto owned = server::Instance::Create(
-      {.engine = BaseEngineConfig(s),
-       .kv_transfer = config,
-       .wrap_worker = [&recorder](connector::ConnectorWorker* inner) {
-         auto w = std::make_unique<RecordingWorker>(inner);
-         recorder = w.get();
-         return std::unique_ptr<connector::ConnectorWorker>(std::move(w));
-       }});
+  auto owned =
+      server::Instance::Create({.engine = BaseEngineConfig(s),
+                                .kv_transfer = config,
+                                .wrap_worker = [&recorder](connector::ConnectorWorker* inner) {
+                                  auto w = std::make_unique<RecordingWorker>(inner);
+                                  recorder = w.get();
+                                  return std::unique_ptr<connector::ConnectorWorker>(std::move(w));
+                                }});
   EXPECT_TRUE(owned.ok()) << owned.status();
   if (!owned.ok()) return nullptr;
   inst->owned = std::move(*owned);

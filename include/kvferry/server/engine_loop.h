@@ -87,8 +87,8 @@ class EngineLoop : public GenerationService {
 
   // Engine-thread state.
   std::unique_ptr<Instance> instance_;
-  engine::Engine* engine_ = nullptr;                 // instance_'s
-  connector::FerryConnector* connector_ = nullptr;   // instance_'s; null colocated
+  engine::Engine* engine_ = nullptr;                // instance_'s
+  connector::FerryConnector* connector_ = nullptr;  // instance_'s; null colocated
   std::map<std::string, std::shared_ptr<OutputChannel>> live_;
 
   // Inbox from HTTP threads.
