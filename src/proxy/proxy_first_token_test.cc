@@ -1,18 +1,14 @@
 // The proxy's first-token hand-off against fake P and D (httplib servers): P's token is the
 // stream's first event, D's events follow; no D: an error event and [DONE]; a token that ends
 // the request is P's answer and no D is asked; max_tokens 1 goes to P without kv_transfer_params.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
 
+#include "http/testing/test_server.h"
 #include "kvferry/proxy/proxy_server.h"
 
 namespace kvferry::proxy {
@@ -21,24 +17,10 @@ namespace {
 using nlohmann::json;
 
 // An httplib server on a free loopback port, answering POST /v1/completions with `handler`.
-class FakeUpstream {
- public:
-  explicit FakeUpstream(httplib::Server::Handler handler) {
-    server_.Post("/v1/completions", std::move(handler));
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ~FakeUpstream() {
-    server_.stop();
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-
- private:
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
+struct FakeUpstream : http::testing::TestServer {
+  explicit FakeUpstream(httplib::Server::Handler handler)
+      : TestServer(
+            [&handler](httplib::Server& s) { s.Post("/v1/completions", std::move(handler)); }) {}
 };
 
 // P's answer: one token "a", finished by `reason`, with P's first token in its params.
