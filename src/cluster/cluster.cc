@@ -83,6 +83,9 @@ void Cluster::ObservePromptTokens(int64_t prompt_bytes, int64_t prompt_tokens) {
 }
 void Cluster::CountRetry(Leg leg) { state_->CountRetry(leg); }
 void Cluster::CountStreamAborted() { state_->CountStreamAborted(); }
+uint64_t Cluster::CountUpstreamAuthFailure(const std::string& upstream) {
+  return state_->CountUpstreamAuthFailure(upstream);
+}
 std::string Cluster::RenderMetrics() const { return state_->RenderMetrics(); }
 std::string Cluster::RenderTable() const { return state_->RenderTable(); }
 

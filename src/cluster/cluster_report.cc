@@ -121,6 +121,10 @@ std::string ClusterState::RenderMetrics() const {
   w.Family("kvferry:proxy_streams_aborted_total", "counter",
            "Streams ended by an error event after tokens were sent (never retried).");
   w.Sample({}, static_cast<double>(streams_aborted_));
+  w.Family("kvferry:proxy_upstream_auth_failures_total", "counter",
+           "Answers in which an upstream refused the proxy's own API key (--upstream-api-key).");
+  for (const auto& [upstream, n] : upstream_auth_failures_)
+    w.Sample({{"upstream", upstream}}, static_cast<double>(n));
   return w.Take();
 }
 

@@ -179,6 +179,11 @@ void ClusterState::CountStreamAborted() {
   ++streams_aborted_;
 }
 
+uint64_t ClusterState::CountUpstreamAuthFailure(const std::string& upstream) {
+  MutexLock lock(&mu_);
+  return ++upstream_auth_failures_[upstream];
+}
+
 std::vector<ClusterState::PollTarget> ClusterState::PollTargets(Clock::time_point now) {
   MutexLock lock(&mu_);
   std::vector<PollTarget> out;

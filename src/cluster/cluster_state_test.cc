@@ -170,6 +170,23 @@ TEST_F(ClusterStateTest, RegistryStateIsReported) {
   EXPECT_NE(state_.RenderTable().find("\"connected\":false"), std::string::npos);
 }
 
+TEST_F(ClusterStateTest, UpstreamAuthFailuresAreCountedPerUpstream) {
+  const std::string none = state_.RenderMetrics();
+  EXPECT_NE(none.find("# TYPE kvferry:proxy_upstream_auth_failures_total counter\n"),
+            std::string::npos)
+      << none;
+  EXPECT_EQ(none.find("kvferry:proxy_upstream_auth_failures_total{"), std::string::npos);
+  EXPECT_EQ(state_.CountUpstreamAuthFailure("127.0.0.1:9000"), 1u);
+  EXPECT_EQ(state_.CountUpstreamAuthFailure("127.0.0.1:9000"), 2u);
+  EXPECT_EQ(state_.CountUpstreamAuthFailure("127.0.0.1:9100"), 1u);
+  const std::string m = state_.RenderMetrics();
+  EXPECT_NE(m.find("kvferry:proxy_upstream_auth_failures_total{upstream=\"127.0.0.1:9000\"} 2\n"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("kvferry:proxy_upstream_auth_failures_total{upstream=\"127.0.0.1:9100\"} 1\n"),
+            std::string::npos);
+}
+
 TEST_F(ClusterStateTest, TokensPerByteIsLearned) {
   PollAll();
   state_.ObservePromptTokens(400, 100);

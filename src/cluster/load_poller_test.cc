@@ -10,6 +10,8 @@
 #include <functional>
 #include <thread>
 
+#include "http/testing/test_server.h"
+
 namespace kvferry::cluster {
 namespace {
 
@@ -22,25 +24,18 @@ bool Eventually(const std::function<bool()>& pred) {
   return pred();
 }
 
+// A member's /metrics answering `body()`, counting its reads.
 struct MetricsServer {
-  explicit MetricsServer(std::function<std::string()> body) {
-    http.Get("/metrics", [this, body](const httplib::Request&, httplib::Response& res) {
-      ++reads;
-      res.set_content(body(), "text/plain");
-    });
-    port = http.bind_to_any_port("127.0.0.1");
-    thread = std::thread([this] { http.listen_after_bind(); });
-    while (!http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ~MetricsServer() {
-    http.stop();
-    thread.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
-  httplib::Server http;
-  std::thread thread;
-  int port = 0;
-  std::atomic<int> reads{0};
+  explicit MetricsServer(std::function<std::string()> body)
+      : http([this, body](httplib::Server& s) {
+          s.Get("/metrics", [this, body](const httplib::Request&, httplib::Response& res) {
+            ++reads;
+            res.set_content(body(), "text/plain");
+          });
+        }) {}
+  std::string url() const { return http.url(); }
+  std::atomic<int> reads{0};  // before `http`: its handlers count into it
+  http::testing::TestServer http;
 };
 
 MemberInfo Member(const std::string& id, const std::string& url) {
@@ -86,13 +81,9 @@ TEST(LoadPollerTest, AHangingMemberDoesNotHoldUpTheOthers) {
 
 TEST(LoadPollerTest, AnyAnswerIsAliveOnlyA200CarriesFigures) {
   MetricsServer ok([] { return std::string("kvferry:num_requests{state=\"running\"} 3\n"); });
-  httplib::Server no_metrics;  // answers 404 to /metrics
-  const int port = no_metrics.bind_to_any_port("127.0.0.1");
-  std::thread t([&] { no_metrics.listen_after_bind(); });
-  while (!no_metrics.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  http::testing::TestServer no_metrics;  // answers 404 to /metrics
   ClusterState state({}, {}, false);
-  state.SetMembers({Member("ok", ok.url()),
-                    Member("plain", "http://127.0.0.1:" + std::to_string(port)),
+  state.SetMembers({Member("ok", ok.url()), Member("plain", no_metrics.url()),
                     Member("dead", "http://127.0.0.1:1")});
   auto poller = LoadPoller::Start({10, 1000}, &state);
   ASSERT_TRUE(Eventually([&] { return LoadOf(state, "ok") && LoadOf(state, "plain"); }));
@@ -100,8 +91,6 @@ TEST(LoadPollerTest, AnyAnswerIsAliveOnlyA200CarriesFigures) {
   EXPECT_EQ(*LoadOf(state, "plain"), MemberLoad{});
   EXPECT_FALSE(LoadOf(state, "dead").has_value());
   poller->Stop();
-  no_metrics.stop();
-  t.join();
 }
 
 }  // namespace

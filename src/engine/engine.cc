@@ -12,6 +12,7 @@
 #include "engine/thread_pool.h"
 #include "engine/tp_communicator.h"
 #include "engine/weights.h"
+#include "kvferry/engine/prompt_limits.h"
 #include "kvferry/kv/attention_backend.h"
 #include "kvferry/kv/block_geometry.h"
 #include "kvferry/kv/block_pool.h"
@@ -236,18 +237,7 @@ Status Engine::AddRequest(std::string request_id, std::vector<int32_t> prompt_to
   if (request_id.empty()) return InvalidArgumentError("request id must not be empty");
   if (prompt_token_ids.empty()) return InvalidArgumentError("prompt must not be empty");
   const int32_t vocab = impl_->weights.config.vocab_size;
-  for (int32_t t : prompt_token_ids) {
-    if (t < 0 || t >= vocab) {
-      return InvalidArgumentError("prompt token id " + std::to_string(t) +
-                                  " outside the vocabulary [0, " + std::to_string(vocab) + ")");
-    }
-  }
-  if (static_cast<int64_t>(prompt_token_ids.size()) > impl_->max_model_len - 1) {
-    return InvalidArgumentError("prompt of " + std::to_string(prompt_token_ids.size()) +
-                                " tokens is too long: max_model_len is " +
-                                std::to_string(impl_->max_model_len) +
-                                " (the prompt may use at most max_model_len - 1)");
-  }
+  KVF_RETURN_IF_ERROR(CheckPrompt(prompt_token_ids, vocab, impl_->max_model_len));
   KVF_RETURN_IF_ERROR(params.Validate());
   if (impl_->scheduler->Contains(request_id)) {
     return AlreadyExistsError("request id '" + request_id + "' is already live");

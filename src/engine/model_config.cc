@@ -181,93 +181,115 @@ std::vector<float> RopeFrequencyFactors(const RopeScaling& r, int32_t head_dim, 
   return out;
 }
 
-StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
-  ModelConfig c;
-  c.vocab_size = tokenizer::Tokenizer::kBuiltinVocabSize;
-  c.bos_token_id = tokenizer::Tokenizer::kBuiltinBos;
-  c.eos_token_ids = {tokenizer::Tokenizer::kBuiltinEos};
-  c.rope_theta = 10000.0f;
-  c.rms_norm_eps = 1e-5f;
-  c.tie_embeddings = false;
-  if (name == "tiny") {
-    c.name = "tiny";
-    c.hidden_dim = 128;
-    c.num_layers = 4;
-    c.num_heads = 4;
-    c.num_kv_heads = 2;
-    c.head_dim = 32;
-    c.ffn_dim = 384;
-    c.max_position = 4096;
-    c.weight_seed = 0x6b766665727279ull;  // "kvferry"
-    return c;
-  }
-  if (name == "small") {
-    c.name = "small";
-    c.hidden_dim = 512;
-    c.num_layers = 8;
-    c.num_heads = 8;
-    c.num_kv_heads = 4;
-    c.head_dim = 64;
-    c.ffn_dim = 1408;
-    c.max_position = 4096;
-    c.weight_seed = 0x736d616c6cull;  // "small"
-    return c;
-  }
-  if (name == "tiny-kv4") {
-    // As many KV heads as tensor-parallel ranks at TP 4, so each rank holds one KV head of its
-    // own (tiny's 2 KV heads are replicated at TP 4): the P/D tests need both.
-    c.name = "tiny-kv4";
-    c.hidden_dim = 128;
-    c.num_layers = 2;
-    c.num_heads = 8;
-    c.num_kv_heads = 4;
-    c.head_dim = 16;
-    c.ffn_dim = 256;
-    c.max_position = 4096;
-    c.weight_seed = 0x6b7634ull;  // "kv4"
-    return c;
-  }
-  if (name == "tiny-odd") {
+namespace {
+
+// One built-in model: what differs between them. Every built-in has the byte-level tokenizer's
+// specials, RoPE theta 10000, RMSNorm eps 1e-5, untied embeddings and 4096 positions.
+struct BuiltinModel {
+  const char* name;
+  const char* architecture = "llama";
+  int32_t extra_vocab = 0;  // ids past the tokenizer's, which it never produces
+  int32_t hidden_dim = 0;
+  int32_t num_layers = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;  // 0 with MLA: qk_nope_head_dim + qk_rope_head_dim
+  int32_t ffn_dim = 0;
+  MlaShape mla{};
+  uint64_t weight_seed = 0;
+};
+
+// In the order the unknown-name error lists them.
+constexpr BuiltinModel kBuiltinModels[] = {
+    {.name = "tiny",
+     .hidden_dim = 128,
+     .num_layers = 4,
+     .num_heads = 4,
+     .num_kv_heads = 2,
+     .head_dim = 32,
+     .ffn_dim = 384,
+     .weight_seed = 0x6b766665727279ull},  // "kvferry"
+    {.name = "small",
+     .hidden_dim = 512,
+     .num_layers = 8,
+     .num_heads = 8,
+     .num_kv_heads = 4,
+     .head_dim = 64,
+     .ffn_dim = 1408,
+     .weight_seed = 0x736d616c6cull},  // "small"
     // No width is a multiple of 8, so every kernel runs its tail code inside a real forward
     // pass: dot lengths 99, 66 (o_proj's two row-parallel groups of 3 heads), 130 and 131
     // (down_proj's groups of 261 columns), 22 leave 3, 2, 2, 3, 6 elements after the 8-lane part;
     // matmul widths 99, 522, 263 leave 3, 2, 3 columns after the 4-column tiles; half a head
     // (11) is odd for RoPE. Vocab 263: the tokenizer's 260 ids plus 3 it never produces.
-    c.name = "tiny-odd";
-    c.vocab_size = tokenizer::Tokenizer::kBuiltinVocabSize + 3;
-    c.hidden_dim = 99;
-    c.num_layers = 3;
-    c.num_heads = 6;
-    c.num_kv_heads = 2;
-    c.head_dim = 22;
-    c.ffn_dim = 261;
-    c.max_position = 4096;
-    c.weight_seed = 0x6f6464ull;  // "odd"
-    return c;
-  }
-  if (name == "tiny-mla") {
+    {.name = "tiny-odd",
+     .extra_vocab = 3,
+     .hidden_dim = 99,
+     .num_layers = 3,
+     .num_heads = 6,
+     .num_kv_heads = 2,
+     .head_dim = 22,
+     .ffn_dim = 261,
+     .weight_seed = 0x6f6464ull},  // "odd"
+    // As many KV heads as tensor-parallel ranks at TP 4, so each rank holds one KV head of its
+    // own (tiny's 2 KV heads are replicated at TP 4): the P/D tests need both.
+    {.name = "tiny-kv4",
+     .hidden_dim = 128,
+     .num_layers = 2,
+     .num_heads = 8,
+     .num_kv_heads = 4,
+     .head_dim = 16,
+     .ffn_dim = 256,
+     .weight_seed = 0x6b7634ull},  // "kv4"
     // Multi-head latent attention (DeepSeek-V2/V3 style) at tiny's width: a KV cache of
     // 32 + 8 = 40 values per token per layer, where GQA at 2 KV heads of 32 stores 128.
-    c.name = "tiny-mla";
-    c.architecture = "deepseek";
-    c.hidden_dim = 128;
-    c.num_layers = 2;
-    c.num_heads = 4;
-    c.num_kv_heads = 1;
-    c.mla = {.q_lora_rank = 48,
+    {.name = "tiny-mla",
+     .architecture = "deepseek",
+     .hidden_dim = 128,
+     .num_layers = 2,
+     .num_heads = 4,
+     .num_kv_heads = 1,
+     .ffn_dim = 256,
+     .mla = {.q_lora_rank = 48,
              .kv_lora_rank = 32,
              .qk_nope_head_dim = 16,
              .qk_rope_head_dim = 8,
-             .v_head_dim = 16};
-    c.head_dim = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;
-    c.ffn_dim = 256;
-    c.max_position = 4096;
-    c.weight_seed = 0x6d6c61ull;  // "mla"
-    return c;
+             .v_head_dim = 16},
+     .weight_seed = 0x6d6c61ull},  // "mla"
+};
+
+ModelConfig ConfigOf(const BuiltinModel& m) {
+  ModelConfig c;
+  c.name = m.name;
+  c.architecture = m.architecture;
+  c.vocab_size = tokenizer::Tokenizer::kBuiltinVocabSize + m.extra_vocab;
+  c.bos_token_id = tokenizer::Tokenizer::kBuiltinBos;
+  c.eos_token_ids = {tokenizer::Tokenizer::kBuiltinEos};
+  c.rope_theta = 10000.0f;
+  c.rms_norm_eps = 1e-5f;
+  c.tie_embeddings = false;
+  c.hidden_dim = m.hidden_dim;
+  c.num_layers = m.num_layers;
+  c.num_heads = m.num_heads;
+  c.num_kv_heads = m.num_kv_heads;
+  c.mla = m.mla;
+  c.head_dim = m.head_dim > 0 ? m.head_dim : m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim;
+  c.ffn_dim = m.ffn_dim;
+  c.max_position = 4096;
+  c.weight_seed = m.weight_seed;
+  return c;
+}
+
+}  // namespace
+
+StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name) {
+  std::string known;
+  for (const BuiltinModel& m : kBuiltinModels) {
+    if (name == m.name) return ConfigOf(m);
+    known += (known.empty() ? "" : ", ") + std::string(m.name);
   }
-  return NotFoundError(
-      "unknown built-in model '" + std::string(name) +
-      "' (known: tiny, small, tiny-odd, tiny-kv4, tiny-mla; or a path to a checkpoint file)");
+  return NotFoundError("unknown built-in model '" + std::string(name) + "' (known: " + known +
+                       "; or a path to a checkpoint file)");
 }
 
 }  // namespace kvferry::engine

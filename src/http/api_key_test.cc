@@ -4,10 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <memory>
 #include <nlohmann/json.hpp>
-#include <thread>
 
-#include "kvferry/http/http_listener.h"
+#include "http/testing/test_server.h"
 
 namespace kvferry::http {
 namespace {
@@ -66,24 +66,21 @@ TEST(ApiKeysTest, Scopes) {
 class ApiKeyServerTest : public ::testing::TestWithParam<ApiKeyScope> {
  protected:
   void SetUp() override {
-    http_.Post("/v1/completions", [this](const httplib::Request&, httplib::Response& res) {
-      handled_.fetch_add(1);
-      res.set_content("{}", "application/json");
+    server_ = std::make_unique<testing::TestServer>([this](httplib::Server& http) {
+      http.Post("/v1/completions", [this](const httplib::Request&, httplib::Response& res) {
+        handled_.fetch_add(1);
+        res.set_content("{}", "application/json");
+      });
+      http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+        handled_.fetch_add(1);
+        res.set_content("", "text/plain");
+      });
+      ASSERT_TRUE(RequireApiKeys(http, {{"right-key"}, GetParam()}, [this](const std::string&) {
+                    refused_.fetch_add(1);
+                  }).ok());
     });
-    http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-      handled_.fetch_add(1);
-      res.set_content("", "text/plain");
-    });
-    ASSERT_TRUE(RequireApiKeys(http_, {{"right-key"}, GetParam()}, [this](const std::string&) {
-                  refused_.fetch_add(1);
-                }).ok());
-    auto port = StartHttpListener(http_, "127.0.0.1", 0, &thread_);
-    ASSERT_TRUE(port.ok()) << port.status();
-    port_ = *port;
-  }
-  void TearDown() override {
-    http_.stop();
-    if (thread_.joinable()) thread_.join();
+    port_ = server_->port();
+    ASSERT_NE(port_, 0);
   }
 
   httplib::Result Post(const std::string& authorization) {
@@ -93,11 +90,10 @@ class ApiKeyServerTest : public ::testing::TestWithParam<ApiKeyScope> {
     return c.Post("/v1/completions", h, "{}", "application/json");
   }
 
-  httplib::Server http_;
-  std::thread thread_;
-  int port_ = 0;
   std::atomic<int> handled_{0};
   std::atomic<int> refused_{0};
+  std::unique_ptr<testing::TestServer> server_;  // after the counters its handlers use
+  int port_ = 0;
 };
 
 TEST_P(ApiKeyServerTest, MissingWrongAndPrefixKeysAre401WithAnOpenAiBody) {

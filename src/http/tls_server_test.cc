@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "http/testing/listen_socket.h"
+#include "http/testing/test_server.h"
 #include "kvferry/http/http_listener.h"
 
 namespace kvferry::http {
@@ -30,26 +31,24 @@ class TlsServerTest : public ::testing::Test {
   void Serve(TlsServerFiles files) {
     auto server = MakeHttpServer(files);
     ASSERT_TRUE(server.ok()) << server.status();
-    http_ = std::move(server).value();
-    http_->Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content("models", "text/plain");
-    });
-    http_->Get("/stream", [](const httplib::Request&, httplib::Response& res) {
-      auto n = std::make_shared<int>(0);
-      res.set_chunked_content_provider("text/event-stream", [n](size_t, httplib::DataSink& sink) {
-        const std::string ev = "data: " + std::to_string((*n)++) + "\n\n";
-        sink.write(ev.data(), ev.size());
-        if (*n == 3) sink.done();
-        return true;
-      });
-    });
-    auto port = StartHttpListener(*http_, "127.0.0.1", 0, &thread_);
-    ASSERT_TRUE(port.ok()) << port.status();
-    port_ = *port;
-  }
-  void TearDown() override {
-    if (http_) http_->stop();
-    if (thread_.joinable()) thread_.join();
+    server_ =
+        std::make_unique<testing::TestServer>(std::move(server).value(), [](httplib::Server& http) {
+          http.Get("/v1/models", [](const httplib::Request&, httplib::Response& res) {
+            res.set_content("models", "text/plain");
+          });
+          http.Get("/stream", [](const httplib::Request&, httplib::Response& res) {
+            auto n = std::make_shared<int>(0);
+            res.set_chunked_content_provider(
+                "text/event-stream", [n](size_t, httplib::DataSink& sink) {
+                  const std::string ev = "data: " + std::to_string((*n)++) + "\n\n";
+                  sink.write(ev.data(), ev.size());
+                  if (*n == 3) sink.done();
+                  return true;
+                });
+          });
+        });
+    port_ = server_->port();
+    ASSERT_NE(port_, 0);
   }
 
   std::unique_ptr<httplib::SSLClient> TrustingClient() {
@@ -61,8 +60,7 @@ class TlsServerTest : public ::testing::Test {
   }
 
   static std::string dir_;
-  std::unique_ptr<httplib::Server> http_;
-  std::thread thread_;
+  std::unique_ptr<testing::TestServer> server_;  // MakeHttpServer's, started as `serve` starts it
   int port_ = 0;
 };
 std::string TlsServerTest::dir_;

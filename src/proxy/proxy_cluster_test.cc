@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "http/testing/test_server.h"
 #include "kvferry/proxy/proxy_server.h"
 #include "kvferry/server/openai_server.h"
 #include "server/testing/fake_instance.h"
@@ -22,24 +23,14 @@ using Instance = server::testing::FakeInstance;
 
 // An httplib server whose generation endpoint does what the test says; /metrics answers 200 so
 // the proxy takes it for healthy.
-struct Scripted {
-  explicit Scripted(std::function<void(const httplib::Request&, httplib::Response&)> generate) {
-    http.Post("/v1/completions", generate);
-    http.Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
-      res.set_content("", "text/plain");
-    });
-    port = http.bind_to_any_port("127.0.0.1");
-    thread = std::thread([this] { http.listen_after_bind(); });
-    while (!http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ~Scripted() {
-    http.stop();
-    thread.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port); }
-  httplib::Server http;
-  std::thread thread;
-  int port = 0;
+struct Scripted : http::testing::TestServer {
+  explicit Scripted(httplib::Server::Handler generate)
+      : TestServer([&generate](httplib::Server& s) {
+          s.Post("/v1/completions", std::move(generate));
+          s.Get("/metrics", [](const httplib::Request&, httplib::Response& res) {
+            res.set_content("", "text/plain");
+          });
+        }) {}
 };
 
 std::unique_ptr<ProxyServer> StartProxy(std::vector<std::string> p, std::vector<std::string> d) {

@@ -1,18 +1,14 @@
 // The proxy's first-token hand-off against fake P and D (httplib servers): P's token is the
 // stream's first event, D's events follow; no D: an error event and [DONE]; a token that ends
 // the request is P's answer and no D is asked; max_tokens 1 goes to P without kv_transfer_params.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <thread>
 
+#include "http/testing/test_server.h"
 #include "kvferry/proxy/proxy_server.h"
 
 namespace kvferry::proxy {
@@ -21,24 +17,10 @@ namespace {
 using nlohmann::json;
 
 // An httplib server on a free loopback port, answering POST /v1/completions with `handler`.
-class FakeUpstream {
- public:
-  explicit FakeUpstream(httplib::Server::Handler handler) {
-    server_.Post("/v1/completions", std::move(handler));
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  ~FakeUpstream() {
-    server_.stop();
-    thread_.join();
-  }
-  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
-
- private:
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
+struct FakeUpstream : http::testing::TestServer {
+  explicit FakeUpstream(httplib::Server::Handler handler)
+      : TestServer(
+            [&handler](httplib::Server& s) { s.Post("/v1/completions", std::move(handler)); }) {}
 };
 
 // P's answer: one token "a", finished by `reason`, with P's first token in its params.
@@ -126,25 +108,60 @@ TEST(ProxyFirstTokenTest, StreamStartsWithPsTokenThenDs) {
   EXPECT_EQ(decode_request["max_tokens"], 3);  // the client's body
 }
 
-TEST(ProxyFirstTokenTest, NoDecoderEndsTheStreamWithAnError) {
+// What a streaming client got when P answered with its first token and the only D answered
+// `status` with `body`, and the proxy's /metrics after it.
+struct AfterPsToken {
+  int http_status = 0;
+  std::vector<json> events;
+  std::string metrics;
+  int decode_port = 0;
+};
+AfterPsToken StreamWhenDAnswers(int status, const std::string& body) {
   FakeUpstream p([](const httplib::Request&, httplib::Response& res) {
     res.set_content(PrefillAnswer("length"), "application/json");
   });
-  FakeUpstream d([](const httplib::Request&, httplib::Response& res) {
-    res.status = 503;
-    res.set_content(R"({"error":{"message":"draining","code":503}})", "application/json");
+  FakeUpstream d([&](const httplib::Request&, httplib::Response& res) {
+    res.status = status;
+    res.set_content(body, "application/json");
   });
   auto proxy = StartProxy(p.url(), d.url());
   httplib::Client c("127.0.0.1", proxy->port());
   auto r = c.Post("/v1/completions", R"({"prompt":"abc","max_tokens":3,"stream":true})",
                   "application/json");
-  ASSERT_TRUE(r);
-  EXPECT_EQ(r->status, 200);  // the stream had started with P's token
-  const std::vector<json> ev = Events(r->body);
-  ASSERT_EQ(ev.size(), 3u) << r->body;
-  EXPECT_EQ(ev[0]["choices"][0]["text"], "a");
-  EXPECT_TRUE(ev[1].contains("error")) << r->body;
-  EXPECT_EQ(ev[2], "[DONE]");
+  AfterPsToken out;
+  out.decode_port = d.port();
+  if (!r) return out;
+  out.http_status = r->status;
+  out.events = Events(r->body);
+  if (auto m = c.Get("/metrics")) out.metrics = m->body;
+  return out;
+}
+
+TEST(ProxyFirstTokenTest, NoDecoderEndsTheStreamWithAnError) {
+  const AfterPsToken r = StreamWhenDAnswers(503, R"({"error":{"message":"draining","code":503}})");
+  EXPECT_EQ(r.http_status, 200);  // the stream had started with P's token
+  ASSERT_EQ(r.events.size(), 3u);
+  EXPECT_EQ(r.events[0]["choices"][0]["text"], "a");
+  EXPECT_TRUE(r.events[1].contains("error")) << r.events[1];
+  EXPECT_EQ(r.events[2], "[DONE]");
+}
+
+TEST(ProxyFirstTokenTest, DsRefusalOfTheProxysKeyEndsTheStreamNamingTheFlag) {
+  for (const int refusal : {401, 403}) {
+    const AfterPsToken r = StreamWhenDAnswers(refusal, R"({"error":{"message":"Invalid key"}})");
+    EXPECT_EQ(r.http_status, 200);
+    ASSERT_EQ(r.events.size(), 3u) << refusal;
+    EXPECT_EQ(r.events[0]["choices"][0]["text"], "a");
+    EXPECT_EQ(r.events[1]["error"]["code"], 502) << r.events[1];
+    const std::string message = r.events[1]["error"]["message"];
+    EXPECT_NE(message.find("--upstream-api-key"), std::string::npos) << message;
+    EXPECT_NE(message.find("HTTP " + std::to_string(refusal)), std::string::npos) << message;
+    EXPECT_EQ(r.events[2], "[DONE]");
+    EXPECT_NE(r.metrics.find("kvferry:proxy_upstream_auth_failures_total{upstream=\"127.0.0.1:" +
+                             std::to_string(r.decode_port) + "\"} 1\n"),
+              std::string::npos)
+        << r.metrics;
+  }
 }
 
 TEST(ProxyFirstTokenTest, TokenThatEndsTheRequestIsPsAnswer) {

@@ -11,6 +11,7 @@
 #include "kvferry/http/http_listener.h"
 #include "kvferry/proxy/upstream.h"
 #include "proxy/request_flow.h"
+#include "proxy/upstream_auth.h"
 #include "proxy/upstream_client.h"
 
 namespace kvferry::proxy {
@@ -53,6 +54,30 @@ struct ProxyServer::Impl {
 
   void HandleGenerate(const httplib::Request& req, httplib::Response& res) {
     ServeGenerate(cluster.get(), flow, req, res);
+  }
+
+  // GET /v1/models, answered by a D.
+  void ForwardModels(httplib::Response& res) {
+    auto route = cluster->Pick(cluster::Leg::kDecode, {});
+    if (!route.ok()) return ReplyError(res, route.status());
+    auto parsed = ParseUpstreamUrl((*route)->url());
+    if (!parsed.ok()) return ReplyError(res, parsed.status());
+    const UpstreamUrl d = *parsed;
+    const std::string who = "decode instance " + d.ToString();
+    std::unique_ptr<httplib::Client> c = MakeUpstreamClient(d, options.upstream);
+    c->set_connection_timeout(std::chrono::milliseconds(options.connect_timeout_ms));
+    c->set_read_timeout(std::chrono::milliseconds(options.connect_timeout_ms + 5000));
+    auto r = c->Get("/v1/models");
+    if (!r) return ReplyError(res, UpstreamError(who, static_cast<int>(r.error())));
+    if (RefusesProxyKey(r->status)) {
+      res.status = kUpstreamKeyRefusedStatus;
+      res.set_content(
+          UpstreamKeyRefused(cluster.get(), d, who, r->status, !options.upstream.api_key.empty()),
+          "application/json");
+      return;
+    }
+    res.status = r->status;
+    res.set_content(r->body, "application/json");
   }
 };
 
@@ -103,23 +128,8 @@ Status ProxyServer::Start() {
   http.Get("/cluster", [impl](const httplib::Request&, httplib::Response& res) {
     res.set_content(impl->cluster->RenderTable(), "application/json");
   });
-  http.Get("/v1/models", [impl](const httplib::Request&, httplib::Response& res) {
-    auto route = impl->cluster->Pick(cluster::Leg::kDecode, {});
-    if (!route.ok()) return ReplyError(res, route.status());
-    auto parsed = ParseUpstreamUrl((*route)->url());
-    if (!parsed.ok()) return ReplyError(res, parsed.status());
-    const UpstreamUrl d = *parsed;
-    std::unique_ptr<httplib::Client> c = MakeUpstreamClient(d, impl->options.upstream);
-    c->set_connection_timeout(std::chrono::milliseconds(impl->options.connect_timeout_ms));
-    c->set_read_timeout(std::chrono::milliseconds(impl->options.connect_timeout_ms + 5000));
-    auto r = c->Get("/v1/models");
-    if (!r) {
-      return ReplyError(
-          res, UpstreamError("decode instance " + d.ToString(), static_cast<int>(r.error())));
-    }
-    res.status = r->status;
-    res.set_content(r->body, "application/json");
-  });
+  http.Get("/v1/models",
+           [impl](const httplib::Request&, httplib::Response& res) { impl->ForwardModels(res); });
   http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     res.set_content(OpenAiErrorBody(res.status, "Not found: " + req.method + " " + req.path),

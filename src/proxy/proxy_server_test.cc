@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "http/testing/test_server.h"
 #include "kvferry/server/openai_server.h"
 #include "server/testing/fake_instance.h"
 
@@ -126,16 +127,13 @@ TEST(ProxyServerTest, UnreachablePrefillIsA503NamingIt) {
 
 TEST(ProxyServerTest, SilentDecodeTimesOutWith504) {
   Instance p;
-  httplib::Server silent;
-  silent.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-    res.set_content("{}", "application/json");
+  http::testing::TestServer silent([](httplib::Server& s) {
+    s.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      res.set_content("{}", "application/json");
+    });
   });
-  const int port = silent.bind_to_any_port("127.0.0.1");
-  std::thread t([&] { silent.listen_after_bind(); });
-  while (!silent.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  auto proxy = StartProxy({p.url()}, {"http://127.0.0.1:" + std::to_string(port)},
-                          /*timeout_ms=*/300);
+  auto proxy = StartProxy({p.url()}, {silent.url()}, /*timeout_ms=*/300);
   httplib::Client c("127.0.0.1", proxy->port());
   c.set_read_timeout(std::chrono::seconds(10));
   const auto t0 = std::chrono::steady_clock::now();
@@ -145,28 +143,24 @@ TEST(ProxyServerTest, SilentDecodeTimesOutWith504) {
             std::chrono::milliseconds(3000));  // the status proves the timeout
   EXPECT_EQ(r->status, 504) << r->body;
   proxy->Stop();
-  silent.stop();
-  t.join();
 }
 
 TEST(ProxyServerTest, PrefillWithoutKvParamsIsAClearError) {
-  httplib::Server plain;  // answers like a colocated server: no kv_transfer_params
-  plain.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"choices":[{"text":"x"}],"kv_transfer_params":null})", "application/json");
+  // Answers like a colocated server: no kv_transfer_params.
+  http::testing::TestServer plain([](httplib::Server& s) {
+    s.Post("/v1/completions", [](const httplib::Request&, httplib::Response& res) {
+      res.set_content(R"({"choices":[{"text":"x"}],"kv_transfer_params":null})",
+                      "application/json");
+    });
   });
-  const int port = plain.bind_to_any_port("127.0.0.1");
-  std::thread t([&] { plain.listen_after_bind(); });
-  while (!plain.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   Instance d;
-  auto proxy = StartProxy({"http://127.0.0.1:" + std::to_string(port)}, {d.url()});
+  auto proxy = StartProxy({plain.url()}, {d.url()});
   httplib::Client c("127.0.0.1", proxy->port());
   auto r = c.Post("/v1/completions", R"({"prompt":"abc"})", "application/json");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_NE(r->body.find("--kv-transfer-config"), std::string::npos);
   proxy->Stop();
-  plain.stop();
-  t.join();
 }
 
 TEST(ProxyServerTest, CreateRejectsBadConfigs) {

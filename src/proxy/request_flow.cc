@@ -15,6 +15,7 @@
 #include "proxy/first_token.h"
 #include "proxy/request_features.h"
 #include "proxy/stream_relay.h"
+#include "proxy/upstream_auth.h"
 
 namespace kvferry::proxy {
 
@@ -144,6 +145,14 @@ class Flow : public std::enable_shared_from_this<Flow> {
   // need_params: P must return kv_transfer_params (not so for a request P answers whole).
   Attempt TryPrefill(const Route& route, const std::string& body, bool need_params);
   Attempt TryDecode(const Route& route, const std::string& body);
+  // The upstream refused the proxy's own key (upstream_auth.h): the client's answer, at once
+  // (another member would refuse the same key; none is blamed for it).
+  Attempt KeyRefused(const UpstreamUrl& url, const std::string& who, int http_status) {
+    return Answer(
+        kUpstreamKeyRefusedStatus,
+        UpstreamKeyRefused(cluster_, url, who, http_status, !options_.upstream.api_key.empty()),
+        "application/json", Route::Outcome::kNeutral);
+  }
   void Reply(httplib::Response& res, Attempt& a, Route* route);
   void RelayStream(httplib::Response& res, Attempt a, std::unique_ptr<Route> route);
   // P's answer is the client's: as it is, or as a stream of one chunk (and the usage event).
@@ -208,6 +217,7 @@ Attempt Flow::TryPrefill(const Route& route, const std::string& body, bool need_
   if (!status.ok()) return Retry(status.status().WithContext(who));
   auto text = relay.ReadAll(deadline);
   if (!text.ok()) return Retry(text.status().WithContext(who));
+  if (RefusesProxyKey(*status)) return KeyRefused(*url, who, *status);
   if (*status >= 500) return RetryWithAnswer(*status, *text, relay.content_type());
   if (*status != 200) {
     KVF_LOG_WARN("prefill {} answered {} for {}", url->ToString(), *status, request_id_);
@@ -241,6 +251,7 @@ Attempt Flow::TryDecode(const Route& route, const std::string& body) {
   if (*status != 200 || !stream_) {
     auto text = relay->ReadAll(first);
     if (!text.ok()) return Retry(text.status().WithContext(who));
+    if (RefusesProxyKey(*status)) return KeyRefused(*url, who, *status);
     if (*status >= 500) return RetryWithAnswer(*status, *text, content_type);
     return Answer(*status, *text, content_type,
                   *status == 200 ? Route::Outcome::kOk : Route::Outcome::kNeutral);

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "kvferry/common/logging.h"
+#include "kvferry/engine/prompt_limits.h"
 #include "kvferry/http/http_error.h"
 #include "kvferry/http/http_listener.h"
 #include "kvferry/server/openai_protocol.h"
@@ -84,6 +85,10 @@ std::pair<engine::RequestOutput, engine::RequestOutput> SplitFirstToken(engine::
     out.top_logprobs.erase(out.top_logprobs.begin());
   }
   return {std::move(head), std::move(out)};
+}
+
+const char* EndpointOf(ApiKind kind) {
+  return kind == ApiKind::kCompletion ? "/v1/completions" : "/v1/chat/completions";
 }
 
 // Whether a request resumes from P's first token (kv_transfer_params.first_token_id).
@@ -177,136 +182,158 @@ struct OpenAiServer::Impl {
     return InternalError("request failed: " + std::string(FinishReasonName(out.finish_reason)));
   }
 
+  // A refusal before the request reaches the engine: its status and the request field it
+  // names (OpenAI's "param"; empty: none).
+  struct Refusal {
+    Status status;
+    std::string param{};  // empty: the refusal names no field
+  };
+
+  // parse -> validate -> submit -> respond, each below.
   void HandleGenerate(ApiKind kind, const httplib::Request& req, httplib::Response& res);
+  // The body as a request for the served model (refused while draining).
+  std::optional<Refusal> Parse(ApiKind kind, const std::string& body, OpenAiRequest* out) const;
+  // The prompt's ids into `tokens`, checked against the model's limits (prompt_limits.h);
+  // max_tokens defaulted to what the context leaves when the client did not set it.
+  std::optional<Refusal> Validate(OpenAiRequest& r, std::vector<int32_t>* tokens) const;
+  // Hands the request to the engine; its answer's X-Request-Id goes on `res`.
+  std::shared_ptr<Inflight> Submit(const httplib::Request& req, OpenAiRequest r,
+                                   std::vector<int32_t> tokens, Clock::time_point arrival,
+                                   httplib::Response& res);
+  // The answer, from the first output on: an error status, a stream, or the whole answer.
+  void Respond(std::shared_ptr<Inflight> st, bool stream, httplib::Response& res);
+  void ReplyWhole(Inflight& st, engine::RequestOutput first, httplib::Response& res);
   void Stream(std::shared_ptr<Inflight> st, engine::RequestOutput first, httplib::Response& res);
 };
 
 void OpenAiServer::Impl::HandleGenerate(ApiKind kind, const httplib::Request& req,
                                         httplib::Response& res) {
   const Clock::time_point arrival = Clock::now();
-  const std::string endpoint =
-      kind == ApiKind::kCompletion ? "/v1/completions" : "/v1/chat/completions";
-  if (draining.load()) {
-    return ReplyError(res, endpoint, UnavailableError("server is shutting down"));
-  }
-  auto parsed = ParseOpenAiRequest(kind, req.body);
-  if (!parsed.ok()) return ReplyError(res, endpoint, parsed.status());
-  OpenAiRequest& oreq = *parsed;
-  if (!oreq.model.empty() && oreq.model != options.served_model_name) {
-    return ReplyError(res, endpoint,
-                      NotFoundError("The model `" + oreq.model + "` does not exist."), "model");
-  }
-
+  const std::string endpoint = EndpointOf(kind);
+  OpenAiRequest r;
   std::vector<int32_t> tokens;
-  const tokenizer::Tokenizer& tok = service->tokenizer();
-  const char* prompt_param = kind == ApiKind::kChat ? "messages" : "prompt";
-  if (oreq.prompt_is_tokens) {
-    tokens = oreq.prompt_token_ids;
-  } else {
-    StatusOr<std::vector<int32_t>> encoded = EncodePrompt(oreq);
-    if (!encoded.ok()) return ReplyError(res, endpoint, encoded.status(), prompt_param);
-    tokens = std::move(encoded).value();
-  }
-  for (int32_t t : tokens) {
-    if (t >= tok.vocab_size()) {
-      return ReplyError(
-          res, endpoint,
-          InvalidArgumentError("token id " + std::to_string(t) + " is out of vocabulary (size " +
-                               std::to_string(tok.vocab_size()) + ")"),
-          prompt_param);
-    }
-  }
-  const int32_t max_len = service->max_model_len();
-  const int32_t n = static_cast<int32_t>(tokens.size());
-  if (n >= max_len) {
-    return ReplyError(
-        res, endpoint,
-        InvalidArgumentError("This model's maximum context length is " + std::to_string(max_len) +
-                             " tokens. However, your prompt has " + std::to_string(n) +
-                             " tokens. Please reduce the length of the prompt."),
-        prompt_param);
-  }
-  if (!oreq.max_tokens_set) {
-    oreq.params.max_tokens =
-        kind == ApiKind::kChat ? max_len - n : std::min(options.default_max_tokens, max_len - n);
-  }
-  if (static_cast<int64_t>(n) + oreq.params.max_tokens > max_len) {
-    return ReplyError(
-        res, endpoint,
-        InvalidArgumentError("This model's maximum context length is " + std::to_string(max_len) +
-                             " tokens. However, you requested " +
-                             std::to_string(n + static_cast<int64_t>(oreq.params.max_tokens)) +
-                             " tokens (" + std::to_string(n) + " in the prompt, " +
-                             std::to_string(oreq.params.max_tokens) +
-                             " for the completion). Please reduce the length of the prompt or "
-                             "the completion."),
-        "max_tokens");
-  }
-  Status valid = oreq.params.Validate();
-  if (!valid.ok()) return ReplyError(res, endpoint, valid);
+  std::optional<Refusal> refused = Parse(kind, req.body, &r);
+  if (!refused) refused = Validate(r, &tokens);
+  if (refused) return ReplyError(res, endpoint, refused->status, refused->param);
+  const bool stream = r.stream;
+  std::shared_ptr<Inflight> st = Submit(req, std::move(r), std::move(tokens), arrival, res);
+  Respond(std::move(st), stream, res);
+}
 
+std::optional<OpenAiServer::Impl::Refusal> OpenAiServer::Impl::Parse(ApiKind kind,
+                                                                     const std::string& body,
+                                                                     OpenAiRequest* out) const {
+  if (draining.load()) return Refusal{UnavailableError("server is shutting down")};
+  auto parsed = ParseOpenAiRequest(kind, body);
+  if (!parsed.ok()) return Refusal{parsed.status()};
+  if (!parsed->model.empty() && parsed->model != options.served_model_name) {
+    return Refusal{NotFoundError("The model `" + parsed->model + "` does not exist."), "model"};
+  }
+  *out = std::move(parsed).value();
+  return std::nullopt;
+}
+
+std::optional<OpenAiServer::Impl::Refusal> OpenAiServer::Impl::Validate(
+    OpenAiRequest& r, std::vector<int32_t>* tokens) const {
+  const char* prompt_param = r.kind == ApiKind::kChat ? "messages" : "prompt";
+  if (r.prompt_is_tokens) {
+    *tokens = r.prompt_token_ids;
+  } else {
+    StatusOr<std::vector<int32_t>> encoded = EncodePrompt(r);
+    if (!encoded.ok()) return Refusal{encoded.status(), prompt_param};
+    *tokens = std::move(encoded).value();
+  }
+  // The engine's own check (it refuses the same prompts), against the tokenizer's vocabulary:
+  // ids a model pads its embedding with are no prompt a client may send.
+  const int32_t max_len = service->max_model_len();
+  Status prompt = engine::CheckPrompt(*tokens, service->tokenizer().vocab_size(), max_len);
+  if (!prompt.ok()) return Refusal{std::move(prompt), prompt_param};
+  const int32_t n = static_cast<int32_t>(tokens->size());
+  if (!r.max_tokens_set) {
+    r.params.max_tokens =
+        r.kind == ApiKind::kChat ? max_len - n : std::min(options.default_max_tokens, max_len - n);
+  }
+  Status length = engine::CheckRequestLength(n, r.params.max_tokens, max_len);
+  if (!length.ok()) return Refusal{std::move(length), "max_tokens"};
+  Status valid = r.params.Validate();
+  if (!valid.ok()) return Refusal{std::move(valid)};
+  return std::nullopt;
+}
+
+std::shared_ptr<Inflight> OpenAiServer::Impl::Submit(const httplib::Request& req, OpenAiRequest r,
+                                                     std::vector<int32_t> tokens,
+                                                     Clock::time_point arrival,
+                                                     httplib::Response& res) {
   auto st = std::make_shared<Inflight>();
   const uint64_t seq = next_id.fetch_add(1);
   std::string base = req.get_header_value("X-Request-Id");
   if (base.empty()) base = std::to_string(UnixSeconds()) + "-" + std::to_string(seq);
   st->engine_request_id = base + "#" + std::to_string(seq);
-  st->header.kind = kind;
-  st->header.id = (kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + base;
+  st->header.kind = r.kind;
+  st->header.id = (r.kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-") + base;
   st->header.created = UnixSeconds();
   st->header.model = options.served_model_name;
-  st->header.logprobs = oreq.logprobs;
-  st->header.return_token_ids = oreq.return_token_ids;
-  if (oreq.return_token_ids) st->header.prompt_token_ids = tokens;
-  st->endpoint = endpoint;
-  st->include_usage = oreq.include_usage;
-  st->prompt_tokens = n;
+  st->header.logprobs = r.logprobs;
+  st->header.return_token_ids = r.return_token_ids;
+  if (r.return_token_ids) st->header.prompt_token_ids = tokens;
+  st->endpoint = EndpointOf(r.kind);
+  st->include_usage = r.include_usage;
+  st->prompt_tokens = static_cast<int32_t>(tokens.size());
   st->arrival = arrival;
   st->deadline = Deadline::AfterMs(options.request_timeout_ms);
-  st->assembler = std::make_unique<OutputAssembler>(&tok, oreq.logprobs, std::move(oreq.stop));
-  st->prefill_leg = oreq.kv_transfer_params && oreq.kv_transfer_params->do_remote_decode;
-  st->resumed = ResumesFromFirstToken(oreq);
+  st->assembler =
+      std::make_unique<OutputAssembler>(&service->tokenizer(), r.logprobs, std::move(r.stop));
+  st->prefill_leg = r.kv_transfer_params && r.kv_transfer_params->do_remote_decode;
+  st->resumed = ResumesFromFirstToken(r);
   st->first_token_pending = st->resumed;
 
   GenerateRequest greq;
   greq.request_id = st->engine_request_id;
   greq.prompt_token_ids = std::move(tokens);
-  greq.params = oreq.params;
-  greq.kv_transfer_params = oreq.kv_transfer_params;
+  greq.params = r.params;
+  greq.kv_transfer_params = std::move(r.kv_transfer_params);
   st->channel = service->Submit(std::move(greq));
   res.set_header("X-Request-Id", base);
+  return st;
+}
 
+void OpenAiServer::Impl::Respond(std::shared_ptr<Inflight> st, bool stream,
+                                 httplib::Response& res) {
   // The first output decides the status code: engine refusals become 4xx/5xx, not a stream.
   const Deadline first_deadline =
       Deadline::AfterMs(std::min(options.first_output_timeout_ms, st->deadline.RemainingMs()));
   auto first = st->channel->Pop(first_deadline);
   if (!first.ok()) {
     service->Abort(st->engine_request_id);
-    return ReplyError(res, endpoint, first.status());
+    return ReplyError(res, st->endpoint, first.status());
   }
   if (first->finished && first->finish_reason == engine::FinishReason::kError) {
-    metrics->OnRequestFinished("error", n, 0, SecondsSince(arrival));
-    return ReplyError(res, endpoint, ErrorOf(*first));
+    metrics->OnRequestFinished("error", st->prompt_tokens, 0, SecondsSince(st->arrival));
+    return ReplyError(res, st->endpoint, ErrorOf(*first));
   }
-  if (oreq.stream) return Stream(st, std::move(first).value(), res);
+  if (stream) return Stream(std::move(st), std::move(first).value(), res);
+  ReplyWhole(*st, std::move(first).value(), res);
+}
 
-  engine::RequestOutput out = std::move(first).value();
+void OpenAiServer::Impl::ReplyWhole(Inflight& st, engine::RequestOutput out,
+                                    httplib::Response& res) {
   while (true) {
-    Absorb(*st, out);
-    if (st->assembler->finished()) break;
-    auto next = st->channel->Pop(st->deadline);
+    Absorb(st, out);
+    if (st.assembler->finished()) break;
+    auto next = st.channel->Pop(st.deadline);
     if (!next.ok()) {
-      service->Abort(st->engine_request_id);
-      return ReplyError(res, endpoint, next.status());
+      service->Abort(st.engine_request_id);
+      return ReplyError(res, st.endpoint, next.status());
     }
     out = std::move(next).value();
     if (out.finished && out.finish_reason == engine::FinishReason::kError) {
-      metrics->OnRequestFinished("error", n, st->assembler->num_generated_tokens(),
-                                 SecondsSince(arrival));
-      return ReplyError(res, endpoint, ErrorOf(out));
+      metrics->OnRequestFinished("error", st.prompt_tokens, st.assembler->num_generated_tokens(),
+                                 SecondsSince(st.arrival));
+      return ReplyError(res, st.endpoint, ErrorOf(out));
     }
   }
-  Reply(res, endpoint, 200,
-        FormatResponse(st->header, st->assembler->total(), UsageOf(*st), st->kv));
+  Reply(res, st.endpoint, 200,
+        FormatResponse(st.header, st.assembler->total(), UsageOf(st), st.kv));
 }
 
 void OpenAiServer::Impl::Stream(std::shared_ptr<Inflight> st, engine::RequestOutput first,

@@ -62,6 +62,8 @@ class Cluster {
   void ObservePromptTokens(int64_t prompt_bytes, int64_t prompt_tokens);
   void CountRetry(Leg leg);
   void CountStreamAborted();
+  // An upstream ("host:port") refused the proxy's own API key; returns how many times it has.
+  uint64_t CountUpstreamAuthFailure(const std::string& upstream);
 
   std::string RenderMetrics() const;  // the proxy's /metrics
   std::string RenderTable() const;    // the proxy's /cluster (JSON)

@@ -89,8 +89,9 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Queues a request. InvalidArgument for: empty prompt, token id out of vocab, prompt longer
-  // than max_model_len - 1, bad sampling params; AlreadyExists for a live request id.
+  // Queues a request. InvalidArgument for: empty prompt, a prompt CheckPrompt refuses
+  // (prompt_limits.h: token id out of vocab, prompt of max_model_len tokens or more), bad
+  // sampling params; AlreadyExists for a live request id.
   // kv_transfer_params are handed to the connector (ignored without one). Params with
   // do_remote_prefill and a first token (P's, kv_transfer_params.first_token_id) make the request
   // resume from it: the token is reported in the next Step()'s outputs as generated (it may

@@ -8,13 +8,13 @@
 // when the client asked for a stream. A member that fails before the client saw a token is
 // left for another (proxy/request_flow.h). One X-Request-Id (the client's, or a new one) goes
 // to both legs. When no member can serve, the answer is an OpenAI-style error naming the last
-// one tried (503 unreachable, 504 timed out, P's or D's own error status otherwise) within the
-// configured timeouts, never a hang. GET /health (and /healthcheck, as vLLM's proxy) answers
-// 200; GET /v1/models is forwarded to a D; GET /metrics is the proxy's Prometheus text and
-// GET /cluster its routing table (docs/deploy.md, "Proxy metrics"). With API keys, clients must
-// present one (http/api_key.h); toward P and D the proxy presents its own upstream key, never
-// the client's. It listens with TLS when given a certificate, and reaches https:// upstreams
-// with TLS verified against upstream.ca_file (docs/deploy.md).
+// one tried (503 unreachable, 504 timed out, 502 when P or D refused the proxy's own key, P's or
+// D's own error status otherwise) within the configured timeouts, never a hang. GET /health (and
+// /healthcheck, as vLLM's proxy) answers 200; GET /v1/models is forwarded to a D; GET /metrics is
+// the proxy's Prometheus text and GET /cluster its routing table (docs/deploy.md, "Proxy metrics").
+// With API keys, clients must present one (http/api_key.h); toward P and D the proxy presents its
+// own upstream key, never the client's. It listens with TLS when given a certificate, and reaches
+// https:// upstreams with TLS verified against upstream.ca_file (docs/deploy.md).
 //
 // Thread-safety: Start/Stop from one controlling thread; handlers run on the server's own pool.
 #pragma once
