@@ -219,10 +219,9 @@ MatmulResult BenchMatmul(const std::string& name, int64_t m, int64_t k, int64_t 
   return r;
 }
 
-int RunBench(const BenchOptions& o) {
-#ifdef KVF_HAVE_OPENBLAS
-  openblas_set_num_threads(o.threads);
-#endif
+// Every model x batch x TP size, each with its ratio to the first TP size (printed as it goes
+// unless --json).
+std::vector<EngineResult> BenchEngines(const BenchOptions& o) {
   std::vector<EngineResult> engines;
   for (const std::string& model : o.models) {
     for (int b : o.batch_sizes) {
@@ -244,11 +243,12 @@ int RunBench(const BenchOptions& o) {
       }
     }
   }
-  const double read_gbs = o.memory_read ? MemoryReadGbs(o.threads) : 0;
-  if (o.memory_read && !o.json) {
-    std::printf("memory read ceiling (%d threads) %.2f GB/s\n", o.threads, read_gbs);
-  }
-  // The small model's projection shapes: decode (M = 1, 16) and prefill (M = 128) rows.
+  return engines;
+}
+
+// The small model's projection shapes: decode (M = 1, 16) and prefill (M = 128) rows; none
+// with --no-matmul.
+std::vector<MatmulResult> BenchMatmuls(const BenchOptions& o) {
   kvferry::engine::ThreadPool pool(o.threads);
   std::vector<MatmulResult> mms;
   for (int64_t m : {1, 16, 128}) {
@@ -257,23 +257,29 @@ int RunBench(const BenchOptions& o) {
     mms.push_back(BenchMatmul("small.gate_up", m, 512, 2816, &pool, o.min_seconds));
     mms.push_back(BenchMatmul("small.down", m, 1408, 512, &pool, o.min_seconds));
   }
-  if (!o.json) {
-    for (const MatmulResult& r : mms) {
-      if (r.openblas_gflops > 0) {
-        std::printf(
-            "matmul %-14s M=%4lld K=%5lld N=%5lld  ours %7.2f GFLOP/s  openblas %7.2f "
-            "GFLOP/s  ratio %.2f\n",
-            r.shape.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.k),
-            static_cast<long long>(r.n), r.ours_gflops, r.openblas_gflops,
-            r.ours_gflops / r.openblas_gflops);
-      } else {
-        std::printf("matmul %-14s M=%4lld K=%5lld N=%5lld  ours %7.2f GFLOP/s  openblas n/a\n",
-                    r.shape.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.k),
-                    static_cast<long long>(r.n), r.ours_gflops);
-      }
+  return mms;
+}
+
+void PrintMatmuls(const std::vector<MatmulResult>& mms) {
+  for (const MatmulResult& r : mms) {
+    if (r.openblas_gflops > 0) {
+      std::printf(
+          "matmul %-14s M=%4lld K=%5lld N=%5lld  ours %7.2f GFLOP/s  openblas %7.2f "
+          "GFLOP/s  ratio %.2f\n",
+          r.shape.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.k),
+          static_cast<long long>(r.n), r.ours_gflops, r.openblas_gflops,
+          r.ours_gflops / r.openblas_gflops);
+    } else {
+      std::printf("matmul %-14s M=%4lld K=%5lld N=%5lld  ours %7.2f GFLOP/s  openblas n/a\n",
+                  r.shape.c_str(), static_cast<long long>(r.m), static_cast<long long>(r.k),
+                  static_cast<long long>(r.n), r.ours_gflops);
     }
-    return 0;
   }
+}
+
+// --json: the whole run as one object.
+void PrintJson(const BenchOptions& o, const std::vector<EngineResult>& engines, double read_gbs,
+               const std::vector<MatmulResult>& mms) {
   nlohmann::json j;
   j["threads"] = o.threads;
   j["prompt_len"] = o.prompt_len;
@@ -298,6 +304,23 @@ int RunBench(const BenchOptions& o) {
     j["matmul"].push_back(m);
   }
   std::printf("%s\n", j.dump(2).c_str());
+}
+
+int RunBench(const BenchOptions& o) {
+#ifdef KVF_HAVE_OPENBLAS
+  openblas_set_num_threads(o.threads);
+#endif
+  const std::vector<EngineResult> engines = BenchEngines(o);
+  const double read_gbs = o.memory_read ? MemoryReadGbs(o.threads) : 0;
+  if (o.memory_read && !o.json) {
+    std::printf("memory read ceiling (%d threads) %.2f GB/s\n", o.threads, read_gbs);
+  }
+  const std::vector<MatmulResult> mms = BenchMatmuls(o);
+  if (o.json) {
+    PrintJson(o, engines, read_gbs, mms);
+  } else {
+    PrintMatmuls(mms);
+  }
   return 0;
 }
 

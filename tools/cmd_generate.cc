@@ -53,94 +53,126 @@ kvferry::StatusOr<std::vector<int32_t>> PromptIds(const GenerateOptions& o,
   return tok.Encode(text, t.AddSpecialTokens(request) && !o.no_bos);
 }
 
-int RunGenerate(const GenerateOptions& o) {
+// The engine the flags describe; false (after printing why) on a bad --kv-cache-* value.
+bool EngineConfigFrom(const GenerateOptions& o, kvferry::engine::EngineConfig* config) {
   using namespace kvferry;
-  engine::EngineConfig config;
-  config.model = o.model;
-  config.tokenizer = o.tokenizer;
-  config.block_size = o.block_size;
-  config.attention_backend = o.attention_backend;
+  config->model = o.model;
+  config->tokenizer = o.tokenizer;
+  config->block_size = o.block_size;
+  config->attention_backend = o.attention_backend;
   auto layout = kv::ParseLayout(o.kv_cache_layout);
   if (!layout.ok()) {
     std::fprintf(stderr, "error: --kv-cache-layout: %s\n", layout.status().ToString().c_str());
-    return 2;
+    return false;
   }
-  config.kv_cache_layout = *layout;
+  config->kv_cache_layout = *layout;
   auto dtype = kv::ParseDType(o.kv_cache_dtype);
   if (!dtype.ok()) {
     std::fprintf(stderr, "error: --kv-cache-dtype: %s\n", dtype.status().ToString().c_str());
-    return 2;
+    return false;
   }
-  config.kv_cache_dtype = *dtype;
-  config.num_kv_blocks = o.num_kv_blocks;
-  config.max_model_len = o.max_model_len;
-  config.max_num_batched_tokens = o.max_num_batched_tokens;
-  config.num_threads = o.threads;
-  config.tensor_parallel_size = o.tensor_parallel_size;
-  auto created = engine::Engine::Create(config);
-  if (!created.ok()) {
-    std::fprintf(stderr, "error: %s\n", created.status().ToString().c_str());
-    return 1;
-  }
-  engine::Engine& e = **created;
-  engine::SamplingParams params;
+  config->kv_cache_dtype = *dtype;
+  config->num_kv_blocks = o.num_kv_blocks;
+  config->max_model_len = o.max_model_len;
+  config->max_num_batched_tokens = o.max_num_batched_tokens;
+  config->num_threads = o.threads;
+  config->tensor_parallel_size = o.tensor_parallel_size;
+  return true;
+}
+
+kvferry::engine::SamplingParams SamplingFrom(const GenerateOptions& o) {
+  kvferry::engine::SamplingParams params;
   params.max_tokens = o.max_tokens;
   params.temperature = o.temperature;
   params.top_k = o.top_k;
   params.top_p = o.top_p;
   if (o.seed >= 0) params.seed = static_cast<uint64_t>(o.seed);
   params.ignore_eos = o.ignore_eos;
+  return params;
+}
+
+// What the one request produced.
+struct Completion {
+  std::vector<int32_t> output;
+  std::vector<float> logprobs;
+  kvferry::engine::FinishReason reason = kvferry::engine::FinishReason::kNone;
+  int32_t generated = 0;
+};
+
+// Steps `e` until it has no work, gathering the request's tokens (each on stderr with
+// --verbose); false (after printing the error) when the request finishes with an error.
+bool RunToCompletion(kvferry::engine::Engine& e, bool verbose, Completion* c) {
+  using namespace kvferry;
+  while (e.HasWork()) {
+    for (const engine::RequestOutput& out : e.Step()) {
+      for (size_t i = 0; i < out.new_token_ids.size(); ++i) {
+        c->output.push_back(out.new_token_ids[i]);
+        c->logprobs.push_back(out.new_logprobs[i]);
+        if (verbose) {
+          std::fprintf(stderr, "token %d id %d logprob %.6f\n", c->generated, out.new_token_ids[i],
+                       static_cast<double>(out.new_logprobs[i]));
+        }
+        ++c->generated;
+      }
+      if (out.finished) {
+        c->reason = out.finish_reason;
+        if (c->reason == engine::FinishReason::kError) {
+          std::fprintf(stderr, "error: %s\n", out.error.ToString().c_str());
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+// The completion on stdout: one JSON object with --json, else its text.
+void PrintCompletion(const GenerateOptions& o, const kvferry::engine::Engine& e,
+                     const std::vector<int32_t>& prompt, const Completion& c) {
+  using namespace kvferry;
+  if (o.json) {
+    const nlohmann::json j = {
+        {"prompt_token_ids", prompt},
+        {"output_token_ids", c.output},
+        {"output_logprobs", c.logprobs},
+        {"text", e.tokenizer().Decode(c.output, /*skip_special_tokens=*/true)},
+        {"finish_reason", engine::FinishReasonName(c.reason)}};
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  const std::string text = e.tokenizer().DecodeBytes(c.output, /*skip_special_tokens=*/true);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fputc('\n', stdout);
+  if (o.verbose) {
+    std::fprintf(stderr, "finish_reason %s, %d tokens, kernel block size %d\n",
+                 std::string(engine::FinishReasonName(c.reason)).c_str(), c.generated,
+                 e.block_size_kernel());
+  }
+}
+
+int RunGenerate(const GenerateOptions& o) {
+  using namespace kvferry;
+  engine::EngineConfig config;
+  if (!EngineConfigFrom(o, &config)) return 2;
+  auto created = engine::Engine::Create(config);
+  if (!created.ok()) {
+    std::fprintf(stderr, "error: %s\n", created.status().ToString().c_str());
+    return 1;
+  }
+  engine::Engine& e = **created;
   StatusOr<std::vector<int32_t>> prompt = PromptIds(o, e.tokenizer());
   if (!prompt.ok()) {
     std::fprintf(stderr, "error: %s\n", prompt.status().ToString().c_str());
     return 1;
   }
-  const Status added = e.AddRequest("generate", *prompt, params);
+  const Status added = e.AddRequest("generate", *prompt, SamplingFrom(o));
   if (!added.ok()) {
     std::fprintf(stderr, "error: %s\n", added.ToString().c_str());
     return 1;
   }
-  std::vector<int32_t> output;
-  std::vector<float> logprobs;
-  engine::FinishReason reason = engine::FinishReason::kNone;
-  int32_t generated = 0;
-  while (e.HasWork()) {
-    for (const engine::RequestOutput& out : e.Step()) {
-      for (size_t i = 0; i < out.new_token_ids.size(); ++i) {
-        output.push_back(out.new_token_ids[i]);
-        logprobs.push_back(out.new_logprobs[i]);
-        if (o.verbose) {
-          std::fprintf(stderr, "token %d id %d logprob %.6f\n", generated, out.new_token_ids[i],
-                       static_cast<double>(out.new_logprobs[i]));
-        }
-        ++generated;
-      }
-      if (out.finished) {
-        reason = out.finish_reason;
-        if (reason == engine::FinishReason::kError) {
-          std::fprintf(stderr, "error: %s\n", out.error.ToString().c_str());
-          return 1;
-        }
-      }
-    }
-  }
-  if (o.json) {
-    const nlohmann::json j = {{"prompt_token_ids", *prompt},
-                              {"output_token_ids", output},
-                              {"output_logprobs", logprobs},
-                              {"text", e.tokenizer().Decode(output, /*skip_special_tokens=*/true)},
-                              {"finish_reason", engine::FinishReasonName(reason)}};
-    std::printf("%s\n", j.dump().c_str());
-    return 0;
-  }
-  const std::string text = e.tokenizer().DecodeBytes(output, /*skip_special_tokens=*/true);
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fputc('\n', stdout);
-  if (o.verbose) {
-    std::fprintf(stderr, "finish_reason %s, %d tokens, kernel block size %d\n",
-                 std::string(engine::FinishReasonName(reason)).c_str(), generated,
-                 e.block_size_kernel());
-  }
+  Completion completion;
+  if (!RunToCompletion(e, o.verbose, &completion)) return 1;
+  PrintCompletion(o, e, *prompt, completion);
   return 0;
 }
 

@@ -57,10 +57,10 @@ int Fail(const std::string& what, const kvferry::Status& s) {
   return 2;
 }
 
-int RunServe(const ServeOptions& o) {
+// The engine loop the flags describe: 0, or the exit status after printing the bad flag.
+int EngineLoopOptionsFrom(const ServeOptions& o, kvferry::server::EngineLoopOptions* loop_opts) {
   using namespace kvferry;
-  server::EngineLoopOptions loop_opts;
-  engine::EngineConfig& c = loop_opts.engine;
+  engine::EngineConfig& c = loop_opts->engine;
   c.model = o.model;
   c.tokenizer = o.tokenizer;
   c.block_size = o.block_size;
@@ -83,8 +83,52 @@ int RunServe(const ServeOptions& o) {
   if (!o.kv_transfer_config.empty()) {
     auto kv = connector::ParseKvTransferConfig(o.kv_transfer_config);
     if (!kv.ok()) return Fail("--kv-transfer-config", kv.status());
-    loop_opts.kv_transfer = *kv;
+    loop_opts->kv_transfer = *kv;
   }
+  return 0;
+}
+
+// The HTTP server the flags describe: 0, or the exit status after printing the bad flag.
+int ServerOptionsFrom(const ServeOptions& o, kvferry::server::ServerOptions* sopts) {
+  sopts->host = o.host;
+  sopts->port = o.port;
+  sopts->served_model_name = o.served_model_name.empty() ? o.model : o.served_model_name;
+  sopts->num_http_threads = o.num_http_threads;
+  sopts->chat_template = o.chat_template;
+  sopts->request_timeout_ms = static_cast<int64_t>(o.request_timeout_s) * 1000;
+  auto api_keys = kvferry::tools::ApiKeyOptionsOf(o.security);
+  if (!api_keys.ok()) return Fail("--api-key", api_keys.status());
+  sopts->api_keys = *api_keys;
+  sopts->tls = kvferry::tools::TlsFilesOf(o.security);
+  return 0;
+}
+
+// The startup log's role: colocated, or the kv_role with the engine id and side channel.
+std::string DescribeRole(const kvferry::server::EngineLoopOptions& loop_opts,
+                         const kvferry::server::EngineLoop& loop) {
+  if (!loop_opts.kv_transfer) return "colocated";
+  return std::string(kvferry::connector::KvRoleName(loop_opts.kv_transfer->kv_role)) +
+         ", engine_id " + loop.engine_id() + ", side channel " +
+         loop_opts.kv_transfer->side_channel_host + ":" + std::to_string(loop.side_channel_port());
+}
+
+// Waits for SIGINT/SIGTERM or the engine loop's end; returns the signal (0: the engine).
+int WaitForStop(const kvferry::server::EngineLoop& loop) {
+  int sig = 0;
+  while ((sig = kvferry::tools::StopSignal()) == 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (!loop.healthy()) {
+      KVF_LOG_ERROR("engine loop stopped; exiting");
+      break;
+    }
+  }
+  return sig;
+}
+
+int RunServe(const ServeOptions& o) {
+  using namespace kvferry;
+  server::EngineLoopOptions loop_opts;
+  if (int rc = EngineLoopOptionsFrom(o, &loop_opts); rc != 0) return rc;
 
   kvferry::tools::InstallStopHandlers();
 
@@ -93,42 +137,20 @@ int RunServe(const ServeOptions& o) {
   if (!loop.ok()) return Fail("engine", loop.status());
 
   server::ServerOptions sopts;
-  sopts.host = o.host;
-  sopts.port = o.port;
-  sopts.served_model_name = o.served_model_name.empty() ? o.model : o.served_model_name;
-  sopts.num_http_threads = o.num_http_threads;
-  sopts.chat_template = o.chat_template;
-  sopts.request_timeout_ms = static_cast<int64_t>(o.request_timeout_s) * 1000;
-  auto api_keys = kvferry::tools::ApiKeyOptionsOf(o.security);
-  if (!api_keys.ok()) return Fail("--api-key", api_keys.status());
-  sopts.api_keys = *api_keys;
-  sopts.tls = kvferry::tools::TlsFilesOf(o.security);
+  if (int rc = ServerOptionsFrom(o, &sopts); rc != 0) return rc;
   server::OpenAiServer http(sopts, loop->get(), &metrics);
   Status started = http.Start();
   if (!started.ok()) return Fail("http", started);
-  std::string role = "colocated";
-  if (loop_opts.kv_transfer) {
-    role = std::string(connector::KvRoleName(loop_opts.kv_transfer->kv_role)) + ", engine_id " +
-           (*loop)->engine_id() + ", side channel " + loop_opts.kv_transfer->side_channel_host +
-           ":" + std::to_string((*loop)->side_channel_port());
-  }
   KVF_LOG_INFO("kvferry serve: {}://{}:{} model {} ({}), max_model_len {}; {}",
                sopts.tls.enabled() ? "https" : "http", o.host, http.port(), sopts.served_model_name,
-               role, (*loop)->max_model_len(),
+               DescribeRole(loop_opts, **loop), (*loop)->max_model_len(),
                kvferry::tools::DescribeSecurity(sopts.api_keys, sopts.tls));
   auto registrar = kvferry::tools::StartServeRegistration(
       o.registry,
       {&loop_opts, loop->get(), o.host, http.port(), sopts.tls.enabled(), sopts.served_model_name});
   if (!registrar.ok()) return Fail("--registry", registrar.status());
 
-  int sig = 0;
-  while ((sig = kvferry::tools::StopSignal()) == 0) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (!(*loop)->healthy()) {
-      KVF_LOG_ERROR("engine loop stopped; exiting");
-      break;
-    }
-  }
+  const int sig = WaitForStop(**loop);
   KVF_LOG_INFO("kvferry serve: {}, draining (up to {} s)", sig > 0 ? strsignal(sig) : "engine down",
                o.shutdown_timeout_s);
   if (*registrar) (*registrar)->Stop();  // leave the cluster first: no new requests come

@@ -89,13 +89,6 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<floa
 
 void ModelRunner::Forward(std::span<const ForwardChunk> chunks, float* logits) {
   const ModelConfig& c = config();
-  const RankShard& rs = shard_->shard;
-  const int64_t d = c.hidden_dim;
-  const int32_t hd = c.head_dim;
-  const int64_t qw = int64_t{rs.num_q_heads} * hd;
-  const int64_t kvw = int64_t{rs.num_kv_heads} * hd;
-  const int64_t qkvw = qw + 2 * kvw;
-
   int64_t rows = 0;
   std::vector<kernels::AttentionSequence> seqs;
   seqs.reserve(chunks.size());
@@ -106,52 +99,68 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, float* logits) {
   }
   if (rows == 0) return;
 
-  x_.resize(rows * d);
-  h_.resize(rows * d);
-  attn_.resize(rows * rs.num_q_heads * c.attn_out_head_dim());
-  positions_.resize(rows);
-
-  {
-    int64_t r = 0;
-    for (const ForwardChunk& ch : chunks) {
-      for (size_t i = 0; i < ch.tokens.size(); ++i, ++r) {
-        ReadRowF32(shard_->full->embed, ch.tokens[i], &x_[r * d]);
-        positions_[r] = ch.first_pos + static_cast<int32_t>(i);
-      }
-    }
-  }
-
-  const float scale = c.softmax_scale();
+  Embed(chunks, rows);
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LayerShard& lw = shard_->layers[l];
-    kernels::RmsNorm(x_.data(), rows, d, lw.full->attn_norm.data(), c.rms_norm_eps, h_.data());
+    kernels::RmsNorm(x_.data(), rows, c.hidden_dim, lw.full->attn_norm.data(), c.rms_norm_eps,
+                     h_.data());
     if (c.is_mla()) {
       MlaAttentionBlock(l, seqs, rows);
-      FinishLayer(lw, rows);
-      continue;
+    } else {
+      AttentionBlock(l, seqs, rows);
     }
-    qkv_.resize(rows * qkvw);
-    q_.resize(rows * qw);
-    kernels::MatMul(h_.data(), rows, d, lw.qkv(), qkv_.data(), pool_);
-    const kernels::KvLayerView view = kernels::LayerView(*cache_, l);
-    {
-      int64_t r = 0;
-      for (const kernels::AttentionSequence& s : seqs) {
-        for (int32_t i = 0; i < s.num_queries; ++i, ++r) {
-          float* row = &qkv_[r * qkvw];
-          PrepareQk(lw, row);
-          kernels::ApplyRope(*rope_, positions_[r], row, rs.num_q_heads);
-          kernels::ApplyRope(*rope_, positions_[r], row + qw, rs.num_kv_heads);
-          std::memcpy(&q_[r * qw], row, sizeof(float) * qw);
-          kernels::StoreKv(view, s.kernel_table, positions_[r], row + qw, row + qw + kvw);
-        }
-      }
-    }
-    kernels::Attention(view, seqs, q_.data(), rs.num_q_heads, scale, attn_.data(), pool_);
     FinishLayer(lw, rows);
   }
+  WriteLogits(chunks, seqs, logits);
+}
 
-  // Final norm and this rank's lm_head rows for the last row of each chunk that wants logits.
+void ModelRunner::Embed(std::span<const ForwardChunk> chunks, int64_t rows) {
+  const ModelConfig& c = config();
+  const int64_t d = c.hidden_dim;
+  x_.resize(rows * d);
+  h_.resize(rows * d);
+  attn_.resize(rows * shard_->shard.num_q_heads * c.attn_out_head_dim());
+  positions_.resize(rows);
+  int64_t r = 0;
+  for (const ForwardChunk& ch : chunks) {
+    for (size_t i = 0; i < ch.tokens.size(); ++i, ++r) {
+      ReadRowF32(shard_->full->embed, ch.tokens[i], &x_[r * d]);
+      positions_[r] = ch.first_pos + static_cast<int32_t>(i);
+    }
+  }
+}
+
+void ModelRunner::AttentionBlock(int32_t l, std::span<const kernels::AttentionSequence> seqs,
+                                 int64_t rows) {
+  const ModelConfig& c = config();
+  const RankShard& rs = shard_->shard;
+  const LayerShard& lw = shard_->layers[l];
+  const int64_t qw = int64_t{rs.num_q_heads} * c.head_dim;
+  const int64_t kvw = int64_t{rs.num_kv_heads} * c.head_dim;
+  const int64_t qkvw = qw + 2 * kvw;
+  qkv_.resize(rows * qkvw);
+  q_.resize(rows * qw);
+  kernels::MatMul(h_.data(), rows, c.hidden_dim, lw.qkv(), qkv_.data(), pool_);
+  const kernels::KvLayerView view = kernels::LayerView(*cache_, l);
+  int64_t r = 0;
+  for (const kernels::AttentionSequence& s : seqs) {
+    for (int32_t i = 0; i < s.num_queries; ++i, ++r) {
+      float* row = &qkv_[r * qkvw];
+      PrepareQk(lw, row);
+      kernels::ApplyRope(*rope_, positions_[r], row, rs.num_q_heads);
+      kernels::ApplyRope(*rope_, positions_[r], row + qw, rs.num_kv_heads);
+      std::memcpy(&q_[r * qw], row, sizeof(float) * qw);
+      kernels::StoreKv(view, s.kernel_table, positions_[r], row + qw, row + qw + kvw);
+    }
+  }
+  kernels::Attention(view, seqs, q_.data(), rs.num_q_heads, c.softmax_scale(), attn_.data(), pool_);
+}
+
+void ModelRunner::WriteLogits(std::span<const ForwardChunk> chunks,
+                              std::span<const kernels::AttentionSequence> seqs, float* logits) {
+  const ModelConfig& c = config();
+  const RankShard& rs = shard_->shard;
+  const int64_t d = c.hidden_dim;
   int64_t num_out = 0;
   last_.clear();
   for (const kernels::AttentionSequence& s : seqs) {

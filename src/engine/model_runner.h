@@ -70,6 +70,15 @@ class ModelRunner {
   const ModelConfig& config() const { return shard_->full->config; }
 
  private:
+  // x_ = the chunks' token embeddings, positions_ their positions; sizes the scratch rows.
+  void Embed(std::span<const ForwardChunk> chunks, int64_t rows);
+  // Layer l's attention for a GQA/MHA model: from h_ (normed x) through the fused q|k|v
+  // projection, RoPE and the cache (the chunk's k, v stored first) to attn_.
+  void AttentionBlock(int32_t l, std::span<const kernels::AttentionSequence> seqs, int64_t rows);
+  // Final norm and this rank's lm_head columns for the last row of each chunk that wants
+  // logits, into `logits` (one row per such chunk).
+  void WriteLogits(std::span<const ForwardChunk> chunks,
+                   std::span<const kernels::AttentionSequence> seqs, float* logits);
   // Biases and q/k norms of one row of the fused q|k|v projection, in place.
   void PrepareQk(const LayerShard& lw, float* row) const;
   // o projection and MLP of one layer, from attn_ (x += both, all-reduced).

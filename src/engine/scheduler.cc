@@ -107,12 +107,7 @@ bool Scheduler::Admit(Request* r, int32_t budget, ScheduledChunk* chunk) {
   const int32_t B = geometry_.block_size_logical();
   if (r->table.num_blocks_logical() == 0) {
     // Fresh (or preempted): local prefix hits, never covering the last token.
-    std::vector<kv::LogicalBlockId> hits;
-    if (options_.enable_prefix_caching) {
-      hits = pool_.FindCachedPrefix(r->tokens);
-      const size_t max_hits = static_cast<size_t>((r->num_tokens() - 1) / B);
-      if (hits.size() > max_hits) hits.resize(max_hits);
-    }
+    std::vector<kv::LogicalBlockId> hits = LocalPrefixHits(*r);
     const int32_t local = static_cast<int32_t>(hits.size()) * B;
     connector::MatchResult match;
     const bool consult = connector_ != nullptr && !r->connector_consulted;
@@ -142,16 +137,7 @@ bool Scheduler::Admit(Request* r, int32_t budget, ScheduledChunk* chunk) {
     r->num_blocks_registered = static_cast<int32_t>(hits.size());
     r->num_cached_tokens = std::max(r->num_cached_tokens, local);
     num_prefix_cache_hit_tokens_ += local;
-    if (consult) {
-      r->connector_consulted = true;
-      if (match.no_load_outcome) {
-        connector::LoadReport& report = r->kv_load.emplace();
-        report.request_id = r->request_id;
-        report.outcome = *match.no_load_outcome;
-        report.local_hit_tokens = local;
-      }
-      connector_->UpdateStateAfterAlloc(r->View(), r->table.logical_ids(), ext);
-    }
+    if (consult) RecordConnectorMatch(r, match, local, ext);
     if (ext > 0 && match.load_async) {
       r->state = RequestState::kWaitingForRemoteKv;
       r->pending_external_tokens = ext;
@@ -164,6 +150,33 @@ bool Scheduler::Admit(Request* r, int32_t budget, ScheduledChunk* chunk) {
     *chunk = {r, after_load, num_new, after_load + num_new == r->num_tokens()};
     return true;
   }
+  return AdmitAfterRemoteLoad(r, budget, chunk);
+}
+
+std::vector<kv::LogicalBlockId> Scheduler::LocalPrefixHits(const Request& r) const {
+  std::vector<kv::LogicalBlockId> hits;
+  if (options_.enable_prefix_caching) {
+    hits = pool_.FindCachedPrefix(r.tokens);
+    const size_t max_hits =
+        static_cast<size_t>((r.num_tokens() - 1) / geometry_.block_size_logical());
+    if (hits.size() > max_hits) hits.resize(max_hits);
+  }
+  return hits;
+}
+
+void Scheduler::RecordConnectorMatch(Request* r, const connector::MatchResult& match, int32_t local,
+                                     int32_t ext) {
+  r->connector_consulted = true;
+  if (match.no_load_outcome) {
+    connector::LoadReport& report = r->kv_load.emplace();
+    report.request_id = r->request_id;
+    report.outcome = *match.no_load_outcome;
+    report.local_hit_tokens = local;
+  }
+  connector_->UpdateStateAfterAlloc(r->View(), r->table.logical_ids(), ext);
+}
+
+bool Scheduler::AdmitAfterRemoteLoad(Request* r, int32_t budget, ScheduledChunk* chunk) {
   // Back from a remote load: blocks are there.
   const int32_t num_new = std::min(r->num_tokens() - r->num_computed_tokens, budget);
   if (num_new <= 0) return true;

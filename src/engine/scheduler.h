@@ -107,6 +107,13 @@ class Scheduler {
   // Tries to admit waiting request `r`; false when it must wait (no blocks). Sets *chunk when
   // it computes this step.
   bool Admit(Request* r, int32_t budget, ScheduledChunk* chunk);
+  // Admit's steps. A fresh request's local prefix hits (prefix caching on), never covering its
+  // last token; a consulted connector's match recorded on `r` (the no-load outcome) and told of
+  // the blocks; a request whose remote load finished admitted like a running one.
+  std::vector<kv::LogicalBlockId> LocalPrefixHits(const Request& r) const;
+  void RecordConnectorMatch(Request* r, const connector::MatchResult& match, int32_t local,
+                            int32_t ext);
+  bool AdmitAfterRemoteLoad(Request* r, int32_t budget, ScheduledChunk* chunk);
   void RemoveFromQueues(Request* r);
 
   SchedulerOptions options_;

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "jinja/utf8.h"
 
@@ -44,22 +45,50 @@ bool IsHex(char c) { return IsDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' &&
 bool IsNameStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool IsNameChar(char c) { return IsNameStart(c) || IsDigit(c); }
 
+// The code point of the one-letter escape `\e` (`\n`, `\t`, `\"`, ...), if `e` is one.
+std::optional<char32_t> SingleCharEscape(char e) {
+  switch (e) {
+    case '\\':
+    case '\'':
+    case '"':
+      return e;
+    case 'a':
+      return 0x07;
+    case 'b':
+      return 0x08;
+    case 'f':
+      return 0x0C;
+    case 'n':
+      return 0x0A;
+    case 'r':
+      return 0x0D;
+    case 't':
+      return 0x09;
+    case 'v':
+      return 0x0B;
+    default:
+      return std::nullopt;
+  }
+}
+
+// The `digits` hex digits at `*i` of `s` (`what` names the escape in the error); advances `*i`.
+StatusOr<char32_t> HexDigits(std::string_view s, size_t* i, size_t digits, const char* what) {
+  if (*i + digits > s.size()) return InvalidArgumentError(std::string("truncated ") + what);
+  char32_t v = 0;
+  for (size_t k = 0; k < digits; ++k) {
+    const char c = s[*i + k];
+    if (!IsHex(c)) return InvalidArgumentError(std::string("truncated ") + what);
+    v = v * 16 + (IsDigit(c) ? c - '0' : (c | 0x20) - 'a' + 10);
+  }
+  *i += digits;
+  return v;
+}
+
 // Python's "unicode-escape" decoding of an ASCII string (after backslashreplace), which is how
 // Jinja2 decodes string literals.
 StatusOr<std::string> UnicodeEscape(std::string_view s) {
   std::vector<char32_t> out;
   size_t i = 0;
-  auto hex = [&](size_t digits, const char* what) -> StatusOr<char32_t> {
-    if (i + digits > s.size()) return InvalidArgumentError(std::string("truncated ") + what);
-    char32_t v = 0;
-    for (size_t k = 0; k < digits; ++k) {
-      const char c = s[i + k];
-      if (!IsHex(c)) return InvalidArgumentError(std::string("truncated ") + what);
-      v = v * 16 + (IsDigit(c) ? c - '0' : (c | 0x20) - 'a' + 10);
-    }
-    i += digits;
-    return v;
-  };
   while (i < s.size()) {
     const char c = s[i++];
     if (c != '\\') {
@@ -69,60 +98,26 @@ StatusOr<std::string> UnicodeEscape(std::string_view s) {
     if (i >= s.size()) return InvalidArgumentError("\\ at end of string");
     const char e = s[i++];
     char32_t cp = 0;
-    switch (e) {
-      case '\n':
-        continue;
-      case '\\':
-      case '\'':
-      case '"':
-        cp = e;
-        break;
-      case 'a':
-        cp = 0x07;
-        break;
-      case 'b':
-        cp = 0x08;
-        break;
-      case 'f':
-        cp = 0x0C;
-        break;
-      case 'n':
-        cp = 0x0A;
-        break;
-      case 'r':
-        cp = 0x0D;
-        break;
-      case 't':
-        cp = 0x09;
-        break;
-      case 'v':
-        cp = 0x0B;
-        break;
-      case 'x': {
-        KVF_ASSIGN_OR_RETURN(cp, hex(2, "\\xXX escape"));
-        break;
+    if (e == '\n') continue;
+    if (std::optional<char32_t> single = SingleCharEscape(e)) {
+      cp = *single;
+    } else if (e == 'x') {
+      KVF_ASSIGN_OR_RETURN(cp, HexDigits(s, &i, 2, "\\xXX escape"));
+    } else if (e == 'u') {
+      KVF_ASSIGN_OR_RETURN(cp, HexDigits(s, &i, 4, "\\uXXXX escape"));
+    } else if (e == 'U') {
+      KVF_ASSIGN_OR_RETURN(cp, HexDigits(s, &i, 8, "\\UXXXXXXXX escape"));
+      if (cp > 0x10FFFF) return InvalidArgumentError("illegal Unicode character");
+    } else if (e == 'N') {
+      return UnimplementedError("\\N{...} escapes are not supported");
+    } else if (e >= '0' && e <= '7') {
+      cp = e - '0';
+      for (int k = 0; k < 2 && i < s.size() && s[i] >= '0' && s[i] <= '7'; ++k) {
+        cp = cp * 8 + (s[i++] - '0');
       }
-      case 'u': {
-        KVF_ASSIGN_OR_RETURN(cp, hex(4, "\\uXXXX escape"));
-        break;
-      }
-      case 'U': {
-        KVF_ASSIGN_OR_RETURN(cp, hex(8, "\\UXXXXXXXX escape"));
-        if (cp > 0x10FFFF) return InvalidArgumentError("illegal Unicode character");
-        break;
-      }
-      case 'N':
-        return UnimplementedError("\\N{...} escapes are not supported");
-      default:
-        if (e >= '0' && e <= '7') {
-          cp = e - '0';
-          for (int k = 0; k < 2 && i < s.size() && s[i] >= '0' && s[i] <= '7'; ++k) {
-            cp = cp * 8 + (s[i++] - '0');
-          }
-        } else {  // unknown escapes keep their backslash, as Python does
-          out.push_back('\\');
-          cp = static_cast<unsigned char>(e);
-        }
+    } else {  // unknown escapes keep their backslash, as Python does
+      out.push_back('\\');
+      cp = static_cast<unsigned char>(e);
     }
     if (cp >= 0xD800 && cp <= 0xDFFF) {
       return InvalidArgumentError("lone surrogate in a string literal");

@@ -77,6 +77,44 @@ class Symbols {
   std::set<std::string> stores_;
 };
 
+void Loads(const Expr* e, Symbols* s);
+
+// Every name a call's or filter's arguments read.
+void LoadsArgs(const Args& args, Symbols* s) {
+  for (const auto& a : args.positional) Loads(a.get(), s);
+  for (const auto& [k, a] : args.keyword) Loads(a.get(), s);
+}
+
+// Every name an operator (unary, binary, comparison, conditional expression) reads.
+void LoadsOperator(const Expr* e, Symbols* s) {
+  switch (e->kind) {
+    case ExprKind::kUnary:
+      Loads(static_cast<const Unary*>(e)->operand.get(), s);
+      return;
+    case ExprKind::kBinary: {
+      const auto* b = static_cast<const Binary*>(e);
+      Loads(b->lhs.get(), s);
+      Loads(b->rhs.get(), s);
+      return;
+    }
+    case ExprKind::kCompare: {
+      const auto* c = static_cast<const Compare*>(e);
+      Loads(c->operand.get(), s);
+      for (const auto& [op, x] : c->ops) Loads(x.get(), s);
+      return;
+    }
+    case ExprKind::kCondition: {
+      const auto* c = static_cast<const Condition*>(e);
+      Loads(c->cond.get(), s);
+      Loads(c->then.get(), s);
+      Loads(c->otherwise.get(), s);
+      return;
+    }
+    default:
+      return;
+  }
+}
+
 // Every name an expression reads.
 void Loads(const Expr* e, Symbols* s) {
   if (e == nullptr) return;
@@ -115,40 +153,22 @@ void Loads(const Expr* e, Symbols* s) {
     case ExprKind::kCall: {
       const auto* c = static_cast<const Call*>(e);
       Loads(c->callee.get(), s);
-      for (const auto& a : c->args.positional) Loads(a.get(), s);
-      for (const auto& [k, a] : c->args.keyword) Loads(a.get(), s);
+      LoadsArgs(c->args, s);
       return;
     }
     case ExprKind::kFilter:
     case ExprKind::kTest: {
       const auto* a = static_cast<const Apply*>(e);
       Loads(a->operand.get(), s);
-      for (const auto& x : a->args.positional) Loads(x.get(), s);
-      for (const auto& [k, x] : a->args.keyword) Loads(x.get(), s);
+      LoadsArgs(a->args, s);
       return;
     }
     case ExprKind::kUnary:
-      Loads(static_cast<const Unary*>(e)->operand.get(), s);
+    case ExprKind::kBinary:
+    case ExprKind::kCompare:
+    case ExprKind::kCondition:
+      LoadsOperator(e, s);
       return;
-    case ExprKind::kBinary: {
-      const auto* b = static_cast<const Binary*>(e);
-      Loads(b->lhs.get(), s);
-      Loads(b->rhs.get(), s);
-      return;
-    }
-    case ExprKind::kCompare: {
-      const auto* c = static_cast<const Compare*>(e);
-      Loads(c->operand.get(), s);
-      for (const auto& [op, x] : c->ops) Loads(x.get(), s);
-      return;
-    }
-    case ExprKind::kCondition: {
-      const auto* c = static_cast<const Condition*>(e);
-      Loads(c->cond.get(), s);
-      Loads(c->then.get(), s);
-      Loads(c->otherwise.get(), s);
-      return;
-    }
   }
 }
 
@@ -211,6 +231,39 @@ class ScopeAnalysis {
     s->MergeBranches(branches);
   }
 
+  // The loop's targets and `loop` are the body's parameters; the else branch is a scope of its
+  // own.
+  void ForStatement(For& f, Symbols* s) {
+    Loads(f.iter.get(), s);
+    const std::vector<std::string> targets = f.targets;
+    Nest(
+        [targets](Symbols* inner) {
+          for (const auto& t : targets) inner->Parameter(t);
+          inner->Parameter("loop");
+        },
+        &f.body, &f.body_undefined);
+    Nest(nullptr, &f.otherwise, &f.otherwise_undefined);
+  }
+
+  // `set ns.attr = ...` reads `ns`; `set a, b = ...` stores its targets.
+  void SetStatement(Set& set, Symbols* s) {
+    Loads(set.value.get(), s);
+    if (!set.attr.empty()) {
+      s->Load(set.targets[0]);
+    } else {
+      for (const auto& t : set.targets) s->Store(t);
+    }
+  }
+
+  void SetBlockStatement(SetBlock& set, Symbols* s) {
+    if (!set.attr.empty()) {
+      s->Load(set.target);
+    } else {
+      s->Store(set.target);
+    }
+    Nest(nullptr, &set.body, &set.body_undefined);
+  }
+
   void Statement(Stmt& stmt, Symbols* s) {
     switch (stmt.kind) {
       case StmtKind::kData:
@@ -223,39 +276,15 @@ class ScopeAnalysis {
       case StmtKind::kIf:
         IfStatement(static_cast<If&>(stmt), s);
         return;
-      case StmtKind::kFor: {
-        auto& f = static_cast<For&>(stmt);
-        Loads(f.iter.get(), s);
-        const std::vector<std::string> targets = f.targets;
-        Nest(
-            [targets](Symbols* inner) {
-              for (const auto& t : targets) inner->Parameter(t);
-              inner->Parameter("loop");
-            },
-            &f.body, &f.body_undefined);
-        Nest(nullptr, &f.otherwise, &f.otherwise_undefined);
+      case StmtKind::kFor:
+        ForStatement(static_cast<For&>(stmt), s);
         return;
-      }
-      case StmtKind::kSet: {
-        auto& set = static_cast<Set&>(stmt);
-        Loads(set.value.get(), s);
-        if (!set.attr.empty()) {
-          s->Load(set.targets[0]);
-        } else {
-          for (const auto& t : set.targets) s->Store(t);
-        }
+      case StmtKind::kSet:
+        SetStatement(static_cast<Set&>(stmt), s);
         return;
-      }
-      case StmtKind::kSetBlock: {
-        auto& set = static_cast<SetBlock&>(stmt);
-        if (!set.attr.empty()) {
-          s->Load(set.target);
-        } else {
-          s->Store(set.target);
-        }
-        Nest(nullptr, &set.body, &set.body_undefined);
+      case StmtKind::kSetBlock:
+        SetBlockStatement(static_cast<SetBlock&>(stmt), s);
         return;
-      }
       case StmtKind::kMacro: {
         auto& m = static_cast<Macro&>(stmt);
         s->Store(m.name);
