@@ -117,8 +117,9 @@ std::unique_ptr<httplib::Client> ClientFor(const std::string& url, int timeout_s
   return c;
 }
 
-RequestResult SendOne(const BenchOptions& o, const std::string& url, const Prompt& p) {
-  RequestResult r;
+// The streaming request for one prompt (completions or chat), asking for token ids, logprobs
+// and the usage chunk.
+httplib::Request MakeRequest(const BenchOptions& o, const Prompt& p) {
   json body = {{"max_tokens", p.max_tokens},
                {"temperature", o.temperature},
                {"stream", true},
@@ -136,69 +137,107 @@ RequestResult SendOne(const BenchOptions& o, const std::string& url, const Promp
     path = "/v1/completions";
     body["prompt"] = p.text;
   }
-  auto client = ClientFor(url, o.timeout_s);
   httplib::Request req;
   req.method = "POST";
   req.path = path;
   req.body = body.dump();
   req.set_header("Content-Type", "application/json");
-  std::string buffer;
+  return req;
+}
+
+// Reads one streamed answer (server-sent events, "data: {...}" separated by blank lines) into
+// a RequestResult as the bytes arrive: time to the first token, the inter-token latency of
+// each later chunk (per token), token ids, text, logprobs, the finish reason, the prompt
+// tokens of the usage chunk, and an error event.
+class StreamReader {
+ public:
+  StreamReader(RequestResult* r, Clock::time_point t0) : r_(r), t0_(t0), last_(t0) {}
+
+  // Takes `n` more bytes; handles every event they complete.
+  void Append(const char* data, size_t n) {
+    buffer_.append(data, n);
+    size_t end;
+    while ((end = buffer_.find("\n\n")) != std::string::npos) {
+      std::string event = buffer_.substr(0, end);
+      buffer_.erase(0, end + 2);
+      OnEvent(event);
+    }
+  }
+  // The bytes not (yet) part of a whole event: all of a non-streamed (error) body.
+  const std::string& pending() const { return buffer_; }
+
+ private:
+  void OnEvent(const std::string& event) {
+    if (event.rfind("data: ", 0) != 0) return;
+    const std::string payload = event.substr(6);
+    if (payload == "[DONE]") return;
+    json j = json::parse(payload, nullptr, false);
+    if (j.is_discarded()) return;
+    if (j.contains("error")) {
+      r_->error = j["error"].dump();
+      return;
+    }
+    if (j.contains("usage") && j["usage"].is_object()) {
+      r_->prompt_tokens = j["usage"].value("prompt_tokens", 0);
+    }
+    if (!j.contains("choices") || j["choices"].empty()) return;
+    OnChoice(j["choices"][0]);
+  }
+
+  void OnChoice(const json& c) {
+    const json& ids = c.contains("token_ids") ? c["token_ids"] : json::array();
+    if (!ids.empty()) OnTokens(ids);
+    if (c.contains("text")) r_->text += c["text"].get<std::string>();
+    if (c.contains("delta") && c["delta"].contains("content")) {
+      r_->text += c["delta"]["content"].get<std::string>();
+    }
+    if (c.contains("logprobs") && c["logprobs"].is_object()) {
+      const json& lp = c["logprobs"];
+      if (lp.contains("token_logprobs")) {
+        for (const json& x : lp["token_logprobs"]) r_->logprobs.push_back(x);
+      } else if (lp.contains("content")) {
+        for (const json& x : lp["content"]) r_->logprobs.push_back(x["logprob"]);
+      }
+    }
+    if (c.contains("finish_reason") && c["finish_reason"].is_string()) {
+      r_->finish_reason = c["finish_reason"].get<std::string>();
+    }
+  }
+
+  void OnTokens(const json& ids) {
+    const Clock::time_point now = Clock::now();
+    if (first_) {
+      r_->ttft_s = std::chrono::duration<double>(now - t0_).count();
+      first_ = false;
+    } else {
+      r_->itl_s.push_back(std::chrono::duration<double>(now - last_).count() / ids.size());
+    }
+    last_ = now;
+    for (const json& id : ids) r_->token_ids.push_back(id);
+  }
+
+  RequestResult* r_;
+  const Clock::time_point t0_;
+  Clock::time_point last_;
+  bool first_ = true;
+  std::string buffer_;
+};
+
+// Sends one prompt and reads its streamed answer; r.ok unless the request failed, the status
+// was not 200, an error event came, or the stream ended without a finish reason.
+RequestResult SendOne(const BenchOptions& o, const std::string& url, const Prompt& p) {
+  RequestResult r;
+  httplib::Request req = MakeRequest(o, p);
+  auto client = ClientFor(url, o.timeout_s);
   const Clock::time_point t0 = Clock::now();
-  Clock::time_point last = t0;
-  bool first = true;
+  StreamReader stream(&r, t0);
   int status = 0;
   req.response_handler = [&](const httplib::Response& res) {
     status = res.status;
     return true;
   };
   req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
-    buffer.append(data, n);
-    size_t end;
-    while ((end = buffer.find("\n\n")) != std::string::npos) {
-      std::string event = buffer.substr(0, end);
-      buffer.erase(0, end + 2);
-      if (event.rfind("data: ", 0) != 0) continue;
-      const std::string payload = event.substr(6);
-      if (payload == "[DONE]") continue;
-      json j = json::parse(payload, nullptr, false);
-      if (j.is_discarded()) continue;
-      if (j.contains("error")) {
-        r.error = j["error"].dump();
-        continue;
-      }
-      if (j.contains("usage") && j["usage"].is_object()) {
-        r.prompt_tokens = j["usage"].value("prompt_tokens", 0);
-      }
-      if (!j.contains("choices") || j["choices"].empty()) continue;
-      const json& c = j["choices"][0];
-      const json& ids = c.contains("token_ids") ? c["token_ids"] : json::array();
-      if (!ids.empty()) {
-        const Clock::time_point now = Clock::now();
-        if (first) {
-          r.ttft_s = std::chrono::duration<double>(now - t0).count();
-          first = false;
-        } else {
-          r.itl_s.push_back(std::chrono::duration<double>(now - last).count() / ids.size());
-        }
-        last = now;
-        for (const json& id : ids) r.token_ids.push_back(id);
-      }
-      if (c.contains("text")) r.text += c["text"].get<std::string>();
-      if (c.contains("delta") && c["delta"].contains("content")) {
-        r.text += c["delta"]["content"].get<std::string>();
-      }
-      if (c.contains("logprobs") && c["logprobs"].is_object()) {
-        const json& lp = c["logprobs"];
-        if (lp.contains("token_logprobs")) {
-          for (const json& x : lp["token_logprobs"]) r.logprobs.push_back(x);
-        } else if (lp.contains("content")) {
-          for (const json& x : lp["content"]) r.logprobs.push_back(x["logprob"]);
-        }
-      }
-      if (c.contains("finish_reason") && c["finish_reason"].is_string()) {
-        r.finish_reason = c["finish_reason"].get<std::string>();
-      }
-    }
+    stream.Append(data, n);
     return true;
   };
   httplib::Response res;
@@ -209,7 +248,7 @@ RequestResult SendOne(const BenchOptions& o, const std::string& url, const Promp
   if (!sent) {
     r.error = "HTTP: " + httplib::to_string(err);
   } else if (status != 200) {
-    r.error = "HTTP " + std::to_string(status) + ": " + buffer;
+    r.error = "HTTP " + std::to_string(status) + ": " + stream.pending();
   } else if (r.error.empty() && r.finish_reason.empty()) {
     r.error = "stream ended without a finish_reason";
   }

@@ -1,19 +1,18 @@
 #include "tools/pull_pair.h"
 
 #include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 
+#include "bench/common/cold_memcpy.h"
+#include "kvferry/common/child_process.h"
 #include "kvferry/common/frame_socket.h"
 #include "kvferry/connector/ferry_connector.h"
 #include "kvferry/engine/engine.h"
@@ -129,18 +128,16 @@ class PrefillChild {
                                                        const std::string& name, int tp) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return InternalError("socketpair failed");
-    const pid_t pid = fork();
-    if (pid < 0) {
-      close(sv[0]);
-      close(sv[1]);
-      return InternalError("fork failed");
-    }
-    if (pid == 0) {
+    StatusOr<ChildProcess> child = ChildProcess::Fork([&]() -> int {
       close(sv[0]);
       ServePrefills(o, name, tp, sv[1]);
-    }
+    });
     close(sv[1]);
-    std::unique_ptr<PrefillChild> c(new PrefillChild(pid, sv[0]));
+    if (!child.ok()) {
+      close(sv[0]);
+      return InternalError("fork failed");
+    }
+    std::unique_ptr<PrefillChild> c(new PrefillChild(std::move(*child), sv[0]));
     std::optional<std::string> ready = RecvFrame(c->fd_, Deadline::AfterMs(60000));
     if (ready != "ready") return InternalError("prefill child: " + ready.value_or("no answer"));
     return c;
@@ -148,15 +145,7 @@ class PrefillChild {
   ~PrefillChild() {
     SendFrame(fd_, "quit");
     close(fd_);
-    const Deadline deadline = Deadline::AfterMs(10000);
-    while (waitpid(pid_, nullptr, WNOHANG) == 0) {
-      if (deadline.Expired()) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, nullptr, 0);
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    child_.WaitOrKill(Deadline::AfterMs(10000));
   }
   StatusOr<connector::KvTransferParams> Prefill(const std::string& id) {
     if (!SendFrame(fd_, id)) return UnavailableError("the prefill child is gone");
@@ -168,36 +157,14 @@ class PrefillChild {
   }
 
  private:
-  PrefillChild(pid_t pid, int fd) : pid_(pid), fd_(fd) {}
-  pid_t pid_;
+  PrefillChild(ChildProcess child, int fd) : child_(std::move(child)), fd_(fd) {}
+  ChildProcess child_;
   int fd_;
 };
 
 double MedianOf(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
-}
-
-// PairResult::cold_memcpy_us: `bytes` in `pieces` equal pieces, each rep on a part of the
-// working set the previous reps did not touch (wrapping round a set larger than any cache).
-double ColdMemcpyUs(uint64_t bytes, uint64_t pieces, int reps) {
-  if (bytes == 0 || pieces == 0) return 0;
-  const uint64_t span = std::max<uint64_t>(bytes, 1 << 20);
-  const uint64_t ws = std::max<uint64_t>(uint64_t{256} << 20, 4 * span) / span * span;
-  std::vector<std::byte> src(ws, std::byte{1}), dst(ws, std::byte{0});
-  const uint64_t piece = bytes / pieces;
-  std::vector<double> us;
-  uint64_t at = 0;
-  for (int rep = 0; rep < std::max(reps, 1); ++rep, at = (at + span) % ws) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (uint64_t i = 0; i < pieces; ++i) {
-      const uint64_t len = i + 1 < pieces ? piece : bytes - piece * (pieces - 1);
-      std::memcpy(dst.data() + at + i * piece, src.data() + at + i * piece, len);
-    }
-    us.push_back(
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return MedianOf(std::move(us));
 }
 
 }  // namespace
@@ -244,7 +211,7 @@ StatusOr<PairResult> BenchPair(const PullOptions& o, int p_tp, int d_tp) {
   }
   d.connector->worker()->Shutdown();
   if (p) p->connector->worker()->Shutdown();
-  r.cold_memcpy_us = ColdMemcpyUs(r.last.bytes, r.last.descriptors, o.reps);
+  r.cold_memcpy_us = bench::ColdMemcpyMedianUs(r.last.bytes, r.last.descriptors, o.reps);
   return r;
 }
 

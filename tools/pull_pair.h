@@ -35,7 +35,8 @@ struct PairResult {
   connector::LoadReport last;
   // The ceiling, measured right after the pulls: one thread's memcpy of the last pull's bytes,
   // in as many equal pieces as it had descriptors, from and to memory no cache holds (a
-  // working set of 256 MiB or more per side, a fresh part each time); the median over `reps`.
+  // working set of 256 MiB or more per side, a fresh part each time); the median over `reps`
+  // (bench/common/cold_memcpy.h, ColdMemcpyMedianUs).
   double cold_memcpy_us = 0;
   double Median() const;
 };

@@ -6,9 +6,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -24,7 +22,10 @@
 #include <sstream>
 #include <thread>
 
+#include "bench/common/cold_memcpy.h"
 #include "bench/plot/svg_plot.h"
+#include "bench/transfer/xfer_ceilings.h"
+#include "kvferry/common/child_process.h"
 #include "kvferry/common/frame_socket.h"
 #include "kvferry/common/logging.h"
 #include "kvferry/transfer/agent.h"
@@ -128,91 +129,7 @@ int RunTarget(const XferBenchOptions& o) {
   return 0;
 }
 
-// ---- ceilings -------------------------------------------------------------------------------
-
-// Cold memcpy: `desc_bytes` pieces over the whole working set (src and dst larger than caches).
-double MemcpyGbps(uint8_t* dst, const uint8_t* src, uint64_t ws, uint64_t desc_bytes) {
-  double best = 0;
-  for (int pass = 0; pass < 2; ++pass) {
-    auto t0 = Clock::now();
-    for (uint64_t off = 0; off + desc_bytes <= ws; off += desc_bytes) {
-      std::memcpy(dst + off, src + off, desc_bytes);
-    }
-    best = std::max(best, static_cast<double>(ws) / Seconds(Clock::now() - t0) / 1e9);
-  }
-  return best;
-}
-
-std::string RunCapture(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
-  pclose(p);
-  return out;
-}
-
-pid_t SpawnShell(const std::string& cmd) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    setpgid(0, 0);
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return pid;
-}
-
-void KillWait(pid_t pid) {
-  if (pid <= 0) return;
-  kill(-pid, SIGTERM);
-  for (int i = 0; i < 50; ++i) {
-    if (waitpid(pid, nullptr, WNOHANG) == pid) return;
-    usleep(20'000);
-  }
-  kill(-pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-}
-
-// iperf3 single stream over loopback with `len`-byte writes (iperf3 caps writes at 1 MiB).
-// GB/s, or < 0 if unavailable.
-double Iperf3Gbps(uint64_t len) {
-  len = std::min<uint64_t>(len, 1 << 20);
-  int port = 15201 + static_cast<int>(getpid() % 500);
-  pid_t srv = SpawnShell("exec iperf3 -s -1 -p " + std::to_string(port) + " >/dev/null 2>&1");
-  usleep(300'000);
-  std::string out = RunCapture("iperf3 -c 127.0.0.1 -p " + std::to_string(port) + " -t 2 -l " +
-                               std::to_string(len) + " -J 2>/dev/null");
-  KillWait(srv);
-  try {
-    auto j = nlohmann::json::parse(out);
-    return j["end"]["sum_received"]["bits_per_second"].get<double>() / 8 / 1e9;
-  } catch (...) {
-    return -1;
-  }
-}
-
-// ucx_perftest with one message of `len` bytes per iteration. GB/s, or < 0 if unavailable.
-double UcxPerftestGbps(const std::string& transport, const std::string& test, uint64_t len) {
-  int port = 16201 + static_cast<int>(getpid() % 500);
-  std::string tls = OverTcp(transport) ? "tcp" : "shm,self";
-  uint64_t iters = std::clamp<uint64_t>((512ull << 20) / len, 20, 20000);
-  std::string env = "UCX_TLS=" + tls + " UCX_WARN_UNUSED_ENV_VARS=n ";
-  pid_t srv = SpawnShell("exec env " + env + "ucx_perftest -p " + std::to_string(port) +
-                         " >/dev/null 2>&1");
-  usleep(300'000);
-  std::string out = RunCapture("timeout 60 env " + env + "ucx_perftest 127.0.0.1 -p " +
-                               std::to_string(port) + " -t " + test + " -s " + std::to_string(len) +
-                               " -n " + std::to_string(iters) + " -w 10 2>/dev/null");
-  KillWait(srv);
-  auto pos = out.find("Final:");
-  if (pos == std::string::npos) return -1;
-  std::istringstream in(out.substr(pos + 6));
-  double iter, p50, avg, overall, bw_avg, bw_overall;
-  if (!(in >> iter >> p50 >> avg >> overall >> bw_avg >> bw_overall)) return -1;
-  return bw_overall * 1048576.0 / 1e9;  // ucx_perftest's MB is 2^20 bytes
-}
+// The other ceilings (iperf3, ucx_perftest) are in xfer_ceilings.cc.
 
 // ---- contention ------------------------------------------------------------------------------
 
@@ -317,49 +234,62 @@ struct Session {
   uint64_t ws = 0;
 };
 
-Row RunPoint(Session& s, const std::string& transport, XferOp op, uint64_t size, uint32_t batch,
-             const XferBenchOptions& o) {
-  Row row{transport, op == XferOp::kRead ? "read" : "write", size, batch};
-  uint64_t per_xfer = size * batch;
-  uint64_t nslots = s.ws / per_xfer;
-  uint64_t nh = std::min<uint64_t>(nslots, 128);
-  uint64_t stride = (nslots / nh) * per_xfer;
+// Post one prepared transfer and wait for it; the Post and completion times if asked.
+Status RunOne(Session& s, XferHandle h, double* post_us, double* compl_us) {
+  auto t0 = Clock::now();
+  KVF_RETURN_IF_ERROR(s.agent->Post(h));
+  auto t1 = Clock::now();
+  KVF_RETURN_IF_ERROR(s.agent->Wait(h, Deadline::AfterMs(60'000)));
+  auto t2 = Clock::now();
+  if (post_us) *post_us = Seconds(t1 - t0) * 1e6;
+  if (compl_us) *compl_us = Seconds(t2 - t0) * 1e6;
+  return Status::Ok();
+}
+
+// `batch` descriptors of `size` bytes from `offset` on, on both sides, in reversed order on the
+// remote side: pairs are never adjacent on both sides, so nothing merges.
+TransferRequest UnmergeableRequest(const Session& s, XferOp op, uint64_t offset, uint64_t size,
+                                   uint32_t batch) {
+  TransferRequest req{.op = op,
+                      .peer = s.peer,
+                      .local = {},
+                      .remote = {},
+                      .notification = "",
+                      .timeout_ms = 30'000};
+  for (uint32_t i = 0; i < batch; ++i) {
+    req.local.push_back({s.lr, offset + i * size, size});
+    req.remote.push_back({s.rr, offset + (batch - 1 - i) * size, size});
+  }
+  return req;
+}
+
+// Up to 128 transfers of `batch` descriptors of `size` bytes, spread over the working set.
+StatusOr<std::vector<XferHandle>> PrepareSpread(Session& s, XferOp op, uint64_t size,
+                                                uint32_t batch) {
+  const uint64_t per_xfer = size * batch;
+  const uint64_t nslots = s.ws / per_xfer;
+  const uint64_t nh = std::min<uint64_t>(nslots, 128);
+  const uint64_t stride = (nslots / nh) * per_xfer;
   std::vector<XferHandle> hs;
   for (uint64_t j = 0; j < nh; ++j) {
-    TransferRequest req{.op = op,
-                        .peer = s.peer,
-                        .local = {},
-                        .remote = {},
-                        .notification = "",
-                        .timeout_ms = 30'000};
-    for (uint32_t i = 0; i < batch; ++i) {
-      req.local.push_back({s.lr, j * stride + i * size, size});
-      // Reversed on the remote side: pairs are never adjacent on both sides, so no merging.
-      req.remote.push_back({s.rr, j * stride + (batch - 1 - i) * size, size});
-    }
-    auto h = s.agent->PrepareTransfer(req);
-    if (!h.ok()) {
-      row.error = h.status().ToString();
-      return row;
-    }
-    hs.push_back(*h);
+    KVF_ASSIGN_OR_RETURN(
+        XferHandle h, s.agent->PrepareTransfer(UnmergeableRequest(s, op, j * stride, size, batch)));
+    hs.push_back(h);
   }
-  row.merged = s.agent->GetXferInfo(hs[0])->num_descriptors_merged;
-  auto run_one = [&](XferHandle h, double* post_us, double* compl_us) -> Status {
-    auto t0 = Clock::now();
-    KVF_RETURN_IF_ERROR(s.agent->Post(h));
-    auto t1 = Clock::now();
-    KVF_RETURN_IF_ERROR(s.agent->Wait(h, Deadline::AfterMs(60'000)));
-    auto t2 = Clock::now();
-    if (post_us) *post_us = Seconds(t1 - t0) * 1e6;
-    if (compl_us) *compl_us = Seconds(t2 - t0) * 1e6;
-    return Status::Ok();
-  };
+  return hs;
+}
+
+// Two warm-up transfers, then round-robin over `hs` for the point's time budget (at least 4,
+// at most 200000 transfers): the rate and the latency percentiles into `row`. False if a
+// warm-up transfer failed (row->error says why; nothing was timed).
+bool TimePoint(Session& s, const std::vector<XferHandle>& hs, uint64_t per_xfer,
+               const XferBenchOptions& o, Row* row) {
+  const uint64_t nh = hs.size();
   for (int w = 0; w < 2; ++w) {
-    Status st = run_one(hs[w % nh], nullptr, nullptr);
+    Status st = RunOne(s, hs[w % nh], nullptr, nullptr);
     if (!st.ok()) {
-      row.error = st.ToString();
-      return row;
+      row->error = st.ToString();
+      return false;
     }
   }
   std::vector<double> post, compl_;
@@ -368,9 +298,9 @@ Row RunPoint(Session& s, const std::string& transport, XferOp op, uint64_t size,
   uint64_t it = 0;
   while ((Clock::now() - start < budget || it < 4) && it < 200'000) {
     double p, c;
-    Status st = run_one(hs[it % nh], &p, &c);
+    Status st = RunOne(s, hs[it % nh], &p, &c);
     if (!st.ok()) {
-      row.error = st.ToString();
+      row->error = st.ToString();
       break;
     }
     post.push_back(p);
@@ -378,42 +308,50 @@ Row RunPoint(Session& s, const std::string& transport, XferOp op, uint64_t size,
     ++it;
   }
   double secs = Seconds(Clock::now() - start);
-  row.xfers = it;
-  row.bytes = it * per_xfer;
-  row.gbps = static_cast<double>(row.bytes) / secs / 1e9;
-  row.post_p50_us = Pct(post, 0.5);
-  row.post_p99_us = Pct(post, 0.99);
-  row.compl_p50_us = Pct(compl_, 0.5);
-  row.compl_p99_us = Pct(compl_, 0.99);
-  if (o.validate && row.error.empty()) {
-    // WRITE a seeded pattern through handle 0, wipe the local copy, READ it back, compare.
-    uint64_t seed = size * 31 + batch;
-    std::vector<uint8_t> expect(per_xfer);
-    for (uint64_t i = 0; i < per_xfer; ++i) expect[i] = static_cast<uint8_t>((i * 13 + seed) >> 2);
-    TransferRequest w{.op = XferOp::kWrite,
-                      .peer = s.peer,
-                      .local = {},
-                      .remote = {},
-                      .notification = "",
-                      .timeout_ms = 30'000};
-    for (uint32_t i = 0; i < batch; ++i) {
-      w.local.push_back({s.lr, i * size, size});
-      w.remote.push_back({s.rr, (batch - 1 - i) * size, size});
-    }
-    std::memcpy(s.local, expect.data(), per_xfer);
-    TransferRequest r = w;
-    r.op = XferOp::kRead;
-    auto hw = s.agent->PrepareTransfer(w);
-    auto hr = s.agent->PrepareTransfer(r);
-    bool ok = hw.ok() && hr.ok() && run_one(*hw, nullptr, nullptr).ok();
-    std::memset(s.local, 0, per_xfer);
-    ok = ok && run_one(*hr, nullptr, nullptr).ok() &&
-         std::memcmp(s.local, expect.data(), per_xfer) == 0;
-    row.validated = ok ? "ok" : "FAILED";
-    if (hw.ok()) s.agent->Release(*hw).IgnoreError();
-    if (hr.ok()) s.agent->Release(*hr).IgnoreError();
+  row->xfers = it;
+  row->bytes = it * per_xfer;
+  row->gbps = static_cast<double>(row->bytes) / secs / 1e9;
+  row->post_p50_us = Pct(post, 0.5);
+  row->post_p99_us = Pct(post, 0.99);
+  row->compl_p50_us = Pct(compl_, 0.5);
+  row->compl_p99_us = Pct(compl_, 0.99);
+  return true;
+}
+
+// WRITEs a seeded pattern to the start of the remote buffer, wipes the local copy, READs it
+// back and compares: "ok" or "FAILED".
+std::string ValidatePoint(Session& s, uint64_t size, uint32_t batch) {
+  const uint64_t per_xfer = size * batch;
+  uint64_t seed = size * 31 + batch;
+  std::vector<uint8_t> expect(per_xfer);
+  for (uint64_t i = 0; i < per_xfer; ++i) expect[i] = static_cast<uint8_t>((i * 13 + seed) >> 2);
+  TransferRequest w = UnmergeableRequest(s, XferOp::kWrite, 0, size, batch);
+  std::memcpy(s.local, expect.data(), per_xfer);
+  TransferRequest r = w;
+  r.op = XferOp::kRead;
+  auto hw = s.agent->PrepareTransfer(w);
+  auto hr = s.agent->PrepareTransfer(r);
+  bool ok = hw.ok() && hr.ok() && RunOne(s, *hw, nullptr, nullptr).ok();
+  std::memset(s.local, 0, per_xfer);
+  ok = ok && RunOne(s, *hr, nullptr, nullptr).ok() &&
+       std::memcmp(s.local, expect.data(), per_xfer) == 0;
+  if (hw.ok()) s.agent->Release(*hw).IgnoreError();
+  if (hr.ok()) s.agent->Release(*hr).IgnoreError();
+  return ok ? "ok" : "FAILED";
+}
+
+Row RunPoint(Session& s, const std::string& transport, XferOp op, uint64_t size, uint32_t batch,
+             const XferBenchOptions& o) {
+  Row row{transport, op == XferOp::kRead ? "read" : "write", size, batch};
+  StatusOr<std::vector<XferHandle>> hs = PrepareSpread(s, op, size, batch);
+  if (!hs.ok()) {
+    row.error = hs.status().ToString();
+    return row;
   }
-  for (XferHandle h : hs) s.agent->Release(h).IgnoreError();
+  row.merged = s.agent->GetXferInfo((*hs)[0])->num_descriptors_merged;
+  if (!TimePoint(s, *hs, size * batch, o, &row)) return row;  // warm-up failed: nothing timed
+  if (o.validate && row.error.empty()) row.validated = ValidatePoint(s, size, batch);
+  for (XferHandle h : *hs) s.agent->Release(h).IgnoreError();
   return row;
 }
 
@@ -439,173 +377,242 @@ std::string Human(uint64_t b) {
   return std::to_string(b);
 }
 
-}  // namespace
+// ---- one transport: the target, the session, the points, the ceilings ----------------------
 
-int RunXferBench(const XferBenchOptions& o) {
-  if (o.role == "target") return RunTarget(o);
-  uint64_t ws = o.working_set_bytes;
-  std::vector<Row> rows;
+// The control channel to the target of one transport, and the target's process when this run
+// spawned it.
+struct TargetLink {
+  int fd = -1;
+  std::optional<ChildProcess> child;
+};
+
+// The target of `transport`: the remote one at --connect, or this binary re-run with --role
+// target in a child, over a socketpair. fd < 0 if it cannot be reached.
+TargetLink StartTarget(const XferBenchOptions& o, const std::string& transport, uint64_t ws) {
+  TargetLink link;
+  if (!o.connect.empty()) {
+    link.fd = ConnectTo(o.connect);
+    return link;
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return link;
+  StatusOr<ChildProcess> child = ChildProcess::Fork([&] {
+    close(sv[0]);
+    std::string exe = "/proc/self/exe";
+    std::vector<std::string> args = {"kvferry",
+                                     "bench",
+                                     "xfer",
+                                     "--role",
+                                     "target",
+                                     "--ctl-fd",
+                                     std::to_string(sv[1]),
+                                     "--transport",
+                                     transport,
+                                     "--working-set-mib",
+                                     std::to_string(ws >> 20),
+                                     "--data-path",
+                                     o.data_path};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(exe.c_str(), argv.data());
+    return 127;
+  });
+  close(sv[1]);
+  if (!child.ok()) {
+    close(sv[0]);
+    return link;
+  }
+  link.child = std::move(*child);
+  link.fd = sv[0];
+  return link;
+}
+
+// The initiator's side of one transport: its agent, a local buffer of the working set (the
+// smaller of ours and the target's) and the peer loaded from the target's metadata `*md`.
+// False (after saying why) if the target did not start or cannot be loaded.
+bool OpenSession(const XferBenchOptions& o, const std::string& transport, int fd, Session* s,
+                 std::string* md) {
+  s->ws = o.working_set_bytes;
+  auto agent = Agent::Create(MakeAgentOptions("bench-initiator", transport, o.data_path));
+  auto metadata = RecvFrame(fd, Deadline::AfterMs(60'000));
+  auto info = RecvFrame(fd, Deadline::AfterMs(10'000));
+  if (!agent.ok() || !metadata || !info) {
+    std::fprintf(stderr, "bench xfer: target for %s did not start\n", transport.c_str());
+    return false;
+  }
+  *md = *metadata;
+  s->agent = std::move(*agent);
+  uint64_t remote_ws = 0;
+  uint32_t rid = 0;
+  std::istringstream(*info) >> rid >> remote_ws;
+  s->rr = RegionHandle{rid};
+  s->ws = std::min(o.working_set_bytes, remote_ws);
+  s->local = AllocTouched(s->ws, 1);
+  s->lr = *s->agent->RegisterMemory(s->local, s->ws, MemoryKind::kHost);
+  auto peer = s->agent->LoadRemoteMetadata(*md);
+  if (!peer.ok()) {
+    std::fprintf(stderr, "bench xfer: %s\n", peer.status().ToString().c_str());
+    return false;
+  }
+  s->peer = *peer;
+  return true;
+}
+
+// Every (op, size, batch) point of one transport that fits the working set, in order.
+void SweepPoints(const XferBenchOptions& o, const std::string& transport, const std::string& md,
+                 Session& s, std::vector<Row>* rows) {
+  std::optional<BusyLoops> busy;
+  if (o.busy_threads > 0) busy.emplace(o.busy_threads);
+  for (const std::string& op : o.ops) {
+    for (uint64_t size : o.sizes) {
+      for (uint32_t batch : o.batches) {
+        if (size * batch > s.ws) continue;
+        Row r =
+            RunPoint(s, transport, op == "read" ? XferOp::kRead : XferOp::kWrite, size, batch, o);
+        if (!r.error.empty()) {  // a failed transfer closes the connection: reconnect
+          auto again = s.agent->LoadRemoteMetadata(md);
+          if (again.ok()) s.peer = *again;
+        }
+        if (!o.json) {
+          std::fprintf(stderr, "  %-3s %-5s %6s x %-5u %7.3f GB/s %s\n", transport.c_str(),
+                       r.op.c_str(), Human(size).c_str(), batch, r.gbps, r.error.c_str());
+        }
+        rows->push_back(r);
+      }
+    }
+  }
+}
+
+// The ceilings measured in the run, by (transport, descriptor bytes); cold memcpy by ("", bytes).
+struct Ceilings {
   std::map<std::pair<std::string, uint64_t>, double> iperf, perftest, memcpy_gbps;
   std::map<std::pair<std::string, uint64_t>, std::string> perftest_name;
-  for (const std::string& transport : o.transports) {
-    int fd = -1;
-    pid_t child = -1;
-    if (!o.connect.empty()) {
-      fd = ConnectTo(o.connect);
-    } else {
-      int sv[2];
-      if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) return 1;
-      child = fork();
-      if (child == 0) {
-        close(sv[0]);
-        std::string exe = "/proc/self/exe";
-        std::vector<std::string> args = {"kvferry",
-                                         "bench",
-                                         "xfer",
-                                         "--role",
-                                         "target",
-                                         "--ctl-fd",
-                                         std::to_string(sv[1]),
-                                         "--transport",
-                                         transport,
-                                         "--working-set-mib",
-                                         std::to_string(ws >> 20),
-                                         "--data-path",
-                                         o.data_path};
-        std::vector<char*> argv;
-        for (auto& a : args) argv.push_back(a.data());
-        argv.push_back(nullptr);
-        execv(exe.c_str(), argv.data());
-        _exit(127);
-      }
-      close(sv[1]);
-      fd = sv[0];
-    }
-    if (fd < 0) {
-      std::fprintf(stderr, "bench xfer: cannot reach the target\n");
-      return 1;
-    }
-    Session s;
-    s.ws = ws;
-    auto agent = Agent::Create(MakeAgentOptions("bench-initiator", transport, o.data_path));
-    auto md = RecvFrame(fd, Deadline::AfterMs(60'000));
-    auto info = RecvFrame(fd, Deadline::AfterMs(10'000));
-    if (!agent.ok() || !md || !info) {
-      std::fprintf(stderr, "bench xfer: target for %s did not start\n", transport.c_str());
-      return 1;
-    }
-    s.agent = std::move(*agent);
-    uint64_t remote_ws = 0;
-    uint32_t rid = 0;
-    std::istringstream(*info) >> rid >> remote_ws;
-    s.rr = RegionHandle{rid};
-    s.ws = std::min(ws, remote_ws);
-    s.local = AllocTouched(s.ws, 1);
-    s.lr = *s.agent->RegisterMemory(s.local, s.ws, MemoryKind::kHost);
-    auto peer = s.agent->LoadRemoteMetadata(*md);
-    if (!peer.ok()) {
-      std::fprintf(stderr, "bench xfer: %s\n", peer.status().ToString().c_str());
-      return 1;
-    }
-    s.peer = *peer;
-    std::optional<BusyLoops> busy;
-    if (o.busy_threads > 0) busy.emplace(o.busy_threads);
-    for (const std::string& op : o.ops) {
-      for (uint64_t size : o.sizes) {
-        for (uint32_t batch : o.batches) {
-          if (size * batch > s.ws) continue;
-          Row r =
-              RunPoint(s, transport, op == "read" ? XferOp::kRead : XferOp::kWrite, size, batch, o);
-          if (!r.error.empty()) {  // a failed transfer closes the connection: reconnect
-            auto again = s.agent->LoadRemoteMetadata(*md);
-            if (again.ok()) s.peer = *again;
-          }
-          if (!o.json) {
-            std::fprintf(stderr, "  %-3s %-5s %6s x %-5u %7.3f GB/s %s\n", transport.c_str(),
-                         r.op.c_str(), Human(size).c_str(), batch, r.gbps, r.error.c_str());
-          }
-          rows.push_back(r);
-        }
-      }
-    }
-    busy.reset();
-    SendFrame(fd, "QUIT");
-    s.agent.reset();
-    if (child > 0) waitpid(child, nullptr, 0);
-    close(fd);
-    if (o.ceilings) {
-      std::vector<uint8_t*> scratch{AllocTouched(s.ws, 9)};
-      for (uint64_t size : o.sizes) {
-        if (!memcpy_gbps.count({"", size})) {
-          memcpy_gbps[{"", size}] = MemcpyGbps(scratch[0], s.local, s.ws, size);
-        }
-        if (OverTcp(transport)) iperf[{transport, size}] = Iperf3Gbps(size);
-        std::string test = OverTcp(transport) && o.data_path != "rma" ? "ucp_am_bw" : "ucp_put_bw";
-        perftest[{transport, size}] = UcxPerftestGbps(transport, test, size);
-        perftest_name[{transport, size}] = test;
-      }
-      std::free(scratch[0]);
-    }
-    std::free(s.local);
+
+  // A row's three ceilings in GB/s; < 0 where not measured.
+  struct OfRow {
+    double cold_memcpy = -1, iperf = -1, perftest = -1;
+  };
+  OfRow For(const Row& r) const {
+    auto get = [](const std::map<std::pair<std::string, uint64_t>, double>& m,
+                  const std::string& transport, uint64_t size) {
+      auto it = m.find({transport, size});
+      return it == m.end() ? -1.0 : it->second;
+    };
+    return {get(memcpy_gbps, "", r.desc_bytes), get(iperf, r.transport, r.desc_bytes),
+            get(perftest, r.transport, r.desc_bytes)};
   }
-  // Report.
+};
+
+// Our rate as a fraction of a ceiling; -1 where the ceiling was not measured.
+double Ratio(double gbps, double ceiling) { return ceiling > 0 ? gbps / ceiling : -1.0; }
+
+// The idle machine's ceilings for one transport, after its points (the target is gone).
+void MeasureCeilings(const XferBenchOptions& o, const std::string& transport, const Session& s,
+                     Ceilings* c) {
+  uint8_t* scratch = AllocTouched(s.ws, 9);
+  for (uint64_t size : o.sizes) {
+    if (!c->memcpy_gbps.count({"", size})) {
+      c->memcpy_gbps[{"", size}] = ColdMemcpyGbps(scratch, s.local, s.ws, size);
+    }
+    if (OverTcp(transport)) c->iperf[{transport, size}] = Iperf3Gbps(size);
+    std::string test = OverTcp(transport) && o.data_path != "rma" ? "ucp_am_bw" : "ucp_put_bw";
+    c->perftest[{transport, size}] = UcxPerftestGbps(OverTcp(transport), test, size);
+    c->perftest_name[{transport, size}] = test;
+  }
+  std::free(scratch);
+}
+
+// One transport from start to end: target, session, points, then (target gone) its ceilings.
+// False if the target could not be reached or did not start.
+bool RunTransport(const XferBenchOptions& o, const std::string& transport, std::vector<Row>* rows,
+                  Ceilings* ceilings) {
+  TargetLink target = StartTarget(o, transport, o.working_set_bytes);
+  if (target.fd < 0) {
+    std::fprintf(stderr, "bench xfer: cannot reach the target\n");
+    return false;
+  }
+  Session s;
+  std::string md;
+  if (!OpenSession(o, transport, target.fd, &s, &md)) return false;
+  SweepPoints(o, transport, md, s, rows);
+  SendFrame(target.fd, "QUIT");
+  s.agent.reset();
+  if (target.child) target.child->Wait();
+  close(target.fd);
+  if (o.ceilings) MeasureCeilings(o, transport, s, ceilings);
+  std::free(s.local);
+  return true;
+}
+
+// ---- the report -----------------------------------------------------------------------------
+
+nlohmann::json RowJson(const Row& r, const Ceilings& c, const XferBenchOptions& o) {
+  const Ceilings::OfRow ceiling = c.For(r);
+  nlohmann::json j = {
+      {"transport", r.transport},
+      {"op", r.op},
+      {"desc_bytes", r.desc_bytes},
+      {"descs_per_xfer", r.descs},
+      {"descs_after_merge", r.merged},
+      {"transfers", r.xfers},
+      {"bytes", r.bytes},
+      {"gbps", r.gbps},
+      {"post_p50_us", r.post_p50_us},
+      {"post_p99_us", r.post_p99_us},
+      {"completion_p50_us", r.compl_p50_us},
+      {"completion_p99_us", r.compl_p99_us},
+      // One typical transfer's rate: bytes per transfer / p50 completion.
+      {"gbps_at_p50_completion",
+       r.compl_p50_us > 0 ? static_cast<double>(r.desc_bytes) * r.descs / r.compl_p50_us / 1e3
+                          : 0.0},
+      {"validated", r.validated},
+      {"working_set_bytes", o.working_set_bytes},
+      {"busy_threads", o.busy_threads}};
+  if (!r.error.empty()) j["error"] = r.error;
+  if (ceiling.cold_memcpy > 0) {
+    j["ceiling_cold_memcpy_gbps"] = ceiling.cold_memcpy;
+    j["ratio_vs_cold_memcpy"] = Ratio(r.gbps, ceiling.cold_memcpy);
+  }
+  if (ceiling.iperf > 0) {
+    j["ceiling_iperf3_gbps"] = ceiling.iperf;
+    j["ratio_vs_iperf3"] = Ratio(r.gbps, ceiling.iperf);
+  }
+  if (ceiling.perftest > 0) {
+    j["ceiling_ucx_perftest_gbps"] = ceiling.perftest;
+    j["ceiling_ucx_perftest_test"] = c.perftest_name.at({r.transport, r.desc_bytes});
+    j["ratio_vs_ucx_perftest"] = Ratio(r.gbps, ceiling.perftest);
+  }
+  return j;
+}
+
+void PrintTableHeader() {
+  std::printf("%-4s %-5s %6s %5s %5s %8s %9s %9s %9s %9s | %7s %7s %7s | %6s %6s %6s\n", "tls",
+              "op", "desc", "batch", "merg", "GB/s", "post50us", "post99us", "cmpl50us", "cmpl99us",
+              "memcpy", "iperf3", "perft", "/memcp", "/iperf", "/perft");
+}
+
+void PrintTableRow(const Row& r, const Ceilings& c, const XferBenchOptions& o) {
+  const Ceilings::OfRow ceiling = c.For(r);
+  const double mc = ceiling.cold_memcpy, ip = ceiling.iperf, pt = ceiling.perftest;
+  auto ratio = [&r](double v) { return Ratio(r.gbps, v); };
+  auto f = [](double v) { return v > 0 ? fmt::format("{:.2f}", v) : std::string("-"); };
+  std::printf(
+      "%-4s %-5s %6s %5u %5u %8.3f %9.1f %9.1f %9.1f %9.1f | %7s %7s %7s | %6s %6s %6s%s%s\n",
+      r.transport.c_str(), r.op.c_str(), Human(r.desc_bytes).c_str(), r.descs, r.merged, r.gbps,
+      r.post_p50_us, r.post_p99_us, r.compl_p50_us, r.compl_p99_us, f(mc).c_str(), f(ip).c_str(),
+      f(pt).c_str(), f(ratio(mc)).c_str(), f(ratio(ip)).c_str(), f(ratio(pt)).c_str(),
+      o.validate ? (" validate=" + r.validated).c_str() : "",
+      r.error.empty() ? "" : (" ERROR " + r.error).c_str());
+}
+
+// The table (or --json), the plot; the exit code: 1 if a point failed or did not validate.
+int Report(const std::vector<Row>& rows, const Ceilings& ceilings, const XferBenchOptions& o) {
   nlohmann::json out = nlohmann::json::array();
-  if (!o.json) {
-    std::printf("%-4s %-5s %6s %5s %5s %8s %9s %9s %9s %9s | %7s %7s %7s | %6s %6s %6s\n", "tls",
-                "op", "desc", "batch", "merg", "GB/s", "post50us", "post99us", "cmpl50us",
-                "cmpl99us", "memcpy", "iperf3", "perft", "/memcp", "/iperf", "/perft");
-  }
+  if (!o.json) PrintTableHeader();
   for (const Row& r : rows) {
-    double mc = memcpy_gbps.count({"", r.desc_bytes}) ? memcpy_gbps[{"", r.desc_bytes}] : -1;
-    double ip = iperf.count({r.transport, r.desc_bytes}) ? iperf[{r.transport, r.desc_bytes}] : -1;
-    double pt =
-        perftest.count({r.transport, r.desc_bytes}) ? perftest[{r.transport, r.desc_bytes}] : -1;
-    auto ratio = [&](double c) { return c > 0 ? r.gbps / c : -1.0; };
-    nlohmann::json j = {
-        {"transport", r.transport},
-        {"op", r.op},
-        {"desc_bytes", r.desc_bytes},
-        {"descs_per_xfer", r.descs},
-        {"descs_after_merge", r.merged},
-        {"transfers", r.xfers},
-        {"bytes", r.bytes},
-        {"gbps", r.gbps},
-        {"post_p50_us", r.post_p50_us},
-        {"post_p99_us", r.post_p99_us},
-        {"completion_p50_us", r.compl_p50_us},
-        {"completion_p99_us", r.compl_p99_us},
-        // One typical transfer's rate: bytes per transfer / p50 completion.
-        {"gbps_at_p50_completion",
-         r.compl_p50_us > 0 ? static_cast<double>(r.desc_bytes) * r.descs / r.compl_p50_us / 1e3
-                            : 0.0},
-        {"validated", r.validated},
-        {"working_set_bytes", o.working_set_bytes},
-        {"busy_threads", o.busy_threads}};
-    if (!r.error.empty()) j["error"] = r.error;
-    if (mc > 0) {
-      j["ceiling_cold_memcpy_gbps"] = mc;
-      j["ratio_vs_cold_memcpy"] = ratio(mc);
-    }
-    if (ip > 0) {
-      j["ceiling_iperf3_gbps"] = ip;
-      j["ratio_vs_iperf3"] = ratio(ip);
-    }
-    if (pt > 0) {
-      j["ceiling_ucx_perftest_gbps"] = pt;
-      j["ceiling_ucx_perftest_test"] = perftest_name[{r.transport, r.desc_bytes}];
-      j["ratio_vs_ucx_perftest"] = ratio(pt);
-    }
-    out.push_back(j);
-    if (!o.json) {
-      auto f = [](double v) { return v > 0 ? fmt::format("{:.2f}", v) : std::string("-"); };
-      std::printf(
-          "%-4s %-5s %6s %5u %5u %8.3f %9.1f %9.1f %9.1f %9.1f | %7s %7s %7s | %6s %6s %6s%s%s\n",
-          r.transport.c_str(), r.op.c_str(), Human(r.desc_bytes).c_str(), r.descs, r.merged, r.gbps,
-          r.post_p50_us, r.post_p99_us, r.compl_p50_us, r.compl_p99_us, f(mc).c_str(),
-          f(ip).c_str(), f(pt).c_str(), f(ratio(mc)).c_str(), f(ratio(ip)).c_str(),
-          f(ratio(pt)).c_str(), o.validate ? (" validate=" + r.validated).c_str() : "",
-          r.error.empty() ? "" : (" ERROR " + r.error).c_str());
-    }
+    out.push_back(RowJson(r, ceilings, o));
+    if (!o.json) PrintTableRow(r, ceilings, o);
   }
   if (o.json) std::printf("%s\n", out.dump(2).c_str());
   if (!o.plot_path.empty()) {
@@ -616,6 +623,18 @@ int RunXferBench(const XferBenchOptions& o) {
     return !r.error.empty() || r.validated == "FAILED";
   });
   return failed ? 1 : 0;
+}
+
+}  // namespace
+
+int RunXferBench(const XferBenchOptions& o) {
+  if (o.role == "target") return RunTarget(o);
+  std::vector<Row> rows;
+  Ceilings ceilings;
+  for (const std::string& transport : o.transports) {
+    if (!RunTransport(o, transport, &rows, &ceilings)) return 1;
+  }
+  return Report(rows, ceilings, o);
 }
 
 }  // namespace kvferry::bench

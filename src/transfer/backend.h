@@ -16,7 +16,7 @@
 #include "kvferry/common/deadline.h"
 #include "kvferry/common/status.h"
 #include "kvferry/common/thread_annotations.h"
-#include "kvferry/transfer/agent.h"
+#include "kvferry/transfer/backend_options.h"
 #include "kvferry/transfer/types.h"
 
 namespace kvferry::transfer {

@@ -5,12 +5,12 @@
 // that dies before D pulls is a handshake failure D recovers from by recomputing.
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "kvferry/common/child_process.h"
 #include "pd_harness.h"
 
 namespace kvferry::pd_test {
@@ -70,18 +70,10 @@ std::string ReadLine(int fd, int timeout_ms) {
   return out;
 }
 
-// Waits for the child within `timeout_ms`; returns its exit code, or -1 (then it is killed).
-int WaitChild(pid_t pid, int timeout_ms) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (std::chrono::steady_clock::now() < deadline) {
-    int status = 0;
-    pid_t r = waitpid(pid, &status, WNOHANG);
-    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, nullptr, 0);
-  return -1;
+// Waits for the child within `timeout_ms`; returns its exit code, or -1 (killed by a signal,
+// or past the deadline: then it is killed).
+int WaitChild(ChildProcess& child, int timeout_ms) {
+  return child.WaitOrKill(Deadline::AfterMs(timeout_ms)).ExitCodeOr(-1);
 }
 
 struct TwoProcessResult {
@@ -101,25 +93,30 @@ TwoProcessResult RunTwoProcess(transfer::BackendKind backend, const InstanceSpec
     ADD_FAILURE() << "pipe";
     return result;
   }
-  pid_t pid = fork();
-  if (pid == 0) {
+  StatusOr<ChildProcess> forked = ChildProcess::Fork([&]() -> int {
     close(fds[0]);
     RunPrefillChild(fds[1], backend, p_spec, prompt, p_dies, heap_cache);
-  }
+  });
   close(fds[1]);
+  if (!forked.ok()) {
+    ADD_FAILURE() << forked.status();
+    close(fds[0]);
+    return result;
+  }
+  ChildProcess& child = *forked;
   std::string line = ReadLine(fds[0], 30000);
   close(fds[0]);
   if (line.empty()) {
     ADD_FAILURE() << "P sent no kv_transfer_params";
-    WaitChild(pid, 1000);
+    WaitChild(child, 1000);
     return result;
   }
   auto params = connector::ParseKvTransferParams(nlohmann::json::parse(line));
   EXPECT_TRUE(params.ok()) << params.status();
-  if (p_dies) WaitChild(pid, 10000);  // make sure it is gone before D pulls
+  if (p_dies) WaitChild(child, 10000);  // make sure it is gone before D pulls
   auto d = MakeInstance("D-2p", d_spec, ConfigFor(backend, heap_cache));
   if (!d || !params.ok()) {
-    WaitChild(pid, 1000);
+    WaitChild(child, 1000);
     return result;
   }
   EXPECT_TRUE(d->engine()->AddRequest("local-req", prompt, Greedy(4), *params).ok());
@@ -128,7 +125,7 @@ TwoProcessResult RunTwoProcess(transfer::BackendKind backend, const InstanceSpec
   result.invalid = d->worker->invalid;
   const engine::EngineStats s = d->engine()->stats();
   result.d_clean = s.num_blocks_used == 0 && s.num_blocks_held == 0;
-  result.child_exit = p_dies ? 0 : WaitChild(pid, 30000);
+  result.child_exit = p_dies ? 0 : WaitChild(child, 30000);
   return result;
 }
 

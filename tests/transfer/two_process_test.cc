@@ -10,10 +10,12 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <thread>
 
+#include "kvferry/common/child_process.h"
 #include "kvferry/transfer/agent.h"
 #include "tests/transfer/frame_channel.h"
 
@@ -34,15 +36,15 @@ class TwoProcessTest : public ::testing::TestWithParam<std::string> {
   void SetUp() override {
     int sv[2];
     ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    child_ = fork();
-    ASSERT_GE(child_, 0);
-    if (child_ == 0) {
+    StatusOr<ChildProcess> child = ChildProcess::Fork([&] {
       close(sv[0]);
       std::string fd = std::to_string(sv[1]), n = std::to_string(kBytes);
       execl(KVF_XFER_PEER_BIN, KVF_XFER_PEER_BIN, fd.c_str(), GetParam().c_str(), n.c_str(),
             static_cast<char*>(nullptr));
-      _exit(127);
-    }
+      return 127;
+    });
+    ASSERT_TRUE(child.ok()) << child.status();
+    child_ = std::move(*child);
     close(sv[1]);
     fd_ = sv[0];
     auto a = Agent::Create(testing::TestAgentOptions("initiator", GetParam()));
@@ -64,20 +66,10 @@ class TwoProcessTest : public ::testing::TestWithParam<std::string> {
   }
 
   void TearDown() override {
-    if (child_ > 0 && !stopped_) {
-      SendFrame(fd_, "QUIT");
-      for (int i = 0; i < 100; ++i) {
-        if (waitpid(child_, nullptr, WNOHANG) == child_) {
-          child_ = -1;
-          break;
-        }
-        usleep(20'000);
-      }
-    }
-    if (child_ > 0) {  // stopped or hung: kill it for sure
-      kill(child_, SIGKILL);
-      waitpid(child_, nullptr, 0);
-      child_ = -1;
+    if (child_ && !child_->reaped()) {
+      // Asked to quit, it has 2 s; stopped (or hung), it is killed for sure.
+      if (!stopped_) SendFrame(fd_, "QUIT");
+      child_->WaitOrKill(Deadline::AfterMs(stopped_ ? 0 : 2'000));
     }
     agent_.reset();
     if (fd_ >= 0) close(fd_);
@@ -86,9 +78,9 @@ class TwoProcessTest : public ::testing::TestWithParam<std::string> {
   // SIGSTOPs the peer and returns once it is stopped (kill alone is asynchronous: a peer still
   // running for a moment could answer the transfer the test means it to ignore).
   void StopPeer() {
-    ASSERT_EQ(kill(child_, SIGSTOP), 0);
+    ASSERT_TRUE(child_->Signal(SIGSTOP));
     int status = 0;
-    ASSERT_EQ(waitpid(child_, &status, WUNTRACED), child_);
+    ASSERT_EQ(waitpid(child_->pid(), &status, WUNTRACED), child_->pid());
     ASSERT_TRUE(WIFSTOPPED(status));
     stopped_ = true;
   }
@@ -138,7 +130,7 @@ class TwoProcessTest : public ::testing::TestWithParam<std::string> {
     return s;
   }
 
-  pid_t child_ = -1;
+  std::optional<ChildProcess> child_;
   bool stopped_ = false;  // SIGSTOPped: TearDown kills it without asking
   int fd_ = -1;
   std::unique_ptr<Agent> agent_;
@@ -262,11 +254,10 @@ TEST_P(TwoProcessTest, PeerDiesMidTransfer) {
     EXPECT_TRUE(std::memcmp(local_.data(), model_.data(), kBytes) == 0);
   }
   usleep(100'000);
-  ASSERT_EQ(kill(child_, SIGKILL), 0);
+  ASSERT_TRUE(child_->Signal(SIGKILL));
   if (GetParam() == "shm-mapped") {
     // Gone for sure (kill is asynchronous) before the Post that must see it.
-    ASSERT_EQ(waitpid(child_, nullptr, 0), child_);
-    child_ = -1;
+    ASSERT_EQ(child_->Wait().signal, SIGKILL);
   } else {
     Status s = agent_->Wait(x, Deadline::AfterMs(15'000));
     EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s;
@@ -317,7 +308,7 @@ TEST_P(TwoProcessTest, DeregisterWhileReadInFlight) {
   ASSERT_TRUE(agent_->DeregisterMemory(lr_).ok());
   Status s = agent_->Wait(x, Deadline::AfterMs(5'000));
   EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s;
-  ASSERT_EQ(kill(child_, SIGCONT), 0);
+  ASSERT_TRUE(child_->Signal(SIGCONT));
   stopped_ = false;
   ASSERT_EQ(Dump().size(), kBytes);  // the peer runs again and has answered the READ meanwhile
   usleep(300'000);

@@ -12,16 +12,17 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 
 #include "cluster/etcd_client.h"
+#include "kvferry/common/child_process.h"
 
 namespace kvferry::cluster::testing {
 
@@ -54,8 +55,12 @@ class EtcdProcess {
     return false;
   }
   void Stop() { Kill(SIGTERM); }
-  void Pause() { ::kill(pid_, SIGSTOP); }
-  void Resume() { ::kill(pid_, SIGCONT); }
+  void Pause() {
+    if (etcd_) etcd_->Signal(SIGSTOP);
+  }
+  void Resume() {
+    if (etcd_) etcd_->Signal(SIGCONT);
+  }
   void Restart() {
     Stop();
     Start();
@@ -80,8 +85,7 @@ class EtcdProcess {
     const std::string log = dir_ + "/etcd.log";
     const std::string data = dir_ + "/data";
     const std::string initial = "kvferry-test=" + peer;
-    pid_ = ::fork();
-    if (pid_ == 0) {
+    StatusOr<ChildProcess> etcd = ChildProcess::Fork([&] {
       const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
@@ -89,23 +93,27 @@ class EtcdProcess {
                "--listen-client-urls", client.c_str(), "--advertise-client-urls", client.c_str(),
                "--listen-peer-urls", peer.c_str(), "--initial-advertise-peer-urls", peer.c_str(),
                "--initial-cluster", initial.c_str(), nullptr);
-      ::_exit(127);
-    }
+      return 127;
+    });
+    ASSERT_TRUE(etcd.ok()) << etcd.status();
+    etcd_ = std::move(*etcd);
     ASSERT_TRUE(WaitHealthy()) << "etcd did not start; log: " << log;
   }
 
+  // `sig` to etcd (resumed first, should it be paused), and waits for it to end, however long
+  // that takes: Restart must not start a second etcd on the same data directory.
   void Kill(int sig) {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGCONT);
-    ::kill(pid_, sig);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
+    if (!etcd_) return;
+    etcd_->Signal(SIGCONT);
+    etcd_->Signal(sig);
+    etcd_->Wait();
+    etcd_.reset();
   }
 
   std::string dir_;
   int client_port_ = 0;
   int peer_port_ = 0;
-  pid_t pid_ = -1;
+  std::optional<ChildProcess> etcd_;
 };
 
 }  // namespace kvferry::cluster::testing

@@ -26,13 +26,13 @@
 #include <functional>
 #include <future>
 #include <map>
-#include <msgpack.hpp>
 #include <random>
 #include <set>
 #include <thread>
 
 #include "kvferry/common/logging.h"
 #include "transfer/backend.h"
+#include "transfer/backends/ucx/ucx_blob.h"
 #include "transfer/backends/ucx/ucx_log.h"
 
 namespace kvferry::transfer::ucx {
@@ -296,133 +296,109 @@ StatusOr<void*> UcxBackend::DoRegister(uint32_t id, void* addr, uint64_t length)
   return addr;
 }
 
-// Backend blob: msgpack [worker address (bin), host identity, pid, [[id, base, rkey (bin)]...]].
+// Backend blob: ucx_blob.h.
 StatusOr<std::string> UcxBackend::LocalBlob() const {
-  std::string out;
+  UcxBlob blob;
   Status s = RunSync([&] {
-    msgpack::sbuffer buf;
-    msgpack::packer<msgpack::sbuffer> pk(&buf);
-    pk.pack_array(4);
-    pk.pack_bin(static_cast<uint32_t>(worker_address_.size()));
-    pk.pack_bin_body(worker_address_.data(), static_cast<uint32_t>(worker_address_.size()));
-    pk.pack(host_id_);
-    pk.pack(static_cast<int64_t>(getpid()));
-    pk.pack_array(static_cast<uint32_t>(regions_.size()));
+    blob.worker_address = worker_address_;
+    blob.host_id = host_id_;
+    blob.pid = static_cast<int64_t>(getpid());
     for (const auto& [id, r] : regions_) {
-      pk.pack_array(3);
-      pk.pack(id);
-      pk.pack(reinterpret_cast<uint64_t>(r.base));
-      pk.pack_bin(static_cast<uint32_t>(r.rkey.size()));
-      pk.pack_bin_body(r.rkey.data(), static_cast<uint32_t>(r.rkey.size()));
+      blob.regions.push_back({id, reinterpret_cast<uint64_t>(r.base), r.rkey});
     }
-    out.assign(buf.data(), buf.size());
     return Status::Ok();
   });
   if (!s.ok()) return s;
-  return out;
+  return EncodeUcxBlob(blob);
 }
 
+// ---- peers ---------------------------------------------------------------------------------
+
 Status UcxBackend::AddPeer(uint32_t peer_id, const std::string& name, std::string_view blob) {
-  struct Parsed {
-    std::string address, host;
-    int64_t pid = 0;
-    std::vector<std::tuple<uint32_t, uint64_t, std::string>> regions;
-  } parsed;
-  try {
-    msgpack::object_handle oh = msgpack::unpack(blob.data(), blob.size());
-    const msgpack::object& o = oh.get();
-    if (o.type != msgpack::type::ARRAY || o.via.array.size != 4 ||
-        o.via.array.ptr[0].type != msgpack::type::BIN ||
-        o.via.array.ptr[3].type != msgpack::type::ARRAY) {
-      return InvalidArgumentError("UCX metadata: malformed");
-    }
-    const msgpack::object* f = o.via.array.ptr;
-    parsed.address.assign(f[0].via.bin.ptr, f[0].via.bin.size);
-    parsed.host = f[1].as<std::string>();
-    parsed.pid = f[2].as<int64_t>();
-    for (uint32_t i = 0; i < f[3].via.array.size; ++i) {
-      const msgpack::object& r = f[3].via.array.ptr[i];
-      if (r.type != msgpack::type::ARRAY || r.via.array.size != 3 ||
-          r.via.array.ptr[2].type != msgpack::type::BIN) {
-        return InvalidArgumentError("UCX metadata: malformed region");
-      }
-      parsed.regions.emplace_back(
-          r.via.array.ptr[0].as<uint32_t>(), r.via.array.ptr[1].as<uint64_t>(),
-          std::string(r.via.array.ptr[2].via.bin.ptr, r.via.array.ptr[2].via.bin.size));
-    }
-  } catch (const std::exception& e) {
-    return InvalidArgumentError(std::string("UCX metadata: ") + e.what());
+  KVF_ASSIGN_OR_RETURN(UcxBlob parsed, DecodeUcxBlob(blob));
+  return RunSync([&] { return ConnectPeer(peer_id, name, parsed); });
+}
+
+Status UcxBackend::ConnectPeer(uint32_t peer_id, const std::string& name, const UcxBlob& blob) {
+  auto p = std::make_unique<Peer>();
+  p->id = peer_id;
+  p->name = name;
+  p->pid = blob.pid;
+  p->same_host = blob.host_id == host_id_;
+  p->use_am = UsesActiveMessages(p->same_host);
+  KVF_RETURN_IF_ERROR(CreatePeerEndpoint(*p, blob.worker_address));
+  Status s = UnpackRemoteKeys(*p, blob.regions);
+  if (s.ok()) s = SendHello(*p);
+  if (!s.ok()) {
+    p->regions.clear();  // the rkeys go before their endpoint
+    CloseEp(p->ep, std::move(p->err_arg));
+    return s;
   }
-  return RunSync([&]() -> Status {
-    auto p = std::make_unique<Peer>();
-    p->id = peer_id;
-    p->name = name;
-    p->pid = parsed.pid;
-    p->same_host = parsed.host == host_id_;
-    switch (ctx_.ucx.data_path) {
-      case UcxDataPath::kRma:
-        p->use_am = false;
-        break;
-      case UcxDataPath::kActiveMessage:
-        p->use_am = true;
-        break;
-      case UcxDataPath::kAuto:
-        p->use_am = !p->same_host || ctx_.ucx.transport == UcxTransport::kTcp;
-        break;
-    }
-    p->err_arg = std::make_unique<EpErrArg>(EpErrArg{this, peer_id});
-    ucp_ep_params_t ep{};
-    ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
-                    UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    ep.address = reinterpret_cast<const ucp_address_t*>(parsed.address.data());
-    ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-    if (p->same_host && !p->use_am && getenv("KVFERRY_UCX_SHM_CMA") != nullptr) {
-      ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // keeps the cma (single-copy) lane
-    }
-    ep.err_handler.cb = OnEpError;
-    ep.err_handler.arg = p->err_arg.get();
-    ucs_status_t st = ucp_ep_create(worker_.get(), &ep, &p->ep);
+  KVF_LOG_INFO("transfer: agent '{}' connected to '{}' ({}, data path {}): {}", ctx_.agent_name,
+               name, p->same_host ? "same host" : "other host", p->use_am ? "AM" : "RMA",
+               DescribeLanes(p->ep));
+  {
+    MutexLock l(&mu_);
+    failed_peers_.erase(peer_id);
+  }
+  peers_[peer_id] = std::move(p);
+  return Status::Ok();
+}
+
+bool UcxBackend::UsesActiveMessages(bool same_host) const {
+  switch (ctx_.ucx.data_path) {
+    case UcxDataPath::kRma:
+      return false;
+    case UcxDataPath::kActiveMessage:
+      return true;
+    case UcxDataPath::kAuto:
+      return !same_host || ctx_.ucx.transport == UcxTransport::kTcp;
+  }
+  return false;
+}
+
+Status UcxBackend::CreatePeerEndpoint(Peer& p, const std::string& worker_address) {
+  p.err_arg = std::make_unique<EpErrArg>(EpErrArg{this, p.id});
+  ucp_ep_params_t ep{};
+  ep.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                  UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  ep.address = reinterpret_cast<const ucp_address_t*>(worker_address.data());
+  ep.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  if (p.same_host && !p.use_am && getenv("KVFERRY_UCX_SHM_CMA") != nullptr) {
+    ep.err_mode = UCP_ERR_HANDLING_MODE_NONE;  // keeps the cma (single-copy) lane
+  }
+  ep.err_handler.cb = OnEpError;
+  ep.err_handler.arg = p.err_arg.get();
+  ucs_status_t st = ucp_ep_create(worker_.get(), &ep, &p.ep);
+  if (st != UCS_OK) return FromUcs(st, "connect to '" + p.name + "' (ucp_ep_create)");
+  return Status::Ok();
+}
+
+Status UcxBackend::UnpackRemoteKeys(Peer& p, const std::vector<UcxBlob::Region>& regions) {
+  for (const UcxBlob::Region& r : regions) {
+    ucp_rkey_h rk = nullptr;
+    ucs_status_t st = ucp_ep_rkey_unpack(p.ep, r.rkey.data(), &rk);
     if (st != UCS_OK) {
-      return FromUcs(st, "connect to '" + name + "' (ucp_ep_create)");
+      return InvalidArgumentError("invalid remote key of region " + std::to_string(r.id) +
+                                  " from '" + p.name + "': " + ucs_status_string(st));
     }
-    for (auto& [id, base, rkey] : parsed.regions) {
-      ucp_rkey_h rk = nullptr;
-      st = ucp_ep_rkey_unpack(p->ep, rkey.data(), &rk);
-      if (st != UCS_OK) {
-        p->regions.clear();
-        CloseEp(p->ep, std::move(p->err_arg));
-        return InvalidArgumentError("invalid remote key of region " + std::to_string(id) +
-                                    " from '" + name + "': " + ucs_status_string(st));
-      }
-      // A region the peer allocated as shared memory maps into this process (same host).
-      void* mapped = nullptr;
-      if (!p->same_host || ucp_rkey_ptr(rk, base, &mapped) != UCS_OK) mapped = nullptr;
-      p->regions[id] = RemoteRegion{base, 0, UcpRkey(rk), static_cast<uint8_t*>(mapped)};
-    }
-    // Introduce ourselves: the target answers through an endpoint of its own (back channel).
-    std::random_device rd;
-    p->conn_id =
-        (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ (static_cast<uint64_t>(getpid()) << 20);
-    std::string hello =
-        std::string(reinterpret_cast<const char*>(&p->conn_id), 8) + worker_address_;
-    size_t hello_len = hello.size();
-    Status hs = SendAm(p->ep, kAmHello, "", nullptr, hello_len, std::move(hello),
-                       UCP_AM_SEND_FLAG_EAGER, {});
-    if (!hs.ok()) {
-      p->regions.clear();
-      CloseEp(p->ep, std::move(p->err_arg));
-      return hs.WithContext("connect to '" + name + "'");
-    }
-    KVF_LOG_INFO("transfer: agent '{}' connected to '{}' ({}, data path {}): {}", ctx_.agent_name,
-                 name, p->same_host ? "same host" : "other host", p->use_am ? "AM" : "RMA",
-                 DescribeLanes(p->ep));
-    {
-      MutexLock l(&mu_);
-      failed_peers_.erase(peer_id);
-    }
-    peers_[peer_id] = std::move(p);
-    return Status::Ok();
-  });
+    // A region the peer allocated as shared memory maps into this process (same host).
+    void* mapped = nullptr;
+    if (!p.same_host || ucp_rkey_ptr(rk, r.base, &mapped) != UCS_OK) mapped = nullptr;
+    p.regions[r.id] = RemoteRegion{r.base, 0, UcpRkey(rk), static_cast<uint8_t*>(mapped)};
+  }
+  return Status::Ok();
+}
+
+Status UcxBackend::SendHello(Peer& p) {
+  // Introduce ourselves: the target answers through an endpoint of its own (back channel).
+  std::random_device rd;
+  p.conn_id = (static_cast<uint64_t>(rd()) << 32) ^ rd() ^ (static_cast<uint64_t>(getpid()) << 20);
+  std::string hello = std::string(reinterpret_cast<const char*>(&p.conn_id), 8) + worker_address_;
+  size_t hello_len = hello.size();
+  Status hs =
+      SendAm(p.ep, kAmHello, "", nullptr, hello_len, std::move(hello), UCP_AM_SEND_FLAG_EAGER, {});
+  return hs.ok() ? hs : hs.WithContext("connect to '" + p.name + "'");
 }
 
 void OnEpError(void* arg, ucp_ep_h ep, ucs_status_t status) {

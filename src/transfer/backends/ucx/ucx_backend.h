@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "transfer/backend.h"
+#include "transfer/backends/ucx/ucx_blob.h"
 #include "transfer/backends/ucx/ucx_util.h"
 
 namespace kvferry::transfer::ucx {
@@ -288,6 +289,13 @@ class UcxBackend final : public Backend {
   // READ/WRITE with every remote region mapped into this process: memcpy, then the notification.
   void PostMapped(Peer& p, const std::shared_ptr<Xfer>& x);
   void DoPost(const std::shared_ptr<Xfer>& x);
+  // AddPeer's work: the endpoint, the peer's remote keys, the hello. The peer is known (and
+  // no longer failed) only once all three worked; otherwise what was made is closed again.
+  Status ConnectPeer(uint32_t peer_id, const std::string& name, const UcxBlob& blob);
+  bool UsesActiveMessages(bool same_host) const;  // the data path chosen for a peer
+  Status CreatePeerEndpoint(Peer& p, const std::string& worker_address);
+  Status UnpackRemoteKeys(Peer& p, const std::vector<UcxBlob::Region>& regions);
+  Status SendHello(Peer& p);
   void PostRma(Peer& p, const std::shared_ptr<Xfer>& x);
   void PostAm(Peer& p, const std::shared_ptr<Xfer>& x);
   void CompleteXfer(uint64_t token, Status s);
