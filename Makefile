@@ -6,7 +6,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_GEN  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CTEST_ARGS ?=
 
-.PHONY: all build deps configure test test-long format format-check tsa asan tsan fuzz bench demo \
+.PHONY: all build deps configure test test-long format format-check tidy tsa asan tsan fuzz bench demo \
   demo-cluster msgpack-c-check package clean
 
 all: build
@@ -89,6 +89,15 @@ format:
 format-check:
 	@echo "format-check: $(words $(FORMAT_FILES)) files"
 	@clang-format --dry-run --Werror $(FORMAT_FILES)
+
+# clang-tidy with .clang-tidy (a curated set of bug-finding checks; every finding is an error)
+# over the sources of src/ and tools/ (not the *_test.cc files), from the build's
+# compile_commands.json. TIDY_FILES: another regex on paths.
+TIDY       ?= run-clang-tidy
+TIDY_FILES ?= $(CURDIR)/(src|tools)/.*(?<!_test)\.cc$$
+tidy: configure
+	@command -v $(TIDY) >/dev/null || { echo "tidy: no $(TIDY) (package clang-tidy: make deps)"; exit 1; }
+	$(TIDY) -quiet -p $(BUILD) -j $(JOBS) '$(TIDY_FILES)'
 
 # The Debian packages kvferry and kvferry-dev in $(BUILD)/ (docs/deploy.md). Builds only what
 # they hold (the CLI and the layer libraries), then runs CPack.

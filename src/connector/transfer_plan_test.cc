@@ -43,15 +43,11 @@ SideGeometry Side(int32_t logical, int32_t kernel, Layout layout, int32_t num_bl
 TEST(TransferPlanTest, EqualGeometryReadsDirectlyAndCoalesces) {
   auto remote = Ids({3, 4, 7});
   auto local = Ids({0, 1, 2});
-  PullRequest req{Side(128, 64, Layout::kNHD, 64),
-                  Side(128, 64, Layout::kNHD, 64),
-                  true,
-                  remote,
-                  local,
-                  0,
-                  300,
-                  {}};
-  auto plan = PlanPull(req);
+  auto plan = PlanPull({.remote = Side(128, 64, Layout::kNHD, 64),
+                        .local = Side(128, 64, Layout::kNHD, 64),
+                        .remote_block_ids = remote,
+                        .local_block_ids = local,
+                        .token_end = 300});
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->direct);
   // P kernel blocks 6,7,8,9,14 -> D kernel blocks 0,1,2,3,4.
@@ -67,15 +63,12 @@ TEST(TransferPlanTest, EachSideMapsWithItsOwnR) {
   // hit, so tokens [64, 256) are pulled.
   auto remote = Ids({2, 5});
   auto local = Ids({9, 10, 11, 12});
-  PullRequest req{Side(128, 64, Layout::kNHD, 64),
-                  Side(64, 64, Layout::kNHD, 64),
-                  true,
-                  remote,
-                  local,
-                  64,
-                  256,
-                  {}};
-  auto plan = PlanPull(req);
+  auto plan = PlanPull({.remote = Side(128, 64, Layout::kNHD, 64),
+                        .local = Side(64, 64, Layout::kNHD, 64),
+                        .remote_block_ids = remote,
+                        .local_block_ids = local,
+                        .token_begin = 64,
+                        .token_end = 256});
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->direct);
   EXPECT_EQ(plan->runs, (std::vector<KernelRun>{KRun(5, 10, 1), KRun(10, 11, 2)}));
@@ -84,18 +77,25 @@ TEST(TransferPlanTest, EachSideMapsWithItsOwnR) {
   EXPECT_EQ(plan->local_logical_blocks, Ids({10, 11, 12}));
 }
 
+// The staged pull two tests plan: P logical 128 / kernel 64 HND, D logical 64 / kernel 32 NHD,
+// D with a one-block prefix hit: tokens [64, 200). Not copyable: `req` views the ids.
+struct StagedPull {
+  std::vector<LogicalBlockId> remote = Ids({1, 0});
+  std::vector<LogicalBlockId> local = Ids({4, 5, 6, 7});
+  PullRequest req{.remote = Side(128, 64, Layout::kHND, 16),
+                  .local = Side(64, 32, Layout::kNHD, 64),
+                  .remote_block_ids = remote,
+                  .local_block_ids = local,
+                  .token_begin = 64,
+                  .token_end = 200};
+  StagedPull() = default;
+  StagedPull(const StagedPull&) = delete;
+  StagedPull& operator=(const StagedPull&) = delete;
+};
+
 TEST(TransferPlanTest, DifferentLayoutOrKernelSizeIsStaged) {
-  auto remote = Ids({1, 0});
-  auto local = Ids({4, 5, 6, 7});
-  PullRequest req{Side(128, 64, Layout::kHND, 16),
-                  Side(64, 32, Layout::kNHD, 64),
-                  true,
-                  remote,
-                  local,
-                  64,
-                  200,
-                  {}};
-  auto plan = PlanPull(req);
+  const StagedPull staged;
+  auto plan = PlanPull(staged.req);
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_FALSE(plan->direct);
   // Chunks of 64 tokens 1..3: P kernel 3, 0, 1 -> slots 0, 1, 2.
@@ -105,7 +105,7 @@ TEST(TransferPlanTest, DifferentLayoutOrKernelSizeIsStaged) {
             (std::vector<KernelBlockId>{KernelBlockId(0), KernelBlockId(0), KernelBlockId(1),
                                         KernelBlockId(2)}));
   // Host buffer on D: staged even with equal geometry.
-  PullRequest host = req;
+  PullRequest host = staged.req;
   auto remote4 = Ids({8, 9, 10, 11});
   host.remote_block_ids = remote4;
   host.remote = Side(64, 32, Layout::kNHD, 64);
@@ -118,14 +118,11 @@ TEST(TransferPlanTest, DifferentLayoutOrKernelSizeIsStaged) {
 TEST(TransferPlanTest, ValidatesIdsBeforeBuilding) {
   auto remote = Ids({1, 40});  // P has 64 kernel blocks / R=2 = 32 logical blocks
   auto local = Ids({0, 1});
-  PullRequest req{Side(128, 64, Layout::kNHD, 64),
-                  Side(128, 64, Layout::kNHD, 64),
-                  true,
-                  remote,
-                  local,
-                  0,
-                  10,
-                  {}};
+  PullRequest req{.remote = Side(128, 64, Layout::kNHD, 64),
+                  .local = Side(128, 64, Layout::kNHD, 64),
+                  .remote_block_ids = remote,
+                  .local_block_ids = local,
+                  .token_end = 10};
   auto plan = PlanPull(req);
   ASSERT_FALSE(plan.ok());
   EXPECT_EQ(plan.status().code(), StatusCode::kOutOfRange);
@@ -145,15 +142,12 @@ TEST(TransferPlanTest, ValidatesIdsBeforeBuilding) {
 TEST(TransferPlanTest, FullHitIsAnEmptyPlan) {
   auto remote = Ids({1, 2});
   auto local = Ids({0, 1});
-  PullRequest req{Side(128, 64, Layout::kNHD, 64),
-                  Side(128, 64, Layout::kNHD, 64),
-                  true,
-                  remote,
-                  local,
-                  256,
-                  256,
-                  {}};
-  auto plan = PlanPull(req);
+  auto plan = PlanPull({.remote = Side(128, 64, Layout::kNHD, 64),
+                        .local = Side(128, 64, Layout::kNHD, 64),
+                        .remote_block_ids = remote,
+                        .local_block_ids = local,
+                        .token_begin = 256,
+                        .token_end = 256});
   ASSERT_TRUE(plan.ok());
   EXPECT_TRUE(plan->runs.empty());
   EXPECT_TRUE(plan->local_logical_blocks.empty());
@@ -161,17 +155,8 @@ TEST(TransferPlanTest, FullHitIsAnEmptyPlan) {
 }
 
 TEST(TransferPlanTest, DescriptorsAddressRegionsAndStagingSlots) {
-  auto remote = Ids({1, 0});
-  auto local = Ids({4, 5, 6, 7});
-  PullRequest req{Side(128, 64, Layout::kHND, 16),
-                  Side(64, 32, Layout::kNHD, 64),
-                  true,
-                  remote,
-                  local,
-                  64,
-                  200,
-                  {}};
-  auto plan = PlanPull(req);
+  const StagedPull staged;
+  auto plan = PlanPull(staged.req);
   ASSERT_TRUE(plan.ok());
   std::vector<transfer::RegionHandle> rr = {{11}, {12}, {13}, {14}};
   std::vector<transfer::RegionHandle> staging = {{99}};
@@ -269,7 +254,14 @@ void RunMatrixCase(int32_t lp, int32_t kp, Layout layp, int32_t ld, int32_t kd, 
       }
     }
   }
-  auto plan = PlanPull({ps, ds, registered, remote, local, begin, prompt, heads.range});
+  auto plan = PlanPull({.remote = ps,
+                        .local = ds,
+                        .local_cache_registered = registered,
+                        .remote_block_ids = remote,
+                        .local_block_ids = local,
+                        .token_begin = begin,
+                        .token_end = prompt,
+                        .heads = heads.range});
   ASSERT_TRUE(plan.ok()) << plan.status();
   const uint64_t b = plan->StagingSpec().bytes_per_kernel_block();
   std::vector<uint32_t> staging(plan->num_staging_slots * ps.spec.num_regions() * b / 4 + 1);
@@ -392,15 +384,14 @@ TEST(TransferPlanTest, HeadSliceDescriptorCounts) {
   auto count = [](Layout layout, int32_t p_heads, int32_t d_heads, kv::HeadRange range) {
     auto remote = Ids({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18});
     auto local = Ids({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18});
-    PullRequest req{Side(16, 16, layout, 64, p_heads),
-                    Side(16, 16, layout, 64, d_heads),
-                    true,
-                    remote,
-                    local,
-                    0,
-                    300,
-                    range};
-    return PlanPull(req).value().num_descriptors();
+    return PlanPull({.remote = Side(16, 16, layout, 64, p_heads),
+                     .local = Side(16, 16, layout, 64, d_heads),
+                     .remote_block_ids = remote,
+                     .local_block_ids = local,
+                     .token_end = 300,
+                     .heads = range})
+        .value()
+        .num_descriptors();
   };
   // Whole blocks on both sides: one run, one descriptor per region.
   EXPECT_EQ(count(Layout::kHND, 2, 2, {}), 4u);

@@ -185,6 +185,10 @@ struct Pair {
     EXPECT_GT(p->stats().num_blocks_held, 0);
     return *out[id].kv_transfer_params;
   }
+  // D takes "req" (kPrompt, 10 greedy tokens) with P's params: the decode leg of the hand-off.
+  Status AddDecode(const connector::KvTransferParams& params) {
+    return d->AddRequest("req", testing_util::Encode(d->tokenizer(), kPrompt), Greedy(10), params);
+  }
 };
 
 Completion Colocated(int n) {
@@ -201,10 +205,7 @@ void RemotePrefillEqualsColocated(bool with_first_token) {
   ASSERT_TRUE(params.first_token.has_value());
   if (!with_first_token) params.first_token.reset();
   // D: the remote request parks, a local one keeps running meanwhile.
-  ASSERT_TRUE(pair.d
-                  ->AddRequest("req", testing_util::Encode(pair.d->tokenizer(), kPrompt),
-                               Greedy(10), params)
-                  .ok());
+  ASSERT_TRUE(pair.AddDecode(params).ok());
   ASSERT_TRUE(
       pair.d->AddRequest("local", testing_util::Encode(pair.d->tokenizer(), "hi"), Greedy(3)).ok());
   std::map<std::string, Completion> first_step;
@@ -241,10 +242,7 @@ TEST(ConnectorHooksTest, InvalidBlocksAreRecomputed) {
   Pair pair(KvLoadFailurePolicy::kRecompute);
   pair.d_conn.corrupt_block_index = 2;
   const auto params = pair.Prefill("req");
-  ASSERT_TRUE(pair.d
-                  ->AddRequest("req", testing_util::Encode(pair.d->tokenizer(), kPrompt),
-                               Greedy(10), params)
-                  .ok());
+  ASSERT_TRUE(pair.AddDecode(params).ok());
   auto out = RunToEnd(*pair.d);
   ExpectSameCompletion(Colocated(10), out["req"], "recomputed after invalid block");
   EXPECT_EQ(out["req"].num_cached_tokens, 2 * 16);
@@ -258,10 +256,7 @@ TEST(ConnectorHooksTest, InvalidBlocksFailWithPolicyFail) {
   Pair pair(KvLoadFailurePolicy::kFail);
   pair.d_conn.corrupt_block_index = 0;
   const auto params = pair.Prefill("req");
-  ASSERT_TRUE(pair.d
-                  ->AddRequest("req", testing_util::Encode(pair.d->tokenizer(), kPrompt),
-                               Greedy(10), params)
-                  .ok());
+  ASSERT_TRUE(pair.AddDecode(params).ok());
   auto out = RunToEnd(*pair.d);
   EXPECT_EQ(out["req"].reason, FinishReason::kError);
   EXPECT_EQ(out["req"].error.code(), StatusCode::kDataLoss);
@@ -276,10 +271,7 @@ TEST(ConnectorHooksTest, AbortWhileLoadingWaitsForTheLoad) {
   Pair pair;
   pair.d_conn.load_delay_steps = 5;
   const auto params = pair.Prefill("req");
-  ASSERT_TRUE(pair.d
-                  ->AddRequest("req", testing_util::Encode(pair.d->tokenizer(), kPrompt),
-                               Greedy(10), params)
-                  .ok());
+  ASSERT_TRUE(pair.AddDecode(params).ok());
   pair.d->Step();
   ASSERT_TRUE(pair.d->Abort("req").ok());
   auto first = pair.d->Step();

@@ -1,8 +1,8 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
-#include <cassert>
 
+#include "kvferry/common/check.h"
 #include "kvferry/common/logging.h"
 
 namespace kvferry::engine {
@@ -83,9 +83,7 @@ void Scheduler::RemoveFromQueues(Request* r) {
 
 void Scheduler::Preempt(Request* r) {
   RemoveFromQueues(r);
-  const Status s = pool_.Free(r->table.logical_ids());
-  assert(s.ok());
-  s.IgnoreError();
+  KVF_CHECK_OK(pool_.Free(r->table.logical_ids()));
   r->table.Clear();
   r->num_computed_tokens = 0;
   r->num_blocks_registered = 0;
@@ -125,14 +123,10 @@ bool Scheduler::Admit(Request* r, int32_t budget, ScheduledChunk* chunk) {
     const int32_t need = geometry_.LogicalBlocksFor(target) - static_cast<int32_t>(hits.size());
     if (pool_.Stats().free - hits_free < need) return false;
     if (!hits.empty()) {
-      const Status s = pool_.Touch(hits);
-      assert(s.ok());
-      s.IgnoreError();
+      KVF_CHECK_OK(pool_.Touch(hits));
       r->table.Append(hits);
     }
-    const bool ok = AllocateInto(r, need);
-    assert(ok);
-    (void)ok;
+    KVF_CHECK(AllocateInto(r, need));
     r->num_computed_tokens = local;
     r->num_blocks_registered = static_cast<int32_t>(hits.size());
     r->num_cached_tokens = std::max(r->num_cached_tokens, local);
@@ -182,7 +176,7 @@ bool Scheduler::AdmitAfterRemoteLoad(Request* r, int32_t budget, ScheduledChunk*
   if (num_new <= 0) return true;
   const int32_t need = BlocksNeeded(*r, r->num_computed_tokens + num_new);
   if (pool_.Stats().free < need) return false;
-  AllocateInto(r, need);
+  KVF_CHECK(AllocateInto(r, need));
   *chunk = {r, r->num_computed_tokens, num_new,
             r->num_computed_tokens + num_new == r->num_tokens()};
   return true;
@@ -218,9 +212,7 @@ std::vector<ScheduledChunk> Scheduler::Schedule() {
       }
     }
     if (self_preempted) break;
-    const bool ok = AllocateInto(r, BlocksNeeded(*r, target));
-    assert(ok);
-    (void)ok;
+    KVF_CHECK(AllocateInto(r, BlocksNeeded(*r, target)));
     chunks.push_back({r, r->num_computed_tokens, num_new, target == r->num_tokens()});
     budget -= num_new;
     ++i;
@@ -332,16 +324,12 @@ void Scheduler::ReleaseBlocks(Request* r) {
     }
     if (fr.delay_free_blocks && !ids.empty()) {
       if (early_finished_sending_.erase(r->request_id) == 0) {
-        const Status s = pool_.Hold(ids);
-        assert(s.ok());
-        s.IgnoreError();
+        KVF_CHECK_OK(pool_.Hold(ids));
         held_[r->request_id] = ids;
       }
     }
   }
-  const Status s = pool_.Free(ids);
-  assert(s.ok());
-  s.IgnoreError();
+  KVF_CHECK_OK(pool_.Free(ids));
   requests_.erase(r->request_id);  // r is gone
 }
 
@@ -409,9 +397,7 @@ void Scheduler::UpdateFromConnector(const connector::ConnectorOutput& output) {
       if (requests_.count(id) > 0) early_finished_sending_.insert(id);
       continue;
     }
-    const Status s = pool_.Release(it->second);
-    assert(s.ok());
-    s.IgnoreError();
+    KVF_CHECK_OK(pool_.Release(it->second));
     held_.erase(it);
   }
 }

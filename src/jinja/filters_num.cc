@@ -115,7 +115,7 @@ int64_t RoundInt(int64_t i, int64_t n) {
 
 StatusOr<Value> IntFilter(const Value& v, const CallArgs& args, Budget&) {
   KVF_ASSIGN_OR_RETURN(auto b, BoundArgs::Bind("int", args, {"default", "base"}));
-  const Value fallback = b.GetOr(0, Value::Int(0));
+  Value fallback = b.GetOr(0, Value::Int(0));
   if (v.is_undefined()) return UndefinedError(v);
   if (v.is_int() || v.is_bool()) return Value::Int(v.as_integer());
   std::optional<double> d;

@@ -1,7 +1,8 @@
 #include "kvferry/kv/block_geometry.h"
 
-#include <cassert>
 #include <string>
+
+#include "kvferry/common/check.h"
 
 namespace kvferry::kv {
 
@@ -24,19 +25,19 @@ StatusOr<BlockGeometry> BlockGeometry::Create(int32_t block_size_logical,
 }
 
 KernelBlockRange BlockGeometry::KernelBlocksOf(LogicalBlockId logical) const {
-  assert(logical.value() >= 0);
+  KVF_CHECK(logical.value() >= 0);
   return KernelBlockRange(KernelBlockId(logical.value() * kernel_blocks_per_logical_),
                           kernel_blocks_per_logical_);
 }
 
 KernelBlockId BlockGeometry::KernelBlockOf(LogicalBlockId logical, int32_t j) const {
-  assert(logical.value() >= 0);
-  assert(j >= 0 && j < kernel_blocks_per_logical_);
+  KVF_CHECK(logical.value() >= 0);
+  KVF_CHECK(j >= 0 && j < kernel_blocks_per_logical_);
   return KernelBlockId(logical.value() * kernel_blocks_per_logical_ + j);
 }
 
 LogicalBlockId BlockGeometry::LogicalBlockOwning(KernelBlockId kernel) const {
-  assert(kernel.value() >= 0);
+  KVF_CHECK(kernel.value() >= 0);
   return LogicalBlockId(kernel.value() / kernel_blocks_per_logical_);
 }
 
@@ -77,17 +78,17 @@ StatusOr<KernelBlockId> BlockGeometry::KernelBlockOfToken(std::span<const Logica
 }
 
 int32_t BlockGeometry::LogicalBlocksFor(int64_t num_tokens) const {
-  assert(num_tokens >= 0);
+  KVF_CHECK(num_tokens >= 0);
   return static_cast<int32_t>((num_tokens + block_size_logical_ - 1) / block_size_logical_);
 }
 
 int32_t BlockGeometry::KernelBlocksFor(int64_t num_tokens) const {
-  assert(num_tokens >= 0);
+  KVF_CHECK(num_tokens >= 0);
   return static_cast<int32_t>((num_tokens + block_size_kernel_ - 1) / block_size_kernel_);
 }
 
 int32_t BlockGeometry::KernelBlocksOfLogicalCount(int32_t num_blocks_logical) const {
-  assert(num_blocks_logical >= 0);
+  KVF_CHECK(num_blocks_logical >= 0);
   return num_blocks_logical * kernel_blocks_per_logical_;
 }
 

@@ -1,9 +1,10 @@
 #include "kvferry/kv/block_pool.h"
 
 #include <algorithm>
-#include <cassert>
 #include <string>
 #include <unordered_set>
+
+#include "kvferry/common/check.h"
 
 namespace kvferry::kv {
 namespace {
@@ -78,7 +79,8 @@ Status BlockPool::CheckId(LogicalBlockId id) const {
 
 void BlockPool::PushTail(int32_t b) {
   Block& blk = blocks_[b];
-  assert(!blk.in_free_queue && blk.ref_count == 0);
+  KVF_CHECK(!blk.in_free_queue && blk.ref_count == 0, "{}: ref count {}", BlockName(b),
+            blk.ref_count);
   blk.prev = tail_;
   blk.next = kNone;
   if (tail_ != kNone) {
@@ -94,7 +96,7 @@ void BlockPool::PushTail(int32_t b) {
 
 void BlockPool::Unlink(int32_t b) {
   Block& blk = blocks_[b];
-  assert(blk.in_free_queue);
+  KVF_CHECK(blk.in_free_queue, "{}", BlockName(b));
   if (blk.prev != kNone) {
     blocks_[blk.prev].next = blk.next;
   } else {
@@ -130,7 +132,8 @@ void BlockPool::DropEntry(int32_t b) {
 
 void BlockPool::DecRef(int32_t b) {
   Block& blk = blocks_[b];
-  assert(blk.ref_count > blk.hold_count || blk.ref_count > 0);
+  KVF_CHECK(blk.ref_count > blk.hold_count || blk.ref_count > 0, "{}: ref count {}, {} holds",
+            BlockName(b), blk.ref_count, blk.hold_count);
   if (--blk.ref_count == 0) {
     ++blk.generation;
     PushTail(b);
@@ -178,7 +181,7 @@ StatusOr<std::vector<LogicalBlockId>> BlockPool::Allocate(int32_t n) {
   out.reserve(n);
   for (int32_t i = 0; i < n; ++i) {
     const int32_t b = head_;
-    assert(b != kNone);
+    KVF_CHECK(b != kNone);
     Unlink(b);
     DropEntry(b);  // evict: its contents are about to be overwritten
     Block& blk = blocks_[b];
@@ -315,22 +318,22 @@ Status BlockPool::InvalidateCached(std::span<const LogicalBlockId> ids) {
 }
 
 uint64_t BlockPool::Generation(LogicalBlockId id) const {
-  assert(CheckId(id).ok());
+  KVF_CHECK_OK(CheckId(id));
   return blocks_[id.value()].generation;
 }
 
 int32_t BlockPool::RefCount(LogicalBlockId id) const {
-  assert(CheckId(id).ok());
+  KVF_CHECK_OK(CheckId(id));
   return blocks_[id.value()].ref_count;
 }
 
 int32_t BlockPool::HoldCount(LogicalBlockId id) const {
-  assert(CheckId(id).ok());
+  KVF_CHECK_OK(CheckId(id));
   return blocks_[id.value()].hold_count;
 }
 
 bool BlockPool::IsCached(LogicalBlockId id) const {
-  assert(CheckId(id).ok());
+  KVF_CHECK_OK(CheckId(id));
   return blocks_[id.value()].entry_id != 0;
 }
 

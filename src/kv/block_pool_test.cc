@@ -177,6 +177,16 @@ TEST(BlockPoolTest, DuplicateContentIsCachedOnce) {
   EXPECT_TRUE(pool.CheckInvariants().ok());
 }
 
+// An id the pool does not have is the caller's bug, not an error to handle: the accessors abort
+// (in release builds too) rather than read past the pool.
+TEST(BlockPoolDeathTest, AccessorsAbortOnAnIdOutsideThePool) {
+  BlockPool pool = MakePool(4);
+  EXPECT_DEATH((void)pool.RefCount(LogicalBlockId(4)),
+               "KVF_CHECK_OK failed: CheckId\\(id\\): OUT_OF_RANGE: logical block 4 outside pool "
+               "of 4");
+  EXPECT_DEATH((void)pool.Generation(LogicalBlockId(-1)), "logical block -1 outside pool of 4");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Randomized: thousands of steps against a simple model.
 

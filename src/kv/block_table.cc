@@ -1,11 +1,11 @@
 #include "kvferry/kv/block_table.h"
 
-#include <cassert>
+#include "kvferry/common/check.h"
 
 namespace kvferry::kv {
 
 void BlockTable::Append(LogicalBlockId id) {
-  assert(id.value() >= 0);
+  KVF_CHECK(id.value() >= 0);
   logical_.push_back(id);
   for (KernelBlockId k : geometry_.KernelBlocksOf(id)) kernel_.push_back(k);
 }
@@ -15,7 +15,7 @@ void BlockTable::Append(std::span<const LogicalBlockId> ids) {
 }
 
 void BlockTable::Truncate(int32_t num_blocks_logical) {
-  assert(num_blocks_logical >= 0 && num_blocks_logical <= this->num_blocks_logical());
+  KVF_CHECK(num_blocks_logical >= 0 && num_blocks_logical <= this->num_blocks_logical());
   logical_.resize(num_blocks_logical);
   kernel_.resize(geometry_.KernelBlocksOfLogicalCount(num_blocks_logical));
 }

@@ -300,7 +300,7 @@ void Flow::Run(httplib::Response& res) {
     Attempt bad = AnswerError(answer.status().WithContext("prefill " + p_route->member_id()));
     return Reply(res, bad, nullptr);
   }
-  if (!first_token) *answer = WithoutFirstToken(*std::move(answer));
+  if (!first_token) answer = WithoutFirstToken(*std::move(answer));
   if (whole_on_p || answer->ends_request()) {
     if (answer->holds_blocks) ReleaseOnDecoder(answer->kv_transfer_params, p_route->member_id());
     return ReplyWithPrefillAnswer(res, p.body);

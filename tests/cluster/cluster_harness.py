@@ -1,105 +1,32 @@
 """Processes for the cluster tests (docs/reliability.md, "Cluster"): etcd, `kvferry serve` and
 `kvferry proxy` with --registry, optionally inside a network namespace, talked to over HTTP with
-the standard library only. Builds on tests/fault/kvf_harness.py (checks, waits, measures, cases).
+the standard library only. Builds on tests/harness (cases, checks, waits, processes, HTTP).
 
 Every process logs to a file in the test's work directory (kept when a case fails); every wait
-has a deadline; processes left running at exit are killed.
+has a deadline; processes left running when a case ends, or at exit, are killed.
 """
-import atexit
-import http.client
+import argparse
 import json
 import os
 import re
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import tempfile
-import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
-from kvf_harness import (check, measure, run_cases, wait_until)  # noqa: E402,F401
+from harness import kvferry_api, web
+from harness.procs import LoggedProcess, free_port, in_netns
+from harness.runner import check, run_cases, wait_until
 
 WORK = tempfile.mkdtemp(prefix="kvferry-cluster-test-")
 CASE = {"dir": WORK}  # the running case's folder under WORK (logs, etcd data)
-_PROCS = []
 
 
-def _cleanup():
-    for p in _PROCS:
-        p.kill()
-    del _PROCS[:]
-
-
-atexit.register(_cleanup)
-
-
-def free_port(host="127.0.0.1"):
-    s = socket.socket()
-    s.bind((host, 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def in_netns(netns, cmd):
-    return ["ip", "netns", "exec", netns] + cmd if netns else cmd
-
-
-class Proc:
+class Proc(LoggedProcess):
     """A background process logging to <case folder>/<name>.log."""
 
     def __init__(self, name, cmd, env=None, netns=None):
-        self.name = name
-        self.log_path = os.path.join(CASE["dir"], f"{name}.log")
-        self.log = open(self.log_path, "a")
-        full_env = dict(os.environ)
-        full_env.update(env or {})
-        self.proc = subprocess.Popen(in_netns(netns, cmd), stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=full_env)
-        _PROCS.append(self)
-
-    def alive(self):
-        return self.proc.poll() is None
-
-    def signal(self, sig):
-        if self.alive():
-            os.kill(self.proc.pid, sig)
-
-    def kill(self):
-        # SIGKILL alone ends a stopped process too; a SIGCONT first would let it run a moment.
-        if self.alive():
-            self.signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self, timeout=20):
-        """SIGTERM; the exit code, or an AssertionError if it does not exit in time."""
-        if self.alive():
-            self.signal(signal.SIGCONT)
-            self.signal(signal.SIGTERM)
-            try:
-                return self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self.kill()
-                raise AssertionError(f"{self.name}: did not stop within {timeout} s of SIGTERM")
-        return self.proc.returncode
-
-    def log_text(self):
-        self.log.flush()
-        with open(self.log_path, errors="replace") as f:
-            return f.read()
-
-    def wait_log(self, pattern, timeout):
-        """The first match of `pattern` in the log within `timeout` s (None otherwise)."""
-        found = [None]
-
-        def seen():
-            found[0] = re.search(pattern, self.log_text())
-            return found[0] is not None or not self.alive()
-
-        wait_until(seen, timeout, interval=0.05)
-        return found[0]
+        super().__init__(name, cmd, os.path.join(CASE["dir"], f"{name}.log"), env=env,
+                         netns=netns)
 
 
 class Etcd(Proc):
@@ -124,8 +51,8 @@ class Etcd(Proc):
         check(wait_until(self.healthy, 30) is not None, "etcd did not become healthy")
 
     def healthy(self):
-        status, body = http_get(self.host, self.client_port, "/health", timeout=1)
-        return status == 200 and '"true"' in body
+        r = web.request(self.host, self.client_port, "GET", "/health", timeout=1)
+        return r.status == 200 and '"true"' in r.raw
 
     @property
     def endpoint(self):
@@ -142,26 +69,12 @@ class Etcd(Proc):
         return r.stdout
 
 
-def http_get(host, port, path, timeout=5):
-    conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, resp.read().decode("utf-8", "replace")
-    except (OSError, http.client.HTTPException) as e:
-        return None, str(e)
-    finally:
-        conn.close()
-
-
 def kv_config(role, engine_id, host="127.0.0.1", **extra):
-    cfg = {"side_channel_host": host, "side_channel_port": 0}
-    cfg.update(extra)
-    return json.dumps({"kv_connector": "FerryConnector", "kv_role": role,
-                       "engine_id": engine_id, "kv_connector_extra_config": cfg})
+    return kvferry_api.kv_config(engine_id, role, side_channel_host=host, side_channel_port=0,
+                                 **extra)
 
 
-class Kvferry(Proc):
+class Kvferry(Proc, web.Endpoint):
     """`kvferry serve` or `kvferry proxy`; the HTTP port is read from its first log line."""
 
     def __init__(self, binary, name, mode, args, host="127.0.0.1", netns=None, env=None):
@@ -174,54 +87,18 @@ class Kvferry(Proc):
         check(m is not None, f"{name}: no listening line within 60 s:\n{self.log_text()[-2000:]}")
         self.port = int(m.group(1))
 
-    @property
-    def url(self):
-        return f"http://{self.host}:{self.port}"
-
     def request(self, method, path, body=None, timeout=60):
         """(status, parsed JSON or text, headers); status None when the connection failed."""
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
-        try:
-            data = json.dumps(body) if body is not None else None
-            conn.request(method, path, body=data,
-                         headers={"Content-Type": "application/json"} if data else {})
-            resp = conn.getresponse()
-            raw = resp.read().decode("utf-8", "replace")
-            try:
-                parsed = json.loads(raw)
-            except ValueError:
-                parsed = raw
-            return resp.status, parsed, dict(resp.getheaders())
-        except (OSError, http.client.HTTPException) as e:
-            return None, str(e), {}
-        finally:
-            conn.close()
+        r = self.fetch(method, path, body, timeout=timeout)
+        return r.status, r.body, r.headers
 
     def complete(self, body, timeout=60):
         return self.request("POST", "/v1/completions", body, timeout)
 
-    def metrics(self):
-        status, text = http_get(self.host, self.port, "/metrics", timeout=10)
-        check(status == 200, f"{self.name}: /metrics answered {status}: {text}")
-        out = {}
-        for line in text.splitlines():
-            m = re.match(r"^(\S+?)(\{[^}]*\})?\s+(\S+)$", line)
-            if m and not line.startswith("#"):
-                out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-        return out
-
-    def metric(self, name):
-        return self.metrics().get(name, 0.0)
-
-    def blocks_in_use(self):
-        m = self.metrics()
-        return (m.get('kvferry:kv_blocks{state="used"}', 0.0) +
-                m.get('kvferry:kv_blocks{state="held_for_transfer"}', 0.0))
-
     def table(self):
-        status, text = http_get(self.host, self.port, "/cluster", timeout=5)
-        check(status == 200, f"{self.name}: /cluster answered {status}")
-        return json.loads(text)
+        r = self.fetch("GET", "/cluster", timeout=5)
+        check(r.status == 200, f"{self.name}: /cluster answered {r.status}")
+        return json.loads(r.raw)
 
     def members(self, state=None):
         return sorted(m["id"] for m in self.table()["members"] if state in (None, m["state"]))
@@ -256,35 +133,18 @@ def colocated_reference(binary, bodies):
     return want
 
 
-def sse_text(raw):
-    """(text, error or None) of a completions stream."""
-    text, error = "", None
-    for line in raw.splitlines():
-        if not line.startswith("data: ") or line == "data: [DONE]":
-            continue
-        ev = json.loads(line[6:])
-        if "error" in ev:
-            error = ev["error"]
-        elif ev.get("choices"):
-            text += ev["choices"][0].get("text", "")
-    return text, error
-
-
 def run(cases):
-    """kvf_harness.run_cases, stopping every process a case started after it; the logs in WORK
-    are kept (and named) when a case failed, removed otherwise."""
-    def stopping(name, fn):
+    """harness.runner.run_cases with a folder under WORK per case for its logs and data; the
+    logs are kept (and named) when a case failed, removed otherwise."""
+    def in_folder(name, fn):
         def case():
             CASE["dir"] = os.path.join(WORK, name)
             os.makedirs(CASE["dir"], exist_ok=True)
-            try:
-                fn()
-            finally:
-                _cleanup()
+            fn()
         return case
 
     try:
-        run_cases([(name, stopping(name, fn)) for name, fn in cases])
+        run_cases([(name, in_folder(name, fn)) for name, fn in cases])
     except SystemExit:
         print(f"logs kept in {WORK}", flush=True)
         raise
@@ -292,7 +152,6 @@ def run(cases):
 
 
 def parse_args():
-    import argparse
     ap = argparse.ArgumentParser()
     ap.add_argument("--kvferry", required=True)
     return ap.parse_args()

@@ -15,14 +15,13 @@ Needs root and iproute2; exits 77 (skipped) otherwise.
 import http.client
 import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 
-from cluster_harness import (Etcd, check, colocated_reference, measure, parse_args, proxy, run,
-                             serve, sse_text, wait_until)
+from cluster_harness import Etcd, colocated_reference, parse_args, proxy, run, serve
+from harness.kvferry_api import sse_text
+from harness.netns import set_up_or_skip, sh
+from harness.runner import check, measure, wait_until
 
 args = None
 PID = os.getpid()
@@ -50,13 +49,6 @@ def ip(host):
 
 def veth(host):
     return f"kv{TAG}{HOSTS[host]}"
-
-
-def sh(*cmd, check_rc=True):
-    r = subprocess.run(list(cmd), capture_output=True, text=True)
-    if check_rc and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
-    return r
 
 
 def teardown():
@@ -269,16 +261,7 @@ def case_kill_and_join_under_load():
 
 if __name__ == "__main__":
     args = parse_args()
-    if os.geteuid() != 0 or subprocess.run(["ip", "netns", "list"],
-                                           capture_output=True).returncode != 0:
-        print("SKIP: needs root and iproute2 network namespaces")
-        sys.exit(77)
-    try:
-        setup()
-    except RuntimeError as e:
-        teardown()
-        print(f"SKIP: cannot create namespaces: {e}")
-        sys.exit(77)
+    set_up_or_skip(setup, teardown)
     try:
         run([("kill_and_join_under_load", case_kill_and_join_under_load)])
     finally:

@@ -4,8 +4,8 @@ Real processes: etcd, `kvferry serve --registry`, `kvferry proxy --registry`.
 """
 import time
 
-from cluster_harness import (Etcd, check, colocated_reference, measure, parse_args, proxy, run,
-                             serve, wait_until)
+from cluster_harness import Etcd, colocated_reference, parse_args, proxy, run, serve
+from harness.runner import check, measure, wait_until
 
 args = None
 TTL_S = 3

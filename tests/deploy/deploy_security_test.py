@@ -12,24 +12,23 @@ loopback (docs/deploy.md, docs/reliability.md "Security"):
   no reply body; D counts a handshake failure, reports failed_handshake) and recomputes exactly.
 
 Certificates come from make_test_pki.sh into a temp dir per run; keys from `kvferry keygen`.
-One case: KVF_CASE=<name> python3 tests/deploy/deploy_security_test.py --kvferry build/bin/kvferry
---probe build/bin/kvf_side_probe --pki-script tests/deploy/make_test_pki.sh
+One case: KVF_CASE=<name> PYTHONPATH=tests python3 tests/deploy/deploy_security_test.py
+--kvferry build/bin/kvferry --probe build/bin/kvf_side_probe --pki-script
+tests/deploy/make_test_pki.sh
 """
 import argparse
-import http.client
 import json
 import os
 import re
-import signal
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
-import kvf_harness  # noqa: E402
-from kvf_harness import check, is_openai_error, prefill_body, run_cases  # noqa: E402
+from harness import web
+from harness.kvferry_api import is_openai_error, kv_config, prefill_body
+from harness.procs import LoggedProcess
+from harness.runner import check, run_cases
 
 args = None
 WORK = None
@@ -40,93 +39,53 @@ ENGINE_COUNTERS = ("kvferry:prompt_tokens_total", "kvferry:generation_tokens_tot
                    "kvferry:engine_steps_total")
 
 
-class Kvferry:
-    """One `kvferry serve|proxy` process; ready once it logged where it listens."""
+class Kvferry(LoggedProcess, web.Endpoint):
+    """One `kvferry serve|proxy` process; ready once it logged where it listens. It does not see
+    the API keys of this environment, only those a case gives it."""
+
+    STOP_TIMEOUT_S = 30
 
     def __init__(self, sub_args, name, env=None):
-        self.name = name
-        self.log_path = os.path.join(WORK, f"{name}.log")
-        full_env = dict(os.environ)
-        full_env.pop("KVFERRY_API_KEY", None)
-        full_env.pop("KVFERRY_UPSTREAM_API_KEY", None)
-        full_env.update(env or {})
-        with open(self.log_path, "w") as log:
-            self.proc = subprocess.Popen([args.kvferry] + [str(a) for a in sub_args],
-                                         stdout=log, stderr=subprocess.STDOUT, env=full_env)
-        kvf_harness._NODES.append(self)  # killed by run_cases after each case
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            m = LISTEN_RE.search(open(self.log_path).read())
-            if m:
-                self.scheme, self.port = m.group(1), int(m.group(2))
-                return
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{name} exited (rc={self.proc.returncode}): {self.log()}")
-            time.sleep(0.05)
-        raise RuntimeError(f"{name}: not listening within 60 s: {self.log()}")
+        self.host = "127.0.0.1"
+        super().__init__(name, [args.kvferry] + list(sub_args), os.path.join(WORK, f"{name}.log"),
+                         env=env, unset=("KVFERRY_API_KEY", "KVFERRY_UPSTREAM_API_KEY"))
+        m = self.wait_log(LISTEN_RE, 60)
+        if m is None:
+            raise RuntimeError(f"{name}: not listening within 60 s (rc={self.proc.poll()}): "
+                               f"{self.log()}")
+        self.scheme, self.port = m.group(1), int(m.group(2))
 
     def log(self):
-        return open(self.log_path).read()[-2000:]
+        return self.log_text()[-2000:]
 
-    @property
-    def url(self):
-        return f"{self.scheme}://127.0.0.1:{self.port}"
-
-    def kill(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+    def tls_context(self):
+        return ca_context()
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            check(self.proc.wait(timeout=30) == 0, f"{self.name} did not exit 0 on SIGTERM")
+        if self.alive():
+            check(super().stop() == 0, f"{self.name} did not exit 0 on SIGTERM")
 
     def request(self, method, path, body=None, key=None, ctx=None, plain=False, timeout=30):
         """(status, parsed JSON or text). Status None: the connection failed (the error text).
         `ctx`: an ssl context for https (default: one trusting the test CA); `plain`: speak
         plain HTTP whatever the scheme."""
-        if self.scheme == "https" and not plain:
-            conn = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=timeout,
-                                               context=ctx or ca_context())
-        else:
-            conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        if key is not None:
-            headers["Authorization"] = f"Bearer {key}"
-        try:
-            conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                         headers=headers)
-            resp = conn.getresponse()
-            raw = resp.read().decode("utf-8", "replace")
-            try:
-                return resp.status, json.loads(raw)
-            except ValueError:
-                return resp.status, raw
-        except (OSError, http.client.HTTPException) as e:
-            return None, f"{type(e).__name__}: {e}"
-        finally:
-            conn.close()
+        r = self.fetch(method, path, body, headers=auth(key), timeout=timeout, context=ctx,
+                       plain=plain)
+        return r.status, r.body
 
     def post(self, body, key=None, **kw):
         return self.request("POST", "/v1/completions", body, key=key, **kw)
 
-    def metrics(self, key=None):
-        status, text = self.request("GET", "/metrics", key=key)
-        check(status == 200, f"{self.name}: /metrics answered {status}")
-        out = {}
-        for line in text.splitlines():
-            m = re.match(r"^(\S+?)(\{[^}]*\})?\s+(\S+)$", line)
-            if m and not line.startswith("#"):
-                out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-        return out
-
     def engine_counters(self, key=None):
-        m = self.metrics(key)
+        m = self.metrics(auth(key))
         out = {k: m.get(k, 0.0) for k in ENGINE_COUNTERS}
         out["requests"] = sum(v for k, v in m.items()
                               if k.startswith("kvferry:request_success_total"))
         return out
+
+
+def auth(key):
+    return {"Authorization": f"Bearer {key}"} if key is not None else {}
 
 
 def ca_context():
@@ -144,8 +103,7 @@ def serve(name, *extra, env=None):
 
 def kv(engine_id, role, **extra):
     """A --kv-transfer-config JSON string; `extra` goes to kv_connector_extra_config."""
-    return json.dumps({"kv_connector": "FerryConnector", "kv_role": role, "engine_id": engine_id,
-                       "kv_connector_extra_config": dict(side_channel_host="127.0.0.1", **extra)})
+    return kv_config(engine_id, role, side_channel_host="127.0.0.1", **extra)
 
 
 def settled(counters_of):
@@ -213,22 +171,15 @@ def case_api_keys_through_proxy():
 
 
 def read_stream(node, body, key=None):
-    """Streams `body`; returns (status, list of parsed events, saw [DONE])."""
-    conn = http.client.HTTPSConnection("127.0.0.1", node.port, timeout=30, context=ca_context())
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    conn.request("POST", "/v1/completions", body=json.dumps(dict(body, stream=True)),
-                 headers=headers)
-    resp = conn.getresponse()
+    """Streams `body` over TLS; returns (status, list of parsed events, saw [DONE])."""
+    r = node.fetch("POST", "/v1/completions", dict(body, stream=True), headers=auth(key))
     events, done = [], False
-    for raw in resp.read().decode().split("\n\n"):
+    for raw in r.raw.split("\n\n"):
         if raw.startswith("data: [DONE]"):
             done = True
         elif raw.startswith("data: "):
             events.append(json.loads(raw[len("data: "):]))
-    conn.close()
-    return resp.status, events, done
+    return r.status, events, done
 
 
 def case_tls():

@@ -354,89 +354,117 @@ TEST_F(PdAccuracyTest, EdgeCasesPrefixHitsStreamingAndConcurrency) {
   EXPECT_TRUE(dep.p->Stop());
 }
 
-// The `small` built-in model with f16 KV on both sides, prompts crossing kernel blocks of 64 and
-// 128, and seeded sampling, against a colocated `small` f16 instance.
-TEST_F(PdAccuracyTest, SmallModelF16KvAndSeededSampling) {
-  const std::vector<std::string> extra = {"--model", "small", "--kv-cache-dtype", "f16"};
-  KvferryProcess reference(
-      "small-colocated",
-      {"serve", "--port", "0", "--threads", "1", "--model", "small", "--kv-cache-dtype", "f16"},
-      *log_dir_);
-  ASSERT_TRUE(reference.ok()) << reference.error();
-  Deployment dep = Start({128, "flash", "NHD"}, {64, "paged", "HND"}, false, "small", "ucx", extra);
-  ASSERT_TRUE(dep.ok()) << dep.error();
-  std::vector<json> bodies = {Request(Prompt(40, 61), 6), Request(Prompt(330, 62), 6)};
-  json seeded = Request(Prompt(300, 63), 12);
-  seeded["temperature"] = 0.9;
-  seeded["top_p"] = 0.95;
-  seeded["top_k"] = 50;
-  seeded["seed"] = 77;
-  bodies.push_back(seeded);
-  ExpectPdEqualsColocated(dep, bodies, &reference);
-  EXPECT_EQ(SumOfFallbacks(dep.d->port()), 0);
-  ExpectNoBlocksLeft(dep);
-  EXPECT_TRUE(dep.proxy->Stop());
-  EXPECT_TRUE(dep.d->Stop());
-  EXPECT_TRUE(dep.p->Stop());
-  EXPECT_TRUE(reference.Stop());
+// A built-in model other than the fixture's `tiny` through the proxy, against a colocated
+// instance of that model: P and D of different geometry, every answer pulled and equal.
+struct ModelCase {
+  const char* name;                     // the test's
+  const char* tag;                      // its processes': <tag>-p, -d, -proxy, -colocated
+  std::vector<std::string> model_args;  // serve flags of P, D and the colocated reference
+  std::vector<std::string> pd_args;     // serve flags of P and D only
+  Geometry p, d;
+  bool host_buffer = false;
+  std::vector<json> (*bodies)() = nullptr;
+  bool expect_no_fallbacks = true;  // no fallback of any kind counted on D
+  int ranks = 1;  // > 1: each D rank pulled the whole KV once, from its own P rank
+};
+
+class PdModelTest : public PdAccuracyTest, public ::testing::WithParamInterface<ModelCase> {};
+
+// Each D rank r read from P rank r alone, 1/ranks of the answer's bytes (every rank caches the
+// whole latent of an MLA model).
+void ExpectEachRankPulledFromItsOwn(const json& kv_load, int ranks) {
+  ASSERT_EQ(kv_load["ranks"].size(), static_cast<size_t>(ranks)) << kv_load.dump();
+  for (int r = 0; r < ranks; ++r) {
+    EXPECT_EQ(kv_load["ranks"][r]["source_ranks"], json::array({r})) << kv_load.dump();
+    EXPECT_EQ(kv_load["ranks"][r]["pulled_bytes"].get<int64_t>() * ranks,
+              kv_load["pulled_bytes"].get<int64_t>())
+        << kv_load.dump();
+  }
 }
 
-// The `tiny-mla` built-in (multi-head latent attention: a KV cache of [latent | rope key] rows)
-// through the proxy, P and D of different geometry with a host buffer, greedy and seeded, against
-// a colocated `tiny-mla` instance; every answer pulled.
-TEST_F(PdAccuracyTest, MlaModelThroughTheProxy) {
-  const std::vector<std::string> extra = {"--model", "tiny-mla"};
-  KvferryProcess reference("mla-colocated",
-                           {"serve", "--port", "0", "--threads", "1", "--model", "tiny-mla"},
-                           *log_dir_);
+TEST_P(PdModelTest, ProxyOutputEqualsColocated) {
+  const ModelCase& c = GetParam();
+  std::vector<std::string> reference_args = {"serve", "--port", "0", "--threads", "1"};
+  reference_args.insert(reference_args.end(), c.model_args.begin(), c.model_args.end());
+  KvferryProcess reference(std::string(c.tag) + "-colocated", reference_args, *log_dir_);
   ASSERT_TRUE(reference.ok()) << reference.error();
-  Deployment dep = Start({256, "flash", "HND"}, {16, "paged", "NHD"}, true, "mla", "ucx", extra);
+  std::vector<std::string> extra = c.model_args;
+  extra.insert(extra.end(), c.pd_args.begin(), c.pd_args.end());
+  Deployment dep = Start(c.p, c.d, c.host_buffer, c.tag, "ucx", extra);
   ASSERT_TRUE(dep.ok()) << dep.error();
-  std::vector<json> bodies = {Request(Prompt(7, 71), 6), Request(Prompt(330, 72), 6)};
-  json seeded = Request(Prompt(300, 73), 10);
-  seeded["temperature"] = 0.8;
-  seeded["seed"] = 5;
-  bodies.push_back(seeded);
+  const std::vector<json> bodies = c.bodies();
   ExpectPdEqualsColocated(dep, bodies, &reference);
-  EXPECT_EQ(SumOfFallbacks(dep.d->port()), 0);
-  ExpectNoBlocksLeft(dep);
-  EXPECT_TRUE(dep.proxy->Stop());
-  EXPECT_TRUE(dep.d->Stop());
-  EXPECT_TRUE(dep.p->Stop());
-  EXPECT_TRUE(reference.Stop());
-}
-
-// tiny-mla with P and D at TP 2 (every rank caches the whole latent): each D rank pulls it once,
-// D rank r from P rank r, the full bytes each; output equal to a colocated TP-1 instance.
-TEST_F(PdAccuracyTest, MlaModelAtTensorParallel2ThroughTheProxy) {
-  const std::vector<std::string> extra = {"--model", "tiny-mla", "-tp", "2"};
-  KvferryProcess reference("mla-tp-colocated",
-                           {"serve", "--port", "0", "--threads", "1", "--model", "tiny-mla"},
-                           *log_dir_);
-  ASSERT_TRUE(reference.ok()) << reference.error();
-  Deployment dep =
-      Start({64, "paged", "NHD"}, {128, "flash", "HND"}, false, "mla-tp", "ucx", extra);
-  ASSERT_TRUE(dep.ok()) << dep.error();
-  const std::vector<json> bodies = {Request(Prompt(90, 81), 6), Request(Prompt(260, 82), 6)};
-  ExpectPdEqualsColocated(dep, bodies, &reference);
-  for (const json& body : bodies) {
-    auto answer = Post(dep.proxy->port(), "/v1/completions", body);
-    ASSERT_TRUE(answer.has_value());
-    const json& kl = (*answer)["kv_load"];
-    ASSERT_EQ(kl["ranks"].size(), 2u) << kl.dump();
-    for (int r = 0; r < 2; ++r) {
-      EXPECT_EQ(kl["ranks"][r]["source_ranks"], json::array({r})) << kl.dump();
-      EXPECT_EQ(kl["ranks"][r]["pulled_bytes"].get<int64_t>() * 2,
-                kl["pulled_bytes"].get<int64_t>())
-          << kl.dump();
+  if (c.ranks > 1) {
+    for (const json& body : bodies) {
+      auto answer = Post(dep.proxy->port(), "/v1/completions", body);
+      ASSERT_TRUE(answer.has_value());
+      ExpectEachRankPulledFromItsOwn((*answer)["kv_load"], c.ranks);
+      if (HasFatalFailure()) return;
     }
   }
+  if (c.expect_no_fallbacks) EXPECT_EQ(SumOfFallbacks(dep.d->port()), 0);
   ExpectNoBlocksLeft(dep);
   EXPECT_TRUE(dep.proxy->Stop());
   EXPECT_TRUE(dep.d->Stop());
   EXPECT_TRUE(dep.p->Stop());
   EXPECT_TRUE(reference.Stop());
 }
+
+// Greedy requests of `short_len` and 330 bytes, and one of 300 sampled with `sampling` (its seed
+// fixed, so that D and the reference draw the same tokens); prompts seeded from `seed` on.
+std::vector<json> ShortLongAndSeeded(int short_len, unsigned seed, int seeded_max_tokens,
+                                     const json& sampling) {
+  std::vector<json> bodies = {Request(Prompt(short_len, seed), 6),
+                              Request(Prompt(330, seed + 1), 6)};
+  json seeded = Request(Prompt(300, seed + 2), seeded_max_tokens);
+  seeded.update(sampling);
+  bodies.push_back(seeded);
+  return bodies;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, PdModelTest,
+    ::testing::Values(
+        // `small` with f16 KV on both sides, prompts crossing kernel blocks of 64 and 128, and
+        // seeded sampling.
+        ModelCase{.name = "SmallF16KvAndSeededSampling",
+                  .tag = "small",
+                  .model_args = {"--model", "small", "--kv-cache-dtype", "f16"},
+                  .p = {128, "flash", "NHD"},
+                  .d = {64, "paged", "HND"},
+                  .bodies =
+                      [] {
+                        return ShortLongAndSeeded(
+                            40, 61, 12,
+                            {{"temperature", 0.9}, {"top_p", 0.95}, {"top_k", 50}, {"seed", 77}});
+                      }},
+        // `tiny-mla` (multi-head latent attention: a KV cache of [latent | rope key] rows) with
+        // a host buffer, greedy and seeded.
+        ModelCase{.name = "Mla",
+                  .tag = "mla",
+                  .model_args = {"--model", "tiny-mla"},
+                  .p = {256, "flash", "HND"},
+                  .d = {16, "paged", "NHD"},
+                  .host_buffer = true,
+                  .bodies =
+                      [] {
+                        return ShortLongAndSeeded(7, 71, 10, {{"temperature", 0.8}, {"seed", 5}});
+                      }},
+        // `tiny-mla` with P and D at TP 2 against a colocated TP-1 instance.
+        ModelCase{
+            .name = "MlaTensorParallel2",
+            .tag = "mla-tp",
+            .model_args = {"--model", "tiny-mla"},
+            .pd_args = {"-tp", "2"},
+            .p = {64, "paged", "NHD"},
+            .d = {128, "flash", "HND"},
+            .bodies =
+                [] {
+                  return std::vector<json>{Request(Prompt(90, 81), 6), Request(Prompt(260, 82), 6)};
+                },
+            .expect_no_fallbacks = false,
+            .ranks = 2}),
+    [](const ::testing::TestParamInfo<ModelCase>& info) { return std::string(info.param.name); });
 
 // An unreachable decode instance is a clear error within the deadline, and P frees its lease.
 TEST_F(PdAccuracyTest, DeadDecodeInstanceIsAnErrorAndLeaksNothing) {

@@ -6,19 +6,16 @@ exactly the colocated one.
 """
 import time
 
-from kvf_harness import (Node, check, is_openai_error, kv_config, parse_args, prefill, run_cases,
-                         text_of, wait_until)
+from harness.kvferry_api import is_openai_error, kv_config, text_of
+from harness.runner import check, run_cases, wait_until
+from kvf_harness import Node, colocated_text, parse_args, prefill
 
 args = None
 BODY = {"prompt": "Bad input must not hurt anyone. " * 3, "max_tokens": 8, "temperature": 0}
 
 
 def reference(body):
-    ref = Node(args.node, "serve", name="ref")
-    status, resp, _ = ref.post(body)
-    check(status == 200, f"reference answered {status}: {resp}")
-    ref.stop()
-    return text_of(resp)
+    return colocated_text(args.node, body)
 
 
 def expect_4xx(node, body, path="/v1/completions", what=""):

@@ -7,8 +7,9 @@ check) and still answer exactly what a colocated instance answers.
 import signal
 import time
 
-from kvf_harness import (Background, Node, parse_args, check, decode_body, kv_config, measure, prefill, run_cases,
-                         text_of, wait_until)
+from harness.kvferry_api import decode_body, kv_config, text_of
+from harness.runner import Background, check, measure, run_cases, wait_until
+from kvf_harness import Node, colocated_text, parse_args, prefill
 
 LEASE_S = 1.5
 SLACK_S = 5.0
@@ -19,11 +20,7 @@ args = None
 
 
 def reference(body):
-    ref = Node(args.node, "serve", name="ref")
-    status, resp, _ = ref.post(body)
-    check(status == 200, f"reference answered {status}: {resp}")
-    ref.stop()
-    return text_of(resp)
+    return colocated_text(args.node, body)
 
 
 def start_p(lease_s=LEASE_S, blocks=0):
@@ -39,11 +36,11 @@ def start_d():
 
 
 def held(p):
-    return p.gauge('kvferry:kv_blocks{state="held_for_transfer"}')
+    return p.metric('kvferry:kv_blocks{state="held_for_transfer"}')
 
 
 def expired(p):
-    return p.gauge('kvferry:kv_leases_total{event="expired"}')
+    return p.metric('kvferry:kv_leases_total{event="expired"}')
 
 
 def lease_counters(node):
@@ -101,7 +98,7 @@ def case_lease_expired_blocks_reused():
     check(status == 200, f"D answered {status}: {resp}")
     check(text_of(resp) == want, f"late reader's text {text_of(resp)!r} != {want!r}")
     gen = 'kvferry:kv_transfer_failures_total{kind="generation"}'
-    check(wait_until(lambda: d.gauge(gen) == 1, 3) is not None,
+    check(wait_until(lambda: d.metric(gen) == 1, 3) is not None,
           f"reuse not detected as a generation failure: {d.metrics()}")
     measure("lease_expired_reuse.answer", secs, SLACK_S)
 
@@ -133,7 +130,7 @@ def case_slow_reader_lease_expires_during_read():
     status, resp, _ = pull.result(30, "D")
     check(status == 200 and text_of(resp) == want, f"D answered {status}: {resp}")
     gen = 'kvferry:kv_transfer_failures_total{kind="generation"}'
-    check(wait_until(lambda: d.gauge(gen) == 1, 3) is not None,
+    check(wait_until(lambda: d.metric(gen) == 1, 3) is not None,
           f"reuse during the read not detected: {d.metrics()}")
 
 

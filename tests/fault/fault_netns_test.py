@@ -10,12 +10,12 @@ Needs root and iproute2; exits 77 (skipped) otherwise.
 """
 import atexit
 import os
-import subprocess
-import sys
 import time
 
-from kvf_harness import (Background, Node, check, decode_body, kv_config, measure, parse_args, prefill,
-                         run_cases, text_of, wait_until)
+from harness.kvferry_api import decode_body, kv_config, text_of
+from harness.netns import set_up_or_skip, sh
+from harness.runner import Background, check, measure, run_cases, wait_until
+from kvf_harness import Node, parse_args, prefill
 
 args = None
 TRANSFER_S = 8.0
@@ -34,13 +34,6 @@ def long_body(step):
 
 
 LONG, LONG2 = long_body(7), long_body(11)  # control pull, cut pull (D caches prefixes)
-
-
-def sh(*cmd, check_rc=True):
-    r = subprocess.run(list(cmd), capture_output=True, text=True)
-    if check_rc and r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}: {r.stderr.strip()}")
-    return r
 
 
 def teardown():
@@ -90,13 +83,13 @@ def case_link_cut_during_pull():
     small = {"prompt": "across namespaces " * 3, "max_tokens": 3, "temperature": 0}
     status, resp, _ = d.post(decode_body(small, prefill(p, small)))
     check(status == 200, f"warm-up: {status} {resp}")
-    check(wait_until(lambda: d.gauge("kvferry:kv_transfers_total") == 1, 3) is not None,
+    check(wait_until(lambda: d.metric("kvferry:kv_transfers_total") == 1, 3) is not None,
           "warm-up did not pull across the veth")
 
     shape(True)
     status, resp, secs = d.post(decode_body(LONG, prefill(p, LONG)), timeout=60)
     check(status == 200 and text_of(resp) == want[LONG["prompt"]], f"control pull: {status}")
-    check(wait_until(lambda: d.gauge("kvferry:kv_transfers_total") == 2, 3) is not None,
+    check(wait_until(lambda: d.metric("kvferry:kv_transfers_total") == 2, 3) is not None,
           "the shaped control request did not pull")
     print(f"  shaped control pull answered in {secs:.2f} s")
     check(secs > 1.5, f"shaping ineffective (pull answered in {secs:.2f} s); cannot cut mid-pull")
@@ -110,7 +103,7 @@ def case_link_cut_during_pull():
     check(status == 200 and text_of(resp) == want[LONG2["prompt"]],
           f"after the cut D answered {status}")
     measure("netns_link_cut.answer_after_cut", pull.finished_at - cut_at, TRANSFER_S + SLACK_S)
-    failed = sum(d.gauge(f'kvferry:kv_transfer_failures_total{{kind="{k}"}}')
+    failed = sum(d.metric(f'kvferry:kv_transfer_failures_total{{kind="{k}"}}')
                  for k in ("transfer", "deadline"))
     check(failed == 1, "the cut pull was not counted as a transfer/deadline failure")
 
@@ -119,14 +112,14 @@ def case_link_cut_during_pull():
     restored_at = time.monotonic()
 
     def new_handoff_pulls():
-        before = d.gauge("kvferry:kv_transfers_total")
+        before = d.metric("kvferry:kv_transfers_total")
         try:
             params = prefill(p, small)
         except AssertionError:  # the route is not back yet
             return False
         st, rs, _ = d.post(decode_body(small, params), timeout=20)
         return (st == 200 and wait_until(
-            lambda: d.gauge("kvferry:kv_transfers_total") == before + 1, 3) is not None)
+            lambda: d.metric("kvferry:kv_transfers_total") == before + 1, 3) is not None)
 
     took = wait_until(new_handoff_pulls, 30, interval=0.5)
     check(took is not None, "no successful pull after the link came back")
@@ -135,13 +128,5 @@ def case_link_cut_during_pull():
 
 if __name__ == "__main__":
     args = parse_args()
-    if os.geteuid() != 0 or subprocess.run(["ip", "netns", "list"],
-                                           capture_output=True).returncode != 0:
-        print("SKIP: needs root and iproute2 network namespaces")
-        sys.exit(77)
-    try:
-        setup()
-    except RuntimeError as e:
-        print(f"SKIP: cannot create namespaces: {e}")
-        sys.exit(77)
+    set_up_or_skip(setup)
     run_cases([("link_cut_during_pull", case_link_cut_during_pull)])

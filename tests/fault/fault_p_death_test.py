@@ -9,8 +9,9 @@ import signal
 import tempfile
 import time
 
-from kvf_harness import (Background, Node, parse_args, check, decode_body, is_openai_error, kv_config, measure, prefill,
-                         run_cases, text_of, wait_until)
+from harness.kvferry_api import decode_body, is_openai_error, kv_config, text_of
+from harness.runner import Background, check, measure, run_cases, wait_until
+from kvf_harness import Node, colocated_text, parse_args, prefill
 
 HANDSHAKE_S = 2.0
 TRANSFER_S = 3.0
@@ -26,11 +27,7 @@ _reference = {}
 def reference(body):
     key = body["prompt"]
     if key not in _reference:
-        ref = Node(args.node, "serve", name="ref")
-        status, resp, _ = ref.post(body)
-        check(status == 200, f"reference answered {status}: {resp}")
-        _reference[key] = text_of(resp)
-        ref.stop()
+        _reference[key] = colocated_text(args.node, body)
     return _reference[key]
 
 
@@ -49,7 +46,7 @@ def start_d(policy="recompute", env=None):
 
 
 def failures(d, kind):
-    return d.gauge(f'kvferry:kv_transfer_failures_total{{kind="{kind}"}}')
+    return d.metric(f'kvferry:kv_transfer_failures_total{{kind="{kind}"}}')
 
 
 def eventually(pred, what, timeout=5):
@@ -62,7 +59,7 @@ def warm_up(p, d):
     body = {"prompt": "warm up " * 4, "max_tokens": 2, "temperature": 0}
     status, resp, _ = d.post(decode_body(body, prefill(p, body)))
     check(status == 200, f"warm-up answered {status}: {resp}")
-    eventually(lambda: d.gauge("kvferry:kv_transfers_total") == 1, "warm-up did not pull")
+    eventually(lambda: d.metric("kvferry:kv_transfers_total") == 1, "warm-up did not pull")
 
 
 def check_d_recovered(d):
@@ -109,11 +106,11 @@ def case_p_hung_during_pull():
     measure("p_hung_during_pull.deadline", secs, TRANSFER_S + HANDSHAKE_S + SLACK_S)
     check_d_recovered(d)
     # P is back: a new hand-off pulls again.
-    before = d.gauge("kvferry:kv_transfers_total")
+    before = d.metric("kvferry:kv_transfers_total")
     body = {"prompt": "after the stall " * 3, "max_tokens": 4, "temperature": 0}
     status, resp, _ = d.post(decode_body(body, prefill(p, body)))
     check(status == 200 and text_of(resp) == reference(body), f"after SIGCONT: {resp}")
-    eventually(lambda: d.gauge("kvferry:kv_transfers_total") == before + 1,
+    eventually(lambda: d.metric("kvferry:kv_transfers_total") == before + 1,
                "no pull after recovery")
 
 
@@ -156,7 +153,7 @@ def case_p_killed_after_pull_before_notification():
                      "KVFERRY_FAULT_DATA_READ_MARKER": marker})
     warm_up(p, d)
     params = prefill(p, BODY)
-    before = d.gauge("kvferry:kv_transfers_total")
+    before = d.metric("kvferry:kv_transfers_total")
     reads_before = data_reads(marker)
     pull = Background(lambda: d.post(decode_body(BODY, params)))
     # D's hook appends a line to the marker when the data READ completed, then sleeps PAUSE_MS
@@ -169,7 +166,7 @@ def case_p_killed_after_pull_before_notification():
     check(status == 200 and text_of(resp) == want, f"D answered {status}: {resp}")
     # The data READ moved the bytes, but a pull whose generation READ failed is not a completed
     # pull: kv_transfers_total counts only verified loads.
-    check(d.gauge("kvferry:kv_transfers_total") == before,
+    check(d.metric("kvferry:kv_transfers_total") == before,
           "an unverified pull was counted as a completed transfer")
     check(sum(failures(d, k) for k in ("transfer", "deadline", "generation")) >= 1,
           "no load failure counted for the unverifiable pull")

@@ -7,7 +7,9 @@ configured address.
 """
 import subprocess
 
-from kvf_harness import Node, check, kv_config, parse_args, prefill, run_cases, wait_until
+from harness.kvferry_api import kv_config
+from harness.runner import check, run_cases, wait_until
+from kvf_harness import Node, parse_args, prefill
 
 args = None
 BODY = {"prompt": "side channel " * 4, "max_tokens": 3, "temperature": 0}
@@ -74,7 +76,7 @@ def case_auth_token():
         body = dict(BODY, kv_transfer_params=params)
         status, resp, _ = d.post(body)
         check(status == 200, f"D (token {token!r}) answered {status}: {resp}")
-        check(wait_until(lambda: d.gauge("kvferry:kv_transfers_total") == pulls, 3) is not None,
+        check(wait_until(lambda: d.metric("kvferry:kv_transfers_total") == pulls, 3) is not None,
               f"D with token {token!r}: expected {pulls} pulls: {d.metrics()}")
         d.stop()
         params = prefill(p, BODY)
@@ -115,8 +117,8 @@ def case_out_of_range_block_ids_refused():
     status, resp, _ = d.post(dict(BODY, kv_transfer_params=bad))
     check(status == 200, f"D answered {status}: {resp}")
     fail = 'kvferry:kv_transfer_failures_total{kind="transfer"}'
-    check(wait_until(lambda: d.gauge(fail) == 1, 3) is not None, f"not refused: {d.metrics()}")
-    check(d.gauge("kvferry:kv_transfer_bytes_total") == 0, "bytes moved for invalid ids")
+    check(wait_until(lambda: d.metric(fail) == 1, 3) is not None, f"not refused: {d.metrics()}")
+    check(d.metric("kvferry:kv_transfer_bytes_total") == 0, "bytes moved for invalid ids")
     still_serving(p)
 
 

@@ -10,12 +10,12 @@ import http.client
 import json
 import os
 import random
-import sys
 import threading
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
-from kvf_harness import Node, check, kv_config, measure, parse_args, text_of, wait_until  # noqa
+from fault.kvf_harness import Node, parse_args
+from harness.kvferry_api import kv_config, sse_text, text_of
+from harness.runner import check, measure, wait_until
 
 REQUESTS = int(os.environ.get("KVF_LOAD_REQUESTS", "2000"))
 CONCURRENCY = int(os.environ.get("KVF_LOAD_CONCURRENCY", "64"))
@@ -28,16 +28,6 @@ PROMPTS = [f"Request family {i}: " + "lorem ipsum dolor sit amet " * (1 + i % 5)
 def body_for(i):
     return {"prompt": PROMPTS[i % len(PROMPTS)], "max_tokens": 4 + i % 5, "temperature": 0,
             "stream": i % 3 == 0}
-
-
-def stream_text(raw):
-    out = ""
-    for line in raw.splitlines():
-        if line.startswith("data: ") and line != "data: [DONE]":
-            ev = json.loads(line[6:])
-            if ev.get("choices"):
-                out += ev["choices"][0].get("text", "")
-    return out
 
 
 def main():
@@ -86,7 +76,7 @@ def main():
             dt = time.monotonic() - t0
             if resp.status != 200:
                 return "bad", f"#{i}: {resp.status} {raw[:200]}"
-            text = stream_text(raw) if body["stream"] else text_of(json.loads(raw))
+            text = sse_text(raw)[0] if body["stream"] else text_of(json.loads(raw))
             if text != want[(body["prompt"], body["max_tokens"])]:
                 return "bad", f"#{i}: text {text!r} != {want[(body['prompt'], body['max_tokens'])]!r}"
             return "ok", dt

@@ -83,9 +83,9 @@ class BlockGeometry {
   // R: kernel blocks per logical block.
   int32_t kernel_blocks_per_logical() const { return kernel_blocks_per_logical_; }
 
-  // The R kernel blocks of `logical` (value >= 0, asserted): [l*R, l*R + R).
+  // The R kernel blocks of `logical` (value >= 0, checked; aborts): [l*R, l*R + R).
   KernelBlockRange KernelBlocksOf(LogicalBlockId logical) const;
-  // The j-th kernel block of `logical`, j in [0, R) (asserted): l*R + j.
+  // The j-th kernel block of `logical`, j in [0, R) (checked; aborts): l*R + j.
   KernelBlockId KernelBlockOf(LogicalBlockId logical, int32_t j) const;
   // The logical block that owns `kernel`: k / R. Used to turn kernel-level failures back into
   // logical reports.

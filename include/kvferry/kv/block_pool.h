@@ -23,7 +23,9 @@
 //
 // Errors: calls that take ids validate all of them first and change nothing when one is bad
 // (FailedPrecondition / OutOfRange, naming the block); then apply the whole call. Internal
-// consistency is asserted (debug) and checkable at any time with CheckInvariants().
+// consistency (free-queue membership, ref counts) is checked as it is used, in release builds
+// too (KVF_CHECK: a broken pool aborts rather than hands a block to two requests), and can be
+// checked whole at any time with CheckInvariants().
 //
 // Thread-safety: NOT thread-safe. The pool is externally synchronized: it belongs to the engine
 // thread (scheduler), which makes every call.
@@ -110,7 +112,7 @@ class BlockPool {
   // ignored. Later chains that went through a dropped entry can no longer be found.
   Status InvalidateCached(std::span<const LogicalBlockId> ids);
 
-  // Generation counter of `id` (see above). `id` must be valid (asserted).
+  // Generation counter of `id` (see above). `id` must be valid (checked; aborts).
   uint64_t Generation(LogicalBlockId id) const;
   int32_t RefCount(LogicalBlockId id) const;
   int32_t HoldCount(LogicalBlockId id) const;

@@ -23,10 +23,10 @@ class BlockTable {
 
   const BlockGeometry& geometry() const { return geometry_; }
 
-  // Appends logical blocks (and their R kernel blocks each). Ids must be >= 0 (asserted).
+  // Appends logical blocks (and their R kernel blocks each). Ids must be >= 0 (checked; aborts).
   void Append(LogicalBlockId id);
   void Append(std::span<const LogicalBlockId> ids);
-  // Keeps the first `num_blocks_logical` blocks (<= size, asserted).
+  // Keeps the first `num_blocks_logical` blocks (<= size, checked; aborts).
   void Truncate(int32_t num_blocks_logical);
   void Clear() { Truncate(0); }
 
