@@ -16,25 +16,18 @@
 #include "kvferry/common/frame_socket.h"
 #include "kvferry/connector/ferry_connector.h"
 #include "kvferry/engine/engine.h"
+#include "kvferry/server/instance.h"
 
 namespace kvferry::tools {
 namespace {
 
-struct Instance {
-  std::unique_ptr<connector::FerryConnector> connector;
-  std::unique_ptr<engine::Engine> engine;
-};
-
-StatusOr<Instance> MakeInstance(const PullOptions& o, const std::string& id, int tp, bool is_p) {
+StatusOr<std::unique_ptr<server::Instance>> MakeInstance(const PullOptions& o,
+                                                         const std::string& id, int tp, bool is_p) {
   connector::KvTransferConfig kv;
   kv.engine_id = id;
   if (o.host_buffer) kv.kv_buffer_device = "cpu";
   kv.cache_in_agent_memory = !o.heap_cache;
   KVF_ASSIGN_OR_RETURN(kv.backend, transfer::ParseBackendKind(o.backend));
-  Instance inst;
-  KVF_ASSIGN_OR_RETURN(inst.connector,
-                       connector::CreateFerryConnector(
-                           kv, {.model_name = engine::ModelIdentity(o.model), .tp_size = tp}));
   engine::EngineConfig ec;
   ec.model = o.model;
   ec.tensor_parallel_size = tp;
@@ -46,10 +39,7 @@ StatusOr<Instance> MakeInstance(const PullOptions& o, const std::string& id, int
   ec.max_num_batched_tokens = 1024;
   // D pulls every time (no prefix hit); P serves its repeats from its prefix cache.
   ec.enable_prefix_caching = is_p;
-  ec.connector_scheduler = inst.connector->scheduler();
-  ec.connector_worker = inst.connector->worker();
-  KVF_ASSIGN_OR_RETURN(inst.engine, engine::Engine::Create(ec));
-  return inst;
+  return server::Instance::Create({.engine = ec, .kv_transfer = kv, .wrap_worker = nullptr});
 }
 
 // Steps the engines until `id` finished on `watch` (and, with `until_idle`, none has work left:
@@ -81,16 +71,15 @@ std::vector<int32_t> Prompt(const PullOptions& o) {
 }
 
 // P's side of one rep: prefill `id` (one token) and return the params D needs.
-StatusOr<connector::KvTransferParams> PrefillHere(const PullOptions& o, Instance& p,
+StatusOr<connector::KvTransferParams> PrefillHere(const PullOptions& o, server::Instance& p,
                                                   const std::string& id) {
   engine::SamplingParams sp;
   sp.max_tokens = 1;
   sp.ignore_eos = true;
   connector::KvTransferParams to_p;
   to_p.do_remote_decode = true;
-  KVF_RETURN_IF_ERROR(p.engine->AddRequest(id, Prompt(o), sp, to_p));
-  KVF_ASSIGN_OR_RETURN(engine::RequestOutput prefilled,
-                       Run({p.engine.get()}, p.engine.get(), id, false));
+  KVF_RETURN_IF_ERROR(p.engine().AddRequest(id, Prompt(o), sp, to_p));
+  KVF_ASSIGN_OR_RETURN(engine::RequestOutput prefilled, Run({&p.engine()}, &p.engine(), id, false));
   if (!prefilled.kv_transfer_params) return InternalError("P returned no kv_transfer_params");
   return *prefilled.kv_transfer_params;
 }
@@ -101,7 +90,7 @@ StatusOr<connector::KvTransferParams> PrefillHere(const PullOptions& o, Instance
 // its engine, so it ends leases on D's notifications. "quit" or a closed socket ends it.
 
 [[noreturn]] void ServePrefills(const PullOptions& o, const std::string& name, int tp, int fd) {
-  StatusOr<Instance> p = MakeInstance(o, name, tp, true);
+  StatusOr<std::unique_ptr<server::Instance>> p = MakeInstance(o, name, tp, true);
   if (!p.ok()) {
     SendFrame(fd, "error: " + p.status().ToString());
     _exit(2);
@@ -109,16 +98,16 @@ StatusOr<connector::KvTransferParams> PrefillHere(const PullOptions& o, Instance
   SendFrame(fd, "ready");
   while (true) {
     pollfd pfd{fd, POLLIN, 0};
-    if (poll(&pfd, 1, p->engine->HasComputableWork() ? 0 : 1) > 0) {
+    if (poll(&pfd, 1, (*p)->engine().HasComputableWork() ? 0 : 1) > 0) {
       std::optional<std::string> id = RecvFrame(fd, Deadline::AfterMs(10000));
       if (!id || *id == "quit") break;
-      StatusOr<connector::KvTransferParams> params = PrefillHere(o, *p, *id);
+      StatusOr<connector::KvTransferParams> params = PrefillHere(o, **p, *id);
       SendFrame(fd, params.ok() ? connector::ToJson(*params).dump()
                                 : "error: " + params.status().ToString());
     }
-    if (p->engine->HasWork()) p->engine->Step();
+    if ((*p)->engine().HasWork()) (*p)->engine().Step();
   }
-  p->connector->worker()->Shutdown();
+  (*p)->connector()->worker()->Shutdown();
   _exit(0);  // no other destructors: they belong to the parent's state
 }
 
@@ -174,29 +163,30 @@ double PairResult::Median() const { return MedianOf(pull_us); }
 StatusOr<PairResult> BenchPair(const PullOptions& o, int p_tp, int d_tp) {
   const std::string tag = std::to_string(p_tp) + "-" + std::to_string(d_tp);
   // P in this process, or in a child forked before D's agents exist.
-  std::optional<Instance> p;
+  std::unique_ptr<server::Instance> p;
   std::unique_ptr<PrefillChild> child;
   if (o.two_process) {
     KVF_ASSIGN_OR_RETURN(child, PrefillChild::Start(o, "bench-p-" + tag, p_tp));
   } else {
     KVF_ASSIGN_OR_RETURN(p, MakeInstance(o, "bench-p-" + tag, p_tp, true));
   }
-  KVF_ASSIGN_OR_RETURN(Instance d, MakeInstance(o, "bench-d-" + tag, d_tp, false));
-  std::vector<engine::Engine*> engines = {d.engine.get()};
-  if (p) engines.push_back(p->engine.get());
+  KVF_ASSIGN_OR_RETURN(std::unique_ptr<server::Instance> d,
+                       MakeInstance(o, "bench-d-" + tag, d_tp, false));
+  std::vector<engine::Engine*> engines = {&d->engine()};
+  if (p) engines.push_back(&p->engine());
   const std::vector<int32_t> prompt = Prompt(o);
   PairResult r{p_tp, d_tp, {}, {}, 0};
   for (int rep = 0; rep <= o.reps; ++rep) {  // rep 0: handshake and warm-up, not timed
     const std::string id = "r" + std::to_string(rep);
     KVF_ASSIGN_OR_RETURN(connector::KvTransferParams params,
                          child ? child->Prefill(id) : PrefillHere(o, *p, id));
-    const uint64_t before = d.connector->Stats().duration_us_total;
+    const uint64_t before = d->connector()->Stats().duration_us_total;
     // Two tokens: the first is P's (D resumes after it), so D must pull to compute the second.
     engine::SamplingParams d_sp;
     d_sp.max_tokens = 2;
     d_sp.ignore_eos = true;
-    KVF_RETURN_IF_ERROR(d.engine->AddRequest(id, prompt, d_sp, params));
-    KVF_ASSIGN_OR_RETURN(engine::RequestOutput out, Run(engines, d.engine.get(), id, true));
+    KVF_RETURN_IF_ERROR(d->engine().AddRequest(id, prompt, d_sp, params));
+    KVF_ASSIGN_OR_RETURN(engine::RequestOutput out, Run(engines, &d->engine(), id, true));
     if (!out.kv_load || out.kv_load->outcome != connector::LoadOutcome::kPulled) {
       return InternalError("the KV was not pulled (" +
                            std::string(out.kv_load
@@ -205,12 +195,12 @@ StatusOr<PairResult> BenchPair(const PullOptions& o, int p_tp, int d_tp) {
                            ")");
     }
     if (rep > 0) {
-      r.pull_us.push_back(static_cast<double>(d.connector->Stats().duration_us_total - before));
+      r.pull_us.push_back(static_cast<double>(d->connector()->Stats().duration_us_total - before));
     }
     r.last = *out.kv_load;
   }
-  d.connector->worker()->Shutdown();
-  if (p) p->connector->worker()->Shutdown();
+  d->connector()->worker()->Shutdown();
+  if (p) p->connector()->worker()->Shutdown();
   r.cold_memcpy_us = bench::ColdMemcpyMedianUs(r.last.bytes, r.last.descriptors, o.reps);
   return r;
 }
