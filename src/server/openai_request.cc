@@ -169,6 +169,81 @@ Status ParseStop(const json& j, OpenAiRequest* req) {
   return Status::Ok();
 }
 
+// max_tokens, temperature, top_p, top_k, seed, n.
+Status ParseSampling(const json& j, OpenAiRequest* req) {
+  std::optional<int64_t> i;
+  std::optional<double> d;
+  const int64_t kMaxInt = std::numeric_limits<int32_t>::max();
+  // Chat prefers max_completion_tokens (max_tokens is deprecated there, still accepted).
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    i.reset();
+    KVF_RETURN_IF_ERROR(GetInt(j, key, 1, kMaxInt, &i));
+    if (i) {
+      req->params.max_tokens = static_cast<int32_t>(*i);
+      req->max_tokens_set = true;
+    }
+  }
+  // OpenAI's default temperature is 1; greedy (0) is what reproducible serving asks for, and
+  // what vLLM's accuracy tests send. A missing temperature means 1.0 as in OpenAI.
+  req->params.temperature = 1.0f;
+  KVF_RETURN_IF_ERROR(GetNumber(j, "temperature", 0.0, 1e6, &d));
+  if (d) req->params.temperature = static_cast<float>(*d);
+  d.reset();
+  KVF_RETURN_IF_ERROR(GetNumber(j, "top_p", 0.0, 1.0, &d));
+  if (d) {
+    if (*d <= 0.0) return InvalidArgumentError("'top_p' must be in (0, 1]");
+    req->params.top_p = static_cast<float>(*d);
+  }
+  i.reset();
+  KVF_RETURN_IF_ERROR(GetInt(j, "top_k", -1, kMaxInt, &i));
+  if (i) req->params.top_k = *i < 0 ? 0 : static_cast<int32_t>(*i);  // vLLM: -1 is off
+  i.reset();
+  KVF_RETURN_IF_ERROR(GetInt(j, "seed", std::numeric_limits<int64_t>::min(),
+                             std::numeric_limits<int64_t>::max(), &i));
+  if (i) req->params.seed = static_cast<uint64_t>(*i);
+  i.reset();
+  KVF_RETURN_IF_ERROR(GetInt(j, "n", 1, kMaxInt, &i));
+  if (i && *i != 1) return InvalidArgumentError("'n' must be 1 (one choice per request)");
+  return Status::Ok();
+}
+
+// Completions: logprobs is a count; chat: logprobs is a flag and top_logprobs the count.
+Status ParseLogprobs(const json& j, OpenAiRequest* req) {
+  std::optional<int64_t> i;
+  if (req->kind == ApiKind::kCompletion) {
+    KVF_RETURN_IF_ERROR(GetInt(j, "logprobs", 0, 20, &i));
+    if (i) {
+      req->logprobs = true;
+      req->params.top_logprobs = static_cast<int32_t>(*i);
+    }
+    return Status::Ok();
+  }
+  KVF_RETURN_IF_ERROR(GetBool(j, "logprobs", &req->logprobs));
+  KVF_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, 20, &i));
+  if (i) {
+    if (!req->logprobs) return InvalidArgumentError("'top_logprobs' requires 'logprobs': true");
+    req->params.top_logprobs = static_cast<int32_t>(*i);
+  }
+  return Status::Ok();
+}
+
+// stop_token_ids, ignore_eos, return_token_ids, kv_transfer_params.
+Status ParseTokenControls(const json& j, OpenAiRequest* req) {
+  if (const json* st = Field(j, "stop_token_ids")) {
+    if (!st->is_array()) return TypeError("stop_token_ids", "an array of token ids");
+    KVF_RETURN_IF_ERROR(ParseTokenArray(*st, "stop_token_ids", &req->params.stop_token_ids));
+  }
+  KVF_RETURN_IF_ERROR(GetBool(j, "ignore_eos", &req->params.ignore_eos));
+  KVF_RETURN_IF_ERROR(GetBool(j, "return_token_ids", &req->return_token_ids));
+  if (const json* kv = Field(j, "kv_transfer_params")) {
+    if (!kv->is_object()) return TypeError("kv_transfer_params", "an object");
+    auto parsed = connector::ParseKvTransferParams(*kv);
+    if (!parsed.ok()) return parsed.status().WithContext("kv_transfer_params");
+    req->kv_transfer_params = std::move(parsed).value();
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, std::string_view body) {
@@ -192,76 +267,15 @@ StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, std::string_view body) 
     if (!a->is_boolean()) return TypeError("add_special_tokens", "a boolean");
     req.add_special_tokens = a->get<bool>();
   }
-
-  std::optional<int64_t> i;
-  std::optional<double> d;
-  const int64_t kMaxInt = std::numeric_limits<int32_t>::max();
-  // Chat prefers max_completion_tokens (max_tokens is deprecated there, still accepted).
-  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
-    i.reset();
-    KVF_RETURN_IF_ERROR(GetInt(j, key, 1, kMaxInt, &i));
-    if (i) {
-      req.params.max_tokens = static_cast<int32_t>(*i);
-      req.max_tokens_set = true;
-    }
-  }
-  // OpenAI's default temperature is 1; greedy (0) is what reproducible serving asks for, and
-  // what vLLM's accuracy tests send. A missing temperature means 1.0 as in OpenAI.
-  req.params.temperature = 1.0f;
-  d.reset();
-  KVF_RETURN_IF_ERROR(GetNumber(j, "temperature", 0.0, 1e6, &d));
-  if (d) req.params.temperature = static_cast<float>(*d);
-  d.reset();
-  KVF_RETURN_IF_ERROR(GetNumber(j, "top_p", 0.0, 1.0, &d));
-  if (d) {
-    if (*d <= 0.0) return InvalidArgumentError("'top_p' must be in (0, 1]");
-    req.params.top_p = static_cast<float>(*d);
-  }
-  i.reset();
-  KVF_RETURN_IF_ERROR(GetInt(j, "top_k", -1, kMaxInt, &i));
-  if (i) req.params.top_k = *i < 0 ? 0 : static_cast<int32_t>(*i);  // vLLM: -1 is off
-  i.reset();
-  KVF_RETURN_IF_ERROR(GetInt(j, "seed", std::numeric_limits<int64_t>::min(),
-                             std::numeric_limits<int64_t>::max(), &i));
-  if (i) req.params.seed = static_cast<uint64_t>(*i);
-  i.reset();
-  KVF_RETURN_IF_ERROR(GetInt(j, "n", 1, kMaxInt, &i));
-  if (i && *i != 1) return InvalidArgumentError("'n' must be 1 (one choice per request)");
-
+  KVF_RETURN_IF_ERROR(ParseSampling(j, &req));
   KVF_RETURN_IF_ERROR(GetBool(j, "stream", &req.stream));
   if (const json* so = Field(j, "stream_options")) {
     if (!so->is_object()) return TypeError("stream_options", "an object");
     KVF_RETURN_IF_ERROR(GetBool(*so, "include_usage", &req.include_usage));
   }
-  if (kind == ApiKind::kCompletion) {
-    i.reset();
-    KVF_RETURN_IF_ERROR(GetInt(j, "logprobs", 0, 20, &i));
-    if (i) {
-      req.logprobs = true;
-      req.params.top_logprobs = static_cast<int32_t>(*i);
-    }
-  } else {
-    KVF_RETURN_IF_ERROR(GetBool(j, "logprobs", &req.logprobs));
-    i.reset();
-    KVF_RETURN_IF_ERROR(GetInt(j, "top_logprobs", 0, 20, &i));
-    if (i) {
-      if (!req.logprobs) return InvalidArgumentError("'top_logprobs' requires 'logprobs': true");
-      req.params.top_logprobs = static_cast<int32_t>(*i);
-    }
-  }
+  KVF_RETURN_IF_ERROR(ParseLogprobs(j, &req));
   KVF_RETURN_IF_ERROR(ParseStop(j, &req));
-  if (const json* st = Field(j, "stop_token_ids")) {
-    if (!st->is_array()) return TypeError("stop_token_ids", "an array of token ids");
-    KVF_RETURN_IF_ERROR(ParseTokenArray(*st, "stop_token_ids", &req.params.stop_token_ids));
-  }
-  KVF_RETURN_IF_ERROR(GetBool(j, "ignore_eos", &req.params.ignore_eos));
-  KVF_RETURN_IF_ERROR(GetBool(j, "return_token_ids", &req.return_token_ids));
-  if (const json* kv = Field(j, "kv_transfer_params")) {
-    if (!kv->is_object()) return TypeError("kv_transfer_params", "an object");
-    auto parsed = connector::ParseKvTransferParams(*kv);
-    if (!parsed.ok()) return parsed.status().WithContext("kv_transfer_params");
-    req.kv_transfer_params = std::move(parsed).value();
-  }
+  KVF_RETURN_IF_ERROR(ParseTokenControls(j, &req));
   return req;
 }
 
