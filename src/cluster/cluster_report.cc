@@ -53,25 +53,30 @@ class Writer {
 
 const char* const kLegs[2] = {"prefill", "decode"};
 
+// The registry's (etcd's) families, for a proxy that routes by it.
+void RenderRegistry(Writer& w, bool connected, uint64_t disconnects,
+                    const std::map<std::string, uint64_t>& events) {
+  w.Family("kvferry:proxy_registry_connected", "gauge",
+           "1 while the registry (etcd) answers; 0: routing to the last known members.");
+  w.Sample({}, connected ? 1 : 0);
+  w.Family("kvferry:proxy_registry_disconnects_total", "counter",
+           "Times the registry stopped answering.");
+  w.Sample({}, static_cast<double>(disconnects));
+  w.Family("kvferry:proxy_registry_events_total", "counter",
+           "Registry changes seen, by kind (invalid: a value that was ignored).");
+  for (const char* kind : {"put", "delete", "invalid"}) {
+    auto it = events.find(kind);
+    w.Sample({{"kind", kind}}, it == events.end() ? 0 : static_cast<double>(it->second));
+  }
+}
+
 }  // namespace
 
 std::string ClusterState::RenderMetrics() const {
   MutexLock lock(&mu_);
   Writer w;
   if (uses_registry_) {
-    w.Family("kvferry:proxy_registry_connected", "gauge",
-             "1 while the registry (etcd) answers; 0: routing to the last known members.");
-    w.Sample({}, registry_connected_ ? 1 : 0);
-    w.Family("kvferry:proxy_registry_disconnects_total", "counter",
-             "Times the registry stopped answering.");
-    w.Sample({}, static_cast<double>(registry_disconnects_));
-    w.Family("kvferry:proxy_registry_events_total", "counter",
-             "Registry changes seen, by kind (invalid: a value that was ignored).");
-    for (const char* kind : {"put", "delete", "invalid"}) {
-      auto it = registry_events_.find(kind);
-      w.Sample({{"kind", kind}},
-               it == registry_events_.end() ? 0 : static_cast<double>(it->second));
-    }
+    RenderRegistry(w, registry_connected_, registry_disconnects_, registry_events_);
   }
   w.Family("kvferry:proxy_members", "gauge", "Members by role and health state.");
   for (int leg = 0; leg < 2; ++leg) {
