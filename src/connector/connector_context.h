@@ -11,7 +11,7 @@
 
 #include "connector/side_channel_keys.h"
 #include "kvferry/common/thread_annotations.h"
-#include "kvferry/connector/ferry_connector.h"
+#include "kvferry/connector/connector_stats.h"
 #include "kvferry/connector/kv_transfer_config.h"
 
 namespace kvferry::connector::internal {

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvferry/engine/engine.h"
+#include "kvferry/engine/request_output.h"
 #include "kvferry/engine/sampling_params.h"
 
 namespace kvferry::engine {

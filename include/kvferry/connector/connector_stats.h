@@ -1,0 +1,50 @@
+// The FerryConnector's value types apart from the connector itself: its statistics snapshot and
+// the options the JSON config does not carry. Plain values; any thread. Included by
+// ferry_connector.h and by the connector's parts, which need these without the factory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kvferry::connector {
+
+// A snapshot of the connector's counters since creation (monotonic, except blocks_held).
+struct ConnectorStats {
+  // D: completed pulls (one per request that moved bytes; a notification-only full hit is not
+  // a transfer) and what they moved.
+  uint64_t transfers = 0;
+  uint64_t tokens = 0;  // prompt tokens whose KV the completed pulls moved
+  uint64_t bytes = 0;
+  uint64_t descriptors = 0;
+  uint64_t bytes_by_memcpy = 0;     // of `bytes`, read by one memcpy from P's mapped memory
+  uint64_t duration_us_total = 0;   // post to completion, summed over transfers
+  uint64_t notifications_sent = 0;  // with each rank read's last READ, or alone (notify_only)
+  uint64_t notify_only = 0;         // requests whose KV D already held: notification, no data read
+  uint64_t handshakes = 0;  // completed handshakes (one per remote engine, again after a drop)
+  // D: loads that failed, by kind.
+  uint64_t failures_handshake = 0;
+  uint64_t failures_transfer = 0;
+  uint64_t failures_deadline = 0;
+  uint64_t failures_generation = 0;  // P reused the blocks (lease ran out) before D's read ended
+  // P: leases.
+  uint64_t leases_granted = 0;
+  uint64_t leases_released_by_notification = 0;
+  uint64_t leases_expired = 0;
+  int64_t blocks_held = 0;  // P logical blocks currently held for remote readers
+  // P: host-buffer staging.
+  uint64_t staged_kernel_blocks = 0;
+  uint64_t stage_failures = 0;   // chunks whose copy into the host buffer failed
+  uint64_t blocks_withheld = 0;  // logical blocks not offered to D because their staging failed
+};
+
+// What the JSON config does not carry. Values.
+struct FerryConnectorOptions {
+  // Enters the handshake's compatibility hash together with the cache's dtype, KV heads, head
+  // dim and layers: a P and a D of different models refuse each other.
+  std::string model_name;
+  // Tensor-parallel ranks of this instance (the engine's tensor_parallel_size): one transfer
+  // agent each; RegisterKvCaches must then bring that many caches.
+  int32_t tp_size = 1;
+};
+
+}  // namespace kvferry::connector
