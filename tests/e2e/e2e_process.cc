@@ -31,6 +31,18 @@ std::string ReadFile(const std::string& path) {
 
 std::string KvferryBinary() { return KVF_KVFERRY_BIN; }
 
+nlohmann::json TestKvTransferConfig(const std::string& engine_id, const std::string& transfer,
+                                    bool host_buffer) {
+  nlohmann::json kv = {
+      {"kv_connector", "FerryConnector"},
+      {"kv_role", "kv_both"},
+      {"engine_id", engine_id},
+      {"kv_connector_extra_config",
+       {{"side_channel_host", "127.0.0.1"}, {"side_channel_port", 0}, {"backend", transfer}}}};
+  if (host_buffer) kv["kv_buffer_device"] = "cpu";
+  return kv;
+}
+
 KvferryProcess::KvferryProcess(const std::string& name, const std::vector<std::string>& args,
                                const std::string& log_dir, int timeout_ms)
     : name_(name), log_path_(log_dir + "/" + name + ".log") {

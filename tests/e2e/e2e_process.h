@@ -57,6 +57,11 @@ std::optional<nlohmann::json> Post(int port, const std::string& path, const nloh
 // The value of one Prometheus sample ("name{labels}") from /metrics, or -1.
 double Metric(int port, const std::string& sample);
 
+// A --kv-transfer-config for a test instance: kv_both, `engine_id`, the side channel on an
+// ephemeral loopback port, `transfer` ("ucx" or "socket"), the host buffer when asked.
+nlohmann::json TestKvTransferConfig(const std::string& engine_id, const std::string& transfer,
+                                    bool host_buffer);
+
 // The path of the kvferry binary under test.
 std::string KvferryBinary();
 

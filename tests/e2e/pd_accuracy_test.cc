@@ -32,13 +32,7 @@ struct Geometry {
 std::vector<std::string> ServeArgs(const Geometry& g, const std::string& engine_id,
                                    bool host_buffer, const std::string& transfer = "ucx",
                                    const std::vector<std::string>& extra = {}) {
-  json kv = {
-      {"kv_connector", "FerryConnector"},
-      {"kv_role", "kv_both"},
-      {"engine_id", engine_id},
-      {"kv_connector_extra_config",
-       {{"side_channel_host", "127.0.0.1"}, {"side_channel_port", 0}, {"backend", transfer}}}};
-  if (host_buffer) kv["kv_buffer_device"] = "cpu";
+  const json kv = TestKvTransferConfig(engine_id, transfer, host_buffer);
   std::vector<std::string> args = {"serve",
                                    "--port",
                                    "0",

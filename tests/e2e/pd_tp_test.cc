@@ -21,13 +21,7 @@ using nlohmann::json;
 
 std::vector<std::string> ServeArgs(const std::string& engine_id, int tp, int block_size,
                                    const char* layout, const char* transfer, bool host_buffer) {
-  json kv = {
-      {"kv_connector", "FerryConnector"},
-      {"kv_role", "kv_both"},
-      {"engine_id", engine_id},
-      {"kv_connector_extra_config",
-       {{"side_channel_host", "127.0.0.1"}, {"side_channel_port", 0}, {"backend", transfer}}}};
-  if (host_buffer) kv["kv_buffer_device"] = "cpu";
+  const json kv = TestKvTransferConfig(engine_id, transfer, host_buffer);
   return {"serve",
           "--port",
           "0",
