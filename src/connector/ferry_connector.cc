@@ -56,9 +56,8 @@ Status FerryConnectorImpl::Register(std::span<kv::KvCache* const> caches,
 }
 
 void FerryConnectorImpl::Shutdown() {
-  if (shut_down_) return;
-  shut_down_ = true;
-  registration_.StopServing();
+  if (registration_.shut_down()) return;
+  registration_.BeginShutdown();
   releaser_.Reap(/*all=*/true);
   consumer_.Shutdown();
   registration_.ReleaseAgents();
@@ -156,7 +155,7 @@ FinishResult SchedulerHalf::ConsumerRequestFinished(const RequestView& request,
 FinishResult SchedulerHalf::RequestFinished(const RequestView& request,
                                             std::span<const kv::LogicalBlockId> block_ids) {
   const KvTransferParams* p = request.kv_transfer_params;
-  if (p == nullptr || c_->shut_down_) return {};
+  if (p == nullptr || c_->registration_.shut_down()) return {};
   if (IsConsumerRequest(p)) return ConsumerRequestFinished(request, *p);
   if (!p->do_remote_decode || c_->ctx_.config.kv_role == KvRole::kConsumer) return {};
   return c_->producer_.Finish(request, block_ids);
@@ -191,7 +190,6 @@ std::optional<kv::CacheMemory> WorkerHalf::CacheMemoryFor(int32_t rank) {
 
 Status WorkerHalf::RegisterKvCaches(std::span<kv::KvCache* const> rank_caches,
                                     const kv::HeadSharding& sharding, int32_t block_size_logical) {
-  if (c_->shut_down_) return FailedPreconditionError("connector is shut down");
   return c_->Register(rank_caches, sharding, block_size_logical);
 }
 
@@ -200,15 +198,15 @@ void WorkerHalf::BindMetadata(const ConnectorMetadata& metadata) {
 }
 
 void WorkerHalf::StartLoadKv() {
-  if (!c_->shut_down_) c_->consumer_.Start();
+  if (!c_->registration_.shut_down()) c_->consumer_.Start();
 }
 
 void WorkerHalf::AfterForward() {
-  if (!c_->shut_down_) c_->producer_.StageSaves();
+  if (!c_->registration_.shut_down()) c_->producer_.StageSaves();
 }
 
 ConnectorOutput WorkerHalf::GetFinished() {
-  if (c_->shut_down_) return {};
+  if (c_->registration_.shut_down()) return {};
   c_->releaser_.Reap(/*all=*/false);
   ConnectorOutput out;
   c_->consumer_.Start();

@@ -118,7 +118,6 @@ class FerryConnectorImpl : public FerryConnector {
   Consumer consumer_{&ctx_, &registration_, &releaser_, &after_data_read_for_test};
   SchedulerHalf scheduler_{this};
   WorkerHalf worker_{this};
-  bool shut_down_ = false;
 };
 
 }  // namespace kvferry::connector::internal

@@ -22,7 +22,7 @@ Registration::Registration(const ConnectorContext* ctx,
 }
 
 Registration::~Registration() {
-  StopServing();
+  BeginShutdown();
   // Before the lease table: its copies may be the agents' memory (MakeLeaseTable).
   for (RankEndpoint& rank : ranks_) {
     if (rank.cache_memory) rank.cache_memory->Detach();  // the cache's memory goes with the agent
@@ -230,12 +230,12 @@ void Registration::LogServing() const {
   }
 }
 
-void Registration::StopServing() {
+void Registration::BeginShutdown() {
+  shut_down_ = true;
   if (server_ != nullptr) server_->Stop();
 }
 
 void Registration::ReleaseAgents() {
-  shut_down_ = true;
   if (agents_outlive_shutdown_) return;
   for (RankEndpoint& rank : ranks_) {
     if (rank.cache_memory) rank.cache_memory->Detach();

@@ -6,7 +6,7 @@
 // Set up once by RegisterKvCaches (Register, then StartServing on P); read-only afterwards,
 // except the agents, which the Producer and Consumer use to move bytes and hear notifications.
 //
-// Shutdown order (docs/connector.md): the side channel stops first (StopServing), the Consumer
+// Shutdown order (docs/connector.md): the side channel stops first (BeginShutdown), the Consumer
 // then cancels its transfers and closes its peers, then ReleaseAgents frees the agents before
 // the engine memory they registered — unless everything they registered is their own
 // allocation (host buffer, or a cache allocated through CacheMemoryFor), in which case they
@@ -71,8 +71,10 @@ class Registration {
   // P: every rank's metadata in one pre-encoded reply, and the side channel; `handler` answers
   // each request (on the server thread).
   Status StartServing(std::function<std::string(std::string_view)> handler);
-  void StopServing();
-  // The last step of Shutdown (see the header comment); marks the registration shut down.
+  // The first step of Shutdown: the connector is shut down from here on (shut_down()), and the
+  // side channel stops.
+  void BeginShutdown();
+  // The last step of Shutdown (see the header comment).
   void ReleaseAgents();
 
   bool registered() const { return registered_; }
