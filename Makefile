@@ -27,8 +27,9 @@ build: configure
 test: deps format-check build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE long $(CTEST_ARGS)
 
-# Longer suites: fuzzing for a bounded time, load, sanitizer runs. .ci/run runs it after `test`.
-test-long: deps build tsa fuzz
+# The long-labelled suites (full P/D matrices, load, netns faults, the cluster over netns) in
+# the main build. Fuzzing, -Wthread-safety and ASan+UBSan share one clang build: `make asan`.
+test-long: deps build
 	cd $(BUILD) && ctest --output-on-failure -L long $(CTEST_ARGS)
 
 # libFuzzer targets (clang, ASan+UBSan) in build-fuzz, each run FUZZ_SECONDS (tests/fuzz/run.sh).
@@ -64,10 +65,18 @@ SAN_ENV = UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none 
 ASAN_SELECT = -LE "long|e2e|nosan"
 TSAN_SELECT = -L "transfer|connector|threads" -LE "long|nosan"
 
+# One clang build (build-asan) does three jobs, so CI compiles the tree once for them: ASan+UBSan
+# over the tests ASAN_SELECT picks, -Wthread-safety as errors over everything it compiles (the
+# libraries, those tests and the kvferry CLI), and the libFuzzer targets, each run FUZZ_SECONDS.
+# (`make tsa` and `make fuzz` remain, as separate builds.)
 asan: deps
-	cmake -S . -B build-asan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVFERRY_SANITIZE=address,undefined -DKVFERRY_BENCH=OFF $(SAN_FLAGS)
-	cmake --build build-asan -j $(JOBS) --target $$(tests/sanitize/ctest_targets.py build-asan $(ASAN_SELECT))
+	cmake -S . -B build-asan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
+	  -DCMAKE_C_COMPILER=clang -DKVFERRY_SANITIZE=address,undefined -DKVFERRY_THREAD_SAFETY=ON \
+	  -DKVFERRY_FUZZ=ON -DKVFERRY_BENCH=OFF $(SAN_FLAGS)
+	cmake --build build-asan -j $(JOBS) --target kvferry fuzz_all \
+	  $$(tests/sanitize/ctest_targets.py build-asan $(ASAN_SELECT))
 	cd build-asan && env $(SAN_ENV) ctest --output-on-failure -j $(JOBS) $(ASAN_SELECT)
+	tests/fuzz/run.sh build-asan $(FUZZ_SECONDS)
 
 tsan: deps
 	cmake -S . -B build-tsan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVFERRY_SANITIZE=thread -DKVFERRY_BENCH=OFF $(SAN_FLAGS)
