@@ -1,0 +1,35 @@
+"""kvferry: prefill/decode-disaggregated LLM serving (https://github.com/kvferry).
+
+The Python package exposes kvferry's C++ core:
+
+* :class:`Agent` — the transfer agent (register memory, exchange metadata, prepare and post
+  READ/WRITE descriptor lists, poll, notifications), the role ``nixl_agent`` plays for NIXL;
+* :class:`LogicalBlockId`, :class:`KernelBlockId`, :class:`BlockGeometry` — the KV cache's two
+  block-id spaces as distinct types, and the one mapping between them;
+* the exceptions in :mod:`kvferry._errors`, one per status code (all :class:`KvferryError`).
+
+Importing kvferry needs nothing but this package; vLLM is not required.
+"""
+
+from kvferry._errors import (
+    AbortedError, AlreadyExistsError, DataLossError, DeadlineExceededError,
+    FailedPreconditionError, InternalError, InvalidArgumentError, KvferryError, NotFoundError,
+    OutOfRangeError, ResourceExhaustedError, UnauthenticatedError, UnavailableError,
+    UnimplementedError,
+)
+from kvferry._kvferry import (
+    BlockGeometry, KernelBlockId, LogicalBlockId, StatusCode, XferInfo, XferOp, XferState,
+)
+from kvferry.agent import Agent, Notification, Peer, Region, Transfer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Agent", "Notification", "Peer", "Region", "Transfer",
+    "BlockGeometry", "KernelBlockId", "LogicalBlockId",
+    "StatusCode", "XferInfo", "XferOp", "XferState",
+    "KvferryError", "AbortedError", "AlreadyExistsError", "DataLossError",
+    "DeadlineExceededError", "FailedPreconditionError", "InternalError", "InvalidArgumentError",
+    "NotFoundError", "OutOfRangeError", "ResourceExhaustedError", "UnauthenticatedError",
+    "UnavailableError", "UnimplementedError",
+]

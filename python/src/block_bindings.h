@@ -1,0 +1,11 @@
+// Registers LogicalBlockId, KernelBlockId and BlockGeometry on the extension module. Called by
+// module.cc only.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace kvferry::python {
+
+void RegisterBlocks(nanobind::module_& m);
+
+}  // namespace kvferry::python

@@ -1,0 +1,14 @@
+// kvferry._kvferry: the extension module under the kvferry Python package (python/kvferry).
+// The package's .py files give the public API; this module is its C++ half.
+#include <nanobind/nanobind.h>
+
+#include "agent_bindings.h"
+#include "block_bindings.h"
+#include "status_error.h"
+
+NB_MODULE(_kvferry, m) {
+  m.doc() = "kvferry's C++ core: the transfer agent and the KV block geometry.";
+  kvferry::python::RegisterStatusErrors(m);
+  kvferry::python::RegisterBlocks(m);
+  kvferry::python::RegisterAgent(m);
+}
