@@ -6,7 +6,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_GEN  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CTEST_ARGS ?=
 
-.PHONY: all build deps configure test test-long format format-check tidy tidy-core tsa asan tsan fuzz bench demo \
+.PHONY: all build deps configure pyenv wheel test test-long format format-check tidy tidy-core tsa asan tsan fuzz bench demo \
   demo-cluster msgpack-c-check package clean
 
 all: build
@@ -15,8 +15,19 @@ deps:
 	@scripts/install-deps.sh
 	@scripts/install-refs.sh
 
-$(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON
+# build/pyenv: a virtual environment with the Python package's pinned build and test tools
+# (nanobind, scikit-build-core, pytest: python/requirements-dev.txt). The main build compiles the
+# package's extension with it and `make test` runs the package's pytest suite (docs/python.md).
+PYENV := $(BUILD)/pyenv
+$(PYENV)/.installed: python/requirements-dev.txt
+	python3 -m venv $(PYENV)
+	$(PYENV)/bin/pip install -q --disable-pip-version-check -r python/requirements-dev.txt
+	touch $@
+pyenv: $(PYENV)/.installed
+
+$(BUILD)/CMakeCache.txt: | $(PYENV)/.installed
+	cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+	  -DKVFERRY_PYTHON=ON -DPython_EXECUTABLE=$(CURDIR)/$(PYENV)/bin/python
 
 configure: $(BUILD)/CMakeCache.txt
 
@@ -119,6 +130,12 @@ tidy-core:
 package: configure
 	cmake --build $(BUILD) -j $(JOBS) --target installable
 	cd $(BUILD) && cpack
+
+# The Python package as a wheel in $(BUILD)/dist (pyproject.toml; scikit-build-core builds the
+# extension in $(BUILD)/wheel, kept between runs). `pip install $(BUILD)/dist/kvferry-*.whl`.
+wheel: pyenv
+	$(PYENV)/bin/pip wheel . --no-deps --no-build-isolation --disable-pip-version-check \
+	  -w $(BUILD)/dist -C build-dir=$(CURDIR)/$(BUILD)/wheel
 
 bench: build
 	$(BUILD)/bin/kvferry bench engine

@@ -25,6 +25,8 @@ PACKAGES=(
   time                                     # bench/models/load_rss.sh: peak RSS (/usr/bin/time -v)
   jq                                       # bench/models/llamacpp_compare.sh: JSON of both engines
   python3                                  # tests/fault and tests/load drivers (stdlib only)
+  python3-venv                             # build/pyenv, build/venv: the Python package's tools
+  python3-dev                              # Python.h for the package's extension (python/)
   python3-jinja2                           # tests/jinja: Jinja2 is the oracle for kvferry::jinja
   gnuplot-nox                              # bench serve/xfer --plot: SVG pictures of the figures
   "$@"                                     # extra packages from the command line
