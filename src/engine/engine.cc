@@ -111,6 +111,12 @@ StatusOr<int32_t> AllocateCaches(const EngineConfig& config, const ModelConfig& 
                                  const kv::BlockGeometry& geometry,
                                  const std::vector<RankShard>& shards,
                                  std::vector<std::unique_ptr<Rank>>* ranks) {
+  if (config.kv_cache_layout != kv::Layout::kNHD && config.kv_cache_layout != kv::Layout::kHND) {
+    return InvalidArgumentError("kv_cache_layout " +
+                                std::string(kv::LayoutName(config.kv_cache_layout)) +
+                                ": kvferry's attention kernels read NHD or HND (VLLM_CPU is vLLM's "
+                                "CPU layout, which only the connector's re-layout handles)");
+  }
   kv::CacheSpec spec;
   spec.num_layers = mc.num_layers;
   spec.num_kv_heads = shards[0].num_kv_heads;

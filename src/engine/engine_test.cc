@@ -65,6 +65,11 @@ TEST(EngineTest, CreateRejectsBadConfig) {
   c = {};
   c.num_threads = 0;
   EXPECT_EQ(Engine::Create(c).status().code(), StatusCode::kInvalidArgument);
+  c = {};
+  c.kv_cache_layout = kv::Layout::kVllmCpu;  // vLLM's layout: the connector's, not the kernels'
+  const Status layout = Engine::Create(c).status();
+  EXPECT_EQ(layout.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(layout.message().find("VLLM_CPU"), std::string_view::npos) << layout;
 }
 
 TEST(EngineTest, TinyOddHasNoWidthAMultipleOf8) {

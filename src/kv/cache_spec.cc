@@ -48,6 +48,8 @@ std::string_view LayoutName(Layout layout) {
       return "NHD";
     case Layout::kHND:
       return "HND";
+    case Layout::kVllmCpu:
+      return "VLLM_CPU";
   }
   return "?";
 }
@@ -62,7 +64,9 @@ StatusOr<DType> ParseDType(std::string_view name) {
 StatusOr<Layout> ParseLayout(std::string_view name) {
   if (name == "NHD" || name == "nhd") return Layout::kNHD;
   if (name == "HND" || name == "hnd") return Layout::kHND;
-  return InvalidArgumentError("unknown layout '" + std::string(name) + "' (known: NHD, HND)");
+  if (name == "VLLM_CPU" || name == "vllm_cpu") return Layout::kVllmCpu;
+  return InvalidArgumentError("unknown layout '" + std::string(name) +
+                              "' (known: NHD, HND, VLLM_CPU)");
 }
 
 Status CacheSpec::Validate() const {
@@ -74,8 +78,11 @@ Status CacheSpec::Validate() const {
   if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
     return InvalidArgumentError("cache spec: unknown dtype");
   }
-  if (layout != Layout::kNHD && layout != Layout::kHND) {
+  if (layout != Layout::kNHD && layout != Layout::kHND && layout != Layout::kVllmCpu) {
     return InvalidArgumentError("cache spec: unknown layout");
+  }
+  if (layout == Layout::kVllmCpu && kind != AttentionKind::kStandard) {
+    return InvalidArgumentError("cache spec: layout VLLM_CPU holds standard attention only");
   }
   if (kind != AttentionKind::kStandard && kind != AttentionKind::kMLA) {
     return InvalidArgumentError("cache spec: unknown attention kind");
@@ -90,8 +97,8 @@ Status CacheSpec::Validate() const {
                                 " must be 0 (standard attention) or below head_dim (MLA)");
   }
   // Keep every byte count well inside size_t and element offsets inside int64.
-  const double total = static_cast<double>(num_regions()) * num_blocks_kernel * block_size_kernel *
-                       num_kv_heads * head_dim * DTypeBytes(dtype);
+  const double total = static_cast<double>(num_regions()) * num_blocks_kernel *
+                       static_cast<double>(bytes_per_kernel_block());
   if (total > static_cast<double>(int64_t{1} << 46)) {
     return InvalidArgumentError("cache spec: " + std::to_string(total) + " bytes is too large");
   }
@@ -99,11 +106,13 @@ Status CacheSpec::Validate() const {
 }
 
 int32_t CacheSpec::num_regions() const {
-  return kind == AttentionKind::kMLA ? num_layers : 2 * num_layers;
+  const bool one_per_layer = kind == AttentionKind::kMLA || layout == Layout::kVllmCpu;
+  return one_per_layer ? num_layers : 2 * num_layers;
 }
 
 size_t CacheSpec::bytes_per_token_slot() const {
-  return static_cast<size_t>(num_kv_heads) * head_dim * DTypeBytes(dtype);
+  const size_t parts = layout == Layout::kVllmCpu ? 2 : 1;
+  return parts * num_kv_heads * head_dim * DTypeBytes(dtype);
 }
 
 size_t CacheSpec::bytes_per_kernel_block() const {
@@ -116,11 +125,12 @@ size_t CacheSpec::region_bytes() const {
 
 std::vector<int64_t> CacheSpec::RegionShape() const {
   if (layout == Layout::kNHD) return {num_blocks_kernel, block_size_kernel, num_kv_heads, head_dim};
-  return {num_blocks_kernel, num_kv_heads, block_size_kernel, head_dim};
+  const int64_t row = layout == Layout::kVllmCpu ? 2 * head_dim : head_dim;
+  return {num_blocks_kernel, num_kv_heads, block_size_kernel, row};
 }
 
 std::vector<int64_t> CacheSpec::RegionStrides() const {
-  const int64_t d = head_dim;
+  const int64_t d = layout == Layout::kVllmCpu ? 2 * head_dim : head_dim;
   const int64_t block = static_cast<int64_t>(block_size_kernel) * num_kv_heads * d;
   if (layout == Layout::kNHD) return {block, num_kv_heads * d, d, 1};
   return {block, block_size_kernel * d, d, 1};
@@ -138,6 +148,23 @@ size_t CacheSpec::ElementOffset(KernelBlockId kernel_block, int32_t token_in_blo
   return ((b * nh + h) * bs + t) * d;
 }
 
+CacheSpec::RowLocation CacheSpec::Row(int32_t layer, Part part, KernelBlockId kernel_block,
+                                      int32_t token_in_block, int32_t head) const {
+  const size_t p = static_cast<size_t>(part);
+  if (layout != Layout::kVllmCpu) {
+    const int32_t region =
+        kind == AttentionKind::kMLA ? layer : 2 * layer + static_cast<int32_t>(p);
+    return {region, ElementOffset(kernel_block, token_in_block, head), 1};
+  }
+  // One (block, head) page: the K tile [dim][token], then the V tile [token][dim].
+  const size_t n = static_cast<size_t>(block_size_kernel);
+  const size_t d = static_cast<size_t>(head_dim);
+  const size_t page = (static_cast<size_t>(kernel_block.value()) * num_kv_heads + head) * 2 * n * d;
+  const size_t t = static_cast<size_t>(token_in_block);
+  if (part == Part::kKey) return {layer, page + t, n};
+  return {layer, page + n * d + t * d, 1};
+}
+
 CacheSpec::ByteRange CacheSpec::KernelBlockBytes(KernelBlockId first, int32_t count) const {
   const uint64_t bpkb = bytes_per_kernel_block();
   return {static_cast<uint64_t>(first.value()) * bpkb, static_cast<uint64_t>(count) * bpkb};
@@ -152,6 +179,12 @@ std::vector<CacheSpec::ByteRange> CacheSpec::HeadSliceBytes(KernelBlockId first,
   std::vector<ByteRange> out;
   for (int32_t i = 0; i < count; ++i) {
     const KernelBlockId b(first.value() + i);
+    if (layout == Layout::kVllmCpu) {  // a head's page is K then V, 2 * tokens * row bytes
+      const uint64_t page = 2 * static_cast<uint64_t>(block_size_kernel) * row;
+      out.push_back({(static_cast<uint64_t>(b.value()) * num_kv_heads + first_head) * page,
+                     static_cast<uint64_t>(num_heads) * page});
+      continue;
+    }
     if (layout == Layout::kHND) {
       out.push_back({ElementOffset(b, 0, first_head) * es,
                      static_cast<uint64_t>(num_heads) * block_size_kernel * row});

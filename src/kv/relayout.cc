@@ -57,6 +57,98 @@ Status Validate(const KvSourceView& src, const KvDestView& dst, int64_t token_be
                    token_begin, token_end);
 }
 
+// Copies `n` elements of `es` bytes between two rows whose consecutive elements lie `*_stride`
+// elements apart (1: contiguous, one memcpy).
+void CopyRow(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride, int32_t n,
+             size_t es) {
+  if (dst_stride == 1 && src_stride == 1) {
+    std::memcpy(dst, src, n * es);
+    return;
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    std::memcpy(dst + i * dst_stride * es, src + i * src_stride * es, es);
+  }
+}
+
+// A run of tokens that stays inside one kernel block on both sides.
+struct Chunk {
+  KernelBlockId sb;
+  int32_t so;
+  KernelBlockId db;
+  int32_t doff, n;
+};
+
+std::vector<Chunk> ChunksOf(const KvSourceView& src, const KvDestView& dst, int64_t token_begin,
+                            int64_t token_end) {
+  const int64_t sbs = src.spec.block_size_kernel;
+  const int64_t dbs = dst.spec.block_size_kernel;
+  std::vector<Chunk> chunks;
+  for (int64_t t = token_begin; t < token_end;) {
+    const int64_t end = std::min({token_end, (t / sbs + 1) * sbs, (t / dbs + 1) * dbs});
+    chunks.push_back(Chunk{src.block_table[t / sbs], static_cast<int32_t>(t % sbs),
+                           dst.block_table[t / dbs], static_cast<int32_t>(t % dbs),
+                           static_cast<int32_t>(end - t)});
+    t = end;
+  }
+  return chunks;
+}
+
+// Every (layer, part, token, head) row of a chunk, found with CacheSpec::Row: any pair of
+// layouts, VLLM_CPU's transposed K tile included.
+void CopyChunkRows(const KvSourceView& src, const KvDestView& dst, const Chunk& c, HeadRange h) {
+  const CacheSpec& s = src.spec;
+  const CacheSpec& d = dst.spec;
+  const size_t es = DTypeBytes(s.dtype);
+  for (int32_t layer = 0; layer < s.num_layers; ++layer) {
+    for (int32_t p = 0; p < s.num_parts(); ++p) {
+      const auto part = static_cast<CacheSpec::Part>(p);
+      for (int32_t t = 0; t < c.n; ++t) {
+        for (int32_t i = 0; i < h.count; ++i) {
+          const auto sr = s.Row(layer, part, c.sb, c.so + t, h.src_first + i);
+          const auto dr = d.Row(layer, part, c.db, c.doff + t, h.dst_first + i);
+          CopyRow(dst.regions[dr.region] + dr.offset * es, dr.stride,
+                  src.regions[sr.region] + sr.offset * es, sr.stride, s.head_dim, es);
+        }
+      }
+    }
+  }
+}
+
+// The fast copy of one chunk of one region between NHD/HND caches: one memcpy per contiguous
+// run (see relayout.h).
+void CopyChunkNhdHnd(const CacheSpec& s, const CacheSpec& d, const std::byte* sbase,
+                     std::byte* dbase, const Chunk& c, HeadRange h, bool all_heads) {
+  const size_t es = DTypeBytes(s.dtype);
+  const size_t row_bytes = static_cast<size_t>(s.head_dim) * es;
+  const size_t s_slot = s.bytes_per_token_slot();
+  const size_t d_slot = d.bytes_per_token_slot();
+  if (s.layout == Layout::kNHD && d.layout == Layout::kNHD && all_heads) {
+    std::memcpy(dbase + d.ElementOffset(c.db, c.doff, 0) * es,  // whole token slots
+                sbase + s.ElementOffset(c.sb, c.so, 0) * es, c.n * s_slot);
+  } else if (s.layout == Layout::kNHD && d.layout == Layout::kNHD) {  // a head run per token
+    const std::byte* sp = sbase + s.ElementOffset(c.sb, c.so, h.src_first) * es;
+    std::byte* dp = dbase + d.ElementOffset(c.db, c.doff, h.dst_first) * es;
+    for (int32_t i = 0; i < c.n; ++i) {
+      std::memcpy(dp + i * d_slot, sp + i * s_slot, h.count * row_bytes);
+    }
+  } else if (s.layout == Layout::kHND && d.layout == Layout::kHND) {  // per-head runs
+    for (int32_t i = 0; i < h.count; ++i) {
+      std::memcpy(dbase + d.ElementOffset(c.db, c.doff, h.dst_first + i) * es,
+                  sbase + s.ElementOffset(c.sb, c.so, h.src_first + i) * es, c.n * row_bytes);
+    }
+  } else {  // transpose between NHD and HND: one row per (token, head)
+    const size_t s_tok = (s.layout == Layout::kNHD ? s_slot : row_bytes);
+    const size_t d_tok = (d.layout == Layout::kNHD ? d_slot : row_bytes);
+    for (int32_t i = 0; i < h.count; ++i) {
+      const std::byte* sp = sbase + s.ElementOffset(c.sb, c.so, h.src_first + i) * es;
+      std::byte* dp = dbase + d.ElementOffset(c.db, c.doff, h.dst_first + i) * es;
+      for (int32_t t = 0; t < c.n; ++t) {
+        std::memcpy(dp + t * d_tok, sp + t * s_tok, row_bytes);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 KvSourceView SourceViewOf(const KvCache& cache, std::span<const KernelBlockId> block_table) {
@@ -108,22 +200,13 @@ Status CheckRelayoutCompatible(const CacheSpec& src, const CacheSpec& dst, HeadR
 Status RelayoutTokensReference(const KvSourceView& src, const KvDestView& dst, int64_t token_begin,
                                int64_t token_end, HeadRange heads) {
   KVF_RETURN_IF_ERROR(Validate(src, dst, token_begin, token_end, heads));
-  const CacheSpec& s = src.spec;
-  const CacheSpec& d = dst.spec;
-  const HeadRange h = Resolve(s, heads);
-  const size_t es = DTypeBytes(s.dtype);
-  const size_t row_bytes = static_cast<size_t>(s.head_dim) * es;
-  for (int32_t r = 0; r < s.num_regions(); ++r) {
-    for (int64_t t = token_begin; t < token_end; ++t) {
-      const KernelBlockId sb = src.block_table[t / s.block_size_kernel];
-      const int32_t so = static_cast<int32_t>(t % s.block_size_kernel);
-      const KernelBlockId db = dst.block_table[t / d.block_size_kernel];
-      const int32_t doff = static_cast<int32_t>(t % d.block_size_kernel);
-      for (int32_t i = 0; i < h.count; ++i) {
-        std::memcpy(dst.regions[r] + d.ElementOffset(db, doff, h.dst_first + i) * es,
-                    src.regions[r] + s.ElementOffset(sb, so, h.src_first + i) * es, row_bytes);
-      }
-    }
+  const HeadRange h = Resolve(src.spec, heads);
+  const int64_t sbs = src.spec.block_size_kernel;
+  const int64_t dbs = dst.spec.block_size_kernel;
+  for (int64_t t = token_begin; t < token_end; ++t) {
+    const Chunk one{src.block_table[t / sbs], static_cast<int32_t>(t % sbs),
+                    dst.block_table[t / dbs], static_cast<int32_t>(t % dbs), 1};
+    CopyChunkRows(src, dst, one, h);
   }
   return Status::Ok();
 }
@@ -134,65 +217,22 @@ Status RelayoutTokens(const KvSourceView& src, const KvDestView& dst, int64_t to
   const CacheSpec& s = src.spec;
   const CacheSpec& d = dst.spec;
   const HeadRange h = Resolve(s, heads);
-  const size_t es = DTypeBytes(s.dtype);
-  const size_t row_bytes = static_cast<size_t>(s.head_dim) * es;
-  const size_t s_slot = s.bytes_per_token_slot();
-  const size_t d_slot = d.bytes_per_token_slot();
   // Every head of both sides: a token slot, and a whole block, have the same bytes on both.
   const bool all_heads = h.count == s.num_kv_heads && h.count == d.num_kv_heads;
   const bool same_geometry =
       all_heads && s.layout == d.layout && s.block_size_kernel == d.block_size_kernel;
-
-  // Split the range into chunks that stay inside one kernel block on both sides.
-  struct Chunk {
-    KernelBlockId sb;
-    int32_t so;
-    KernelBlockId db;
-    int32_t doff, n;
-  };
-  std::vector<Chunk> chunks;
-  for (int64_t t = token_begin; t < token_end;) {
-    const int64_t s_end = (t / s.block_size_kernel + 1) * s.block_size_kernel;
-    const int64_t d_end = (t / d.block_size_kernel + 1) * d.block_size_kernel;
-    const int64_t end = std::min({token_end, s_end, d_end});
-    chunks.push_back(Chunk{
-        src.block_table[t / s.block_size_kernel], static_cast<int32_t>(t % s.block_size_kernel),
-        dst.block_table[t / d.block_size_kernel], static_cast<int32_t>(t % d.block_size_kernel),
-        static_cast<int32_t>(end - t)});
-    t = end;
-  }
-
-  for (int32_t r = 0; r < s.num_regions(); ++r) {
-    const std::byte* sbase = src.regions[r];
-    std::byte* dbase = dst.regions[r];
-    for (const Chunk& c : chunks) {
-      if (same_geometry && c.n == s.block_size_kernel) {  // whole block, same byte order
-        std::memcpy(dbase + d.KernelBlockBytes(c.db).offset,
-                    sbase + s.KernelBlockBytes(c.sb).offset, s.bytes_per_kernel_block());
-      } else if (s.layout == Layout::kNHD && d.layout == Layout::kNHD && all_heads) {
-        std::memcpy(dbase + d.ElementOffset(c.db, c.doff, 0) * es,  // whole token slots
-                    sbase + s.ElementOffset(c.sb, c.so, 0) * es, c.n * s_slot);
-      } else if (s.layout == Layout::kNHD && d.layout == Layout::kNHD) {  // a head run per token
-        const std::byte* sp = sbase + s.ElementOffset(c.sb, c.so, h.src_first) * es;
-        std::byte* dp = dbase + d.ElementOffset(c.db, c.doff, h.dst_first) * es;
-        for (int32_t i = 0; i < c.n; ++i) {
-          std::memcpy(dp + i * d_slot, sp + i * s_slot, h.count * row_bytes);
-        }
-      } else if (s.layout == Layout::kHND && d.layout == Layout::kHND) {  // per-head runs
-        for (int32_t i = 0; i < h.count; ++i) {
-          std::memcpy(dbase + d.ElementOffset(c.db, c.doff, h.dst_first + i) * es,
-                      sbase + s.ElementOffset(c.sb, c.so, h.src_first + i) * es, c.n * row_bytes);
-        }
-      } else {  // transpose between NHD and HND: one row per (token, head)
-        const size_t s_tok = (s.layout == Layout::kNHD ? s_slot : row_bytes);
-        const size_t d_tok = (d.layout == Layout::kNHD ? d_slot : row_bytes);
-        for (int32_t i = 0; i < h.count; ++i) {
-          const std::byte* sp = sbase + s.ElementOffset(c.sb, c.so, h.src_first + i) * es;
-          std::byte* dp = dbase + d.ElementOffset(c.db, c.doff, h.dst_first + i) * es;
-          for (int32_t t = 0; t < c.n; ++t) {
-            std::memcpy(dp + t * d_tok, sp + t * s_tok, row_bytes);
-          }
-        }
+  const bool vllm_cpu = s.layout == Layout::kVllmCpu || d.layout == Layout::kVllmCpu;
+  for (const Chunk& c : ChunksOf(src, dst, token_begin, token_end)) {
+    if (same_geometry && c.n == s.block_size_kernel) {  // whole block, same byte order
+      for (int32_t r = 0; r < s.num_regions(); ++r) {
+        std::memcpy(dst.regions[r] + d.KernelBlockBytes(c.db).offset,
+                    src.regions[r] + s.KernelBlockBytes(c.sb).offset, s.bytes_per_kernel_block());
+      }
+    } else if (vllm_cpu) {  // rows (K transposed on the VLLM_CPU side)
+      CopyChunkRows(src, dst, c, h);
+    } else {
+      for (int32_t r = 0; r < s.num_regions(); ++r) {
+        CopyChunkNhdHnd(s, d, src.regions[r], dst.regions[r], c, h, all_heads);
       }
     }
   }

