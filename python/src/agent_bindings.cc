@@ -3,6 +3,8 @@
 // torch tensor (through its data_ptr), or a raw pointer + size. The agent keeps the object
 // alive, and for a buffer holds the buffer export (so a bytearray cannot be resized under it),
 // until deregister_memory or close.
+#include "agent_bindings.h"
+
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -12,7 +14,6 @@
 #include <unordered_map>
 #include <vector>
 
-#include "agent_bindings.h"
 #include "kvferry/transfer/agent.h"
 #include "status_error.h"
 
@@ -28,8 +29,8 @@ using transfer::RegionHandle;
 
 // What keeps one registered region's memory valid.
 struct Pinned {
-  nb::object owner;         // the registered object (None for pointer + size)
-  Py_buffer view{};         // held while registered, when `owner` exported a buffer
+  nb::object owner;  // the registered object (None for pointer + size)
+  Py_buffer view{};  // held while registered, when `owner` exported a buffer
   bool has_view = false;
   void Release() {
     if (has_view) PyBuffer_Release(&view);
@@ -186,8 +187,8 @@ class PyAgent {
   }
 
   uint32_t Register(Memory mem, Pinned pin) {
-    StatusOr<RegionHandle> region = Get().RegisterMemory(mem.addr, mem.length,
-                                                         transfer::MemoryKind::kHost);
+    StatusOr<RegionHandle> region =
+        Get().RegisterMemory(mem.addr, mem.length, transfer::MemoryKind::kHost);
     if (!region.ok()) {
       pin.Release();
       throw StatusError(region.status());
@@ -200,8 +201,8 @@ class PyAgent {
     if (name == "auto") return transfer::UcxTransport::kAuto;
     if (name == "tcp") return transfer::UcxTransport::kTcp;
     if (name == "shm") return transfer::UcxTransport::kShm;
-    throw StatusError(InvalidArgumentError("ucx_transport '" + name +
-                                           "': expected auto, tcp or shm"));
+    throw StatusError(
+        InvalidArgumentError("ucx_transport '" + name + "': expected auto, tcp or shm"));
   }
 
   // (region, offset, length) triples; region is a Region id (int).
@@ -251,10 +252,10 @@ void RegisterEnums(nb::module_& m) {
 void RegisterAgent(nb::module_& m) {
   RegisterEnums(m);
   nb::class_<PyAgent>(m, "_Agent")
-      .def(nb::init<const std::string&, const std::string&, const std::string&,
-                    const std::string&, uint16_t>(),
-           nb::arg("name"), nb::arg("backend"), nb::arg("ucx_transport"),
-           nb::arg("listen_host"), nb::arg("listen_port"))
+      .def(nb::init<const std::string&, const std::string&, const std::string&, const std::string&,
+                    uint16_t>(),
+           nb::arg("name"), nb::arg("backend"), nb::arg("ucx_transport"), nb::arg("listen_host"),
+           nb::arg("listen_port"))
       .def_prop_ro("name", &PyAgent::name)
       .def("register_object", &PyAgent::RegisterObject, nb::arg("obj"))
       .def("register_pointer", &PyAgent::RegisterPointer, nb::arg("ptr"), nb::arg("size"))

@@ -2,6 +2,8 @@
 // spaces as two Python types with no conversion between them, and the one mapping from logical
 // to kernel ids (kv/block_geometry.h). A KernelBlockId (or a plain int) passed where a
 // LogicalBlockId is expected raises TypeError, as the C++ types refuse to compile.
+#include "block_bindings.h"
+
 #include <nanobind/nanobind.h>
 #include <nanobind/operators.h>
 #include <nanobind/stl/string.h>
@@ -10,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "block_bindings.h"
 #include "kvferry/kv/block_geometry.h"
 #include "kvferry/kv/block_id.h"
 #include "status_error.h"
@@ -27,8 +28,8 @@ using kv::LogicalBlockId;
 // The C++ mapping aborts on a negative id (a programming error there); Python gets ValueError.
 void CheckNonNegative(int32_t value, const char* what) {
   if (value < 0) {
-    throw StatusError(InvalidArgumentError(std::string(what) + " " + std::to_string(value) +
-                                           " is negative"));
+    throw StatusError(
+        InvalidArgumentError(std::string(what) + " " + std::to_string(value) + " is negative"));
   }
 }
 
@@ -45,9 +46,8 @@ void BindId(nb::module_& m, const char* name, const char* doc) {
       .def(nb::self >= nb::self)
       .def("__hash__", [](Id id) { return std::hash<int32_t>()(id.value()); })
       .def("__int__", &Id::value)
-      .def("__repr__", [name](Id id) {
-        return std::string(name) + "(" + std::to_string(id.value()) + ")";
-      });
+      .def("__repr__",
+           [name](Id id) { return std::string(name) + "(" + std::to_string(id.value()) + ")"; });
 }
 
 std::vector<KernelBlockId> KernelBlocksOf(const BlockGeometry& g, LogicalBlockId logical) {
@@ -80,11 +80,12 @@ void RegisterBlocks(nb::module_& m) {
   nb::class_<BlockGeometry>(m, "BlockGeometry",
                             "The one mapping from logical to kernel block ids: logical block l "
                             "owns kernel blocks l*R .. l*R+R-1, R = logical / kernel size.")
-      .def("__init__",
-           [](BlockGeometry* self, int32_t logical, int32_t kernel) {
-             new (self) BlockGeometry(ValueOrThrow(BlockGeometry::Create(logical, kernel)));
-           },
-           nb::arg("block_size_logical"), nb::arg("block_size_kernel"))
+      .def(
+          "__init__",
+          [](BlockGeometry* self, int32_t logical, int32_t kernel) {
+            new (self) BlockGeometry(ValueOrThrow(BlockGeometry::Create(logical, kernel)));
+          },
+          nb::arg("block_size_logical"), nb::arg("block_size_kernel"))
       .def_prop_ro("block_size_logical", &BlockGeometry::block_size_logical)
       .def_prop_ro("block_size_kernel", &BlockGeometry::block_size_kernel)
       .def_prop_ro("kernel_blocks_per_logical", &BlockGeometry::kernel_blocks_per_logical)
