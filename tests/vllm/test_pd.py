@@ -1,0 +1,200 @@
+"""vLLM P/D through KvferryConnector equals colocated vLLM (docs/vllm.md).
+
+Three `vllm serve` of one random-weight Qwen3 directory (written by `kvferry synth-model` with
+the real Qwen3 tokenizer): C colocated (no connector), P and D with KvferryConnector. Each case
+sends P the request with max_tokens=1 and {"do_remote_decode": true}, then D the same request
+with the kv_transfer_params P returned (as `kvferry proxy` does), and checks that D's token ids
+and logprobs equal C's exactly, one request at a time, and that D pulled the prompt: its
+response's kv_transfer_params.kvferry_load (non-streamed) or its log's pull line (streamed)
+says outcome "pulled" with bytes > 0. The last case kills P after its prefill: D must recompute
+and still answer exactly, within a bound.
+
+Usage: build/venv/bin/python tests/vllm/test_pd.py MODEL_DIR LOG_DIR   (PYTHONPATH=tests)
+"""
+
+import os
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import runner  # noqa: E402
+from harness.runner import check  # noqa: E402
+import vllm_serve as vs  # noqa: E402
+
+MODEL_DIR, LOG_DIR = sys.argv[1], sys.argv[2]
+P_HTTP, D_HTTP, C_HTTP = 18301, 18302, 18303
+P_SIDE, D_SIDE = 15601, 15611
+RECOMPUTE_BOUND_S = 30.0
+
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog because",
+    # Several 128-token blocks, so the pull has more than one block per layer to merge.
+    " ".join(f"item {i} is {'red' if i % 3 else 'blue'}," for i in range(90)) + " so item 91 is",
+]
+
+servers = {}
+
+
+def start_all():
+    os.makedirs(LOG_DIR, exist_ok=True)
+    t0 = time.monotonic()
+    servers["C"] = vs.VllmServer("C", MODEL_DIR, C_HTTP, f"{LOG_DIR}/vllm_C.log")
+    servers["P"] = vs.VllmServer("P", MODEL_DIR, P_HTTP, f"{LOG_DIR}/vllm_P.log",
+                                 kv_config=vs.kvferry_kv_config(P_SIDE))
+    servers["D"] = vs.VllmServer("D", MODEL_DIR, D_HTTP, f"{LOG_DIR}/vllm_D.log",
+                                 kv_config=vs.kvferry_kv_config(D_SIDE))
+    for name in ("C", "P", "D"):
+        took = servers[name].wait_ready()
+        print(f"MEASURE startup_{name}: {took:.1f} s (three started together)", flush=True)
+    print(f"MEASURE startup_all: {time.monotonic() - t0:.1f} s", flush=True)
+
+
+def via_pd(path, body):
+    """P (max_tokens=1, do_remote_decode), then D with P's kv_transfer_params; D's response."""
+    p_body = dict(body, max_tokens=1, stream=False, kv_transfer_params={"do_remote_decode": True})
+    p_body.pop("max_completion_tokens", None)
+    p = servers["P"].post(path, p_body)
+    params = p.get("kv_transfer_params")
+    check(params and params.get("do_remote_prefill") is True,
+          f"P returned no kvferry kv_transfer_params: {params}")
+    check(all(isinstance(b, int) for b in params["remote_block_ids"]),
+          f"remote_block_ids not a flat list of logical ids: {params['remote_block_ids']}")
+    return dict(body, kv_transfer_params=params)
+
+
+def check_pulled_response(resp):
+    rec = (resp.get("kv_transfer_params") or {}).get("kvferry_load")
+    check(rec is not None, f"D's response has no kvferry_load: {resp.get('kv_transfer_params')}")
+    check(rec["outcome"] == "pulled", f"D did not pull: {rec}")
+    check(rec["bytes"] > 0 and rec["descriptors"] > 0, f"D pulled nothing: {rec}")
+    print(f"  pulled {rec['bytes']} B in {rec['descriptors']} descriptors, {rec['ms']} ms",
+          flush=True)
+    return rec
+
+
+def pulls_logged():
+    return re.findall(r"KvferryConnector: pulled (\S+): (\d+) bytes",
+                      servers["D"].log_text())
+
+
+def check_stream_pulled(before):
+    def more():
+        return len(pulls_logged()) > before
+    check(runner.wait_until(more, 10) is not None, "D logged no pull for the streamed request")
+    rid, nbytes = pulls_logged()[-1]
+    check(int(nbytes) > 0, f"D's pull of {rid} moved {nbytes} bytes")
+
+
+def same(what, got, want):
+    check(got[0] == want[0], f"{what}: token ids differ\n  D: {got[0]}\n  C: {want[0]}")
+    check(got[1] == want[1], f"{what}: logprobs differ\n  D: {got[1]}\n  C: {want[1]}")
+    check(len(got[0]) > 0, f"{what}: no tokens")
+
+
+def completion_body(prompt, **kw):
+    body = {"model": vs.MODEL_NAME, "prompt": prompt, "max_tokens": 12, "temperature": 0,
+            "logprobs": 1, "return_tokens_as_token_ids": True}
+    body.update(kw)
+    return body
+
+
+def chat_body(text, **kw):
+    body = {"model": vs.MODEL_NAME, "messages": [{"role": "user", "content": text}],
+            "max_tokens": 12, "temperature": 0, "logprobs": True, "top_logprobs": 1,
+            "return_tokens_as_token_ids": True}
+    body.update(kw)
+    return body
+
+
+def case_completion_greedy():
+    for prompt in PROMPTS:
+        body = completion_body(prompt)
+        want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
+        d = servers["D"].post("/v1/completions", via_pd("/v1/completions", body))
+        same("completion", vs.completion_tokens(d), want)
+        check_pulled_response(d)
+
+
+def case_completion_seeded():
+    body = completion_body(PROMPTS[0], temperature=0.8, top_p=0.95, seed=1234)
+    want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
+    d = servers["D"].post("/v1/completions", via_pd("/v1/completions", body))
+    same("seeded completion", vs.completion_tokens(d), want)
+    check_pulled_response(d)
+
+
+def case_completion_streamed():
+    body = completion_body(PROMPTS[1])
+    want = vs.completion_stream_tokens(servers["C"].post_stream("/v1/completions", body))
+    before = len(pulls_logged())
+    got = vs.completion_stream_tokens(
+        servers["D"].post_stream("/v1/completions", via_pd("/v1/completions", body)))
+    same("streamed completion", got, want)
+    check_stream_pulled(before)
+
+
+def case_chat():
+    body = chat_body("Write one sentence about ferries.")
+    want = vs.chat_tokens(servers["C"].post("/v1/chat/completions", body))
+    d = servers["D"].post("/v1/chat/completions", via_pd("/v1/chat/completions", body))
+    same("chat", vs.chat_tokens(d), want)
+    check_pulled_response(d)
+
+
+def case_chat_streamed():
+    body = chat_body("Name three rivers.")
+    want = vs.chat_stream_tokens(servers["C"].post_stream("/v1/chat/completions", body))
+    before = len(pulls_logged())
+    got = vs.chat_stream_tokens(
+        servers["D"].post_stream("/v1/chat/completions", via_pd("/v1/chat/completions", body)))
+    same("streamed chat", got, want)
+    check_stream_pulled(before)
+
+
+def case_p_killed_after_prefill():
+    body = completion_body(PROMPTS[1], max_tokens=8)
+    want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
+    d_body = via_pd("/v1/completions", body)
+    servers["P"].kill()
+    t0 = time.monotonic()
+    d = servers["D"].post("/v1/completions", d_body)
+    took = time.monotonic() - t0
+    same("after P died", vs.completion_tokens(d), want)
+    rec = (d.get("kv_transfer_params") or {}).get("kvferry_load")
+    check(rec is not None and rec["outcome"] != "pulled",
+          f"D claims a pull from a dead P: {rec}")
+    print(f"  D recomputed: {rec}", flush=True)
+    runner.measure("recompute_after_p_died", took, RECOMPUTE_BOUND_S)
+
+
+def main():
+    start_all()
+    cases = [("completion_greedy", case_completion_greedy),
+             ("completion_seeded", case_completion_seeded),
+             ("completion_streamed", case_completion_streamed),
+             ("chat", case_chat),
+             ("chat_streamed", case_chat_streamed),
+             ("p_killed_after_prefill", case_p_killed_after_prefill)]
+    failed = []
+    for name, fn in cases:
+        t0 = time.monotonic()
+        try:
+            fn()
+            print(f"PASS {name} ({time.monotonic() - t0:.1f} s)", flush=True)
+        except Exception as e:  # noqa: BLE001 - report every case
+            print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+            failed.append(name)
+    d_log = servers["D"].log_text()
+    for line in re.findall(r"KV Transfer metrics.*", d_log)[-3:]:
+        print("D stats:", line, flush=True)
+    for s in servers.values():
+        s.kill()
+    if failed:
+        print("failed cases: " + ", ".join(failed))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""kvferry.vllm's pure parts without a vLLM server: the extra-config checks, the KV layout read
+from vLLM-shaped tensors, the read plan (logical -> kernel blocks, runs merged) checked against
+a per-page reference copy, and the handshake's refusals.
+
+Usage: build/venv/bin/python tests/vllm/test_units.py   (PYTHONPATH=tests)
+"""
+
+import torch
+
+from harness import runner
+from harness.runner import check
+from kvferry.vllm.config import ConfigError, parse_config
+from kvferry.vllm.handshake import HandshakeError, PeerInfo, check_compatible, decode, encode
+from kvferry.vllm.layout import layout_of_kv_caches, plan_read
+
+
+def expect_error(fn, exc, text):
+    try:
+        fn()
+    except exc as e:
+        check(text in str(e), f"error {e!r} does not say {text!r}")
+        return
+    raise runner.CheckFailed(f"no {exc.__name__} ({text})")
+
+
+def case_config():
+    cfg = parse_config({"lease_timeout_s": 5, "side_channel_port": 7000}, kv_port=14579)
+    check(cfg.lease_timeout_s == 5.0 and cfg.side_channel_port == 7000, f"{cfg}")
+    check(parse_config(None, kv_port=14579).side_channel_port == 14579, "kv_port default")
+    expect_error(lambda: parse_config({"lease_timout_s": 5}, 1), ConfigError,
+                 "unknown kv_connector_extra_config key 'lease_timout_s'")
+    expect_error(lambda: parse_config({"load_timeout_ms": "9"}, 1), ConfigError,
+                 "'load_timeout_ms' must be int")
+    expect_error(lambda: parse_config({"backend": "rdma"}, 1), ConfigError, "'backend'")
+
+
+def kv_caches(num_layers, num_blocks, heads, block_size, head_size, dtype=torch.bfloat16):
+    """Per-layer views of one storage, as vLLM 0.32.0's CPU backend hands them (LBHNC)."""
+    per_layer = num_blocks * heads * block_size * 2 * head_size
+    flat = torch.zeros(num_layers * per_layer, dtype=dtype)
+    return flat, {f"model.layers.{i}.self_attn.attn":
+                  flat[i * per_layer:(i + 1) * per_layer].view(num_blocks, heads, block_size,
+                                                               2 * head_size)
+                  for i in range(num_layers)}
+
+
+def layout_of(caches, block_size_logical):
+    return layout_of_kv_caches(caches, model="m", kv_cache_layout="LBHNC",
+                               block_size_logical=block_size_logical)[0]
+
+
+def apply(plan, src, dst):
+    s, d = src.view(torch.uint8), dst.view(torch.uint8)
+    for (lo, n), (ro, m) in zip(plan.local, plan.remote):
+        check(n == m, "descriptor lengths differ")
+        d[lo:lo + n] = s[ro:ro + n]
+
+
+def case_plan_matches_per_page_copy():
+    # Logical block 64 tokens over kernel blocks of 32: 2 kernel pages per logical block.
+    for bs_logical, bs_kernel in ((32, 32), (64, 32), (128, 32)):
+        nb_kernel = 48
+        src_flat, src = kv_caches(3, nb_kernel, 2, bs_kernel, 32)
+        dst_flat, dst = kv_caches(3, nb_kernel, 2, bs_kernel, 32)
+        src_flat.copy_(torch.randn(src_flat.shape).to(torch.bfloat16))
+        lay_s, lay_d = layout_of(src, bs_logical), layout_of(dst, bs_logical)
+        r = bs_logical // bs_kernel
+        nb_logical = nb_kernel // r
+        remote = [1, 2, 3, nb_logical - 1]
+        local = [4, 5, 6, 0]
+        plan = plan_read(lay_d, lay_s, local, remote)
+        apply(plan, src_flat, dst_flat)
+        ref = torch.zeros_like(dst_flat)
+        _, ref_layers = kv_caches(3, nb_kernel, 2, bs_kernel, 32)
+        ref_layers = {n: ref[i * (dst_flat.numel() // 3):(i + 1) * (dst_flat.numel() // 3)].view(
+            dst[n].shape) for i, n in enumerate(sorted(dst))}
+        for name in src:
+            for lb, rb in zip(local, remote):
+                for k in range(r):
+                    ref_layers[name][lb * r + k] = src[name][rb * r + k]
+        check(torch.equal(ref.view(torch.int16), dst_flat.view(torch.int16)),
+              f"plan differs from the per-page copy for {bs_logical}/{bs_kernel}")
+        # 1,2,3 -> 4,5,6 are one run per layer, the last block another.
+        check(len(plan.local) == 2 * 3, f"{len(plan.local)} descriptors for {bs_logical}/"
+                                         f"{bs_kernel}, expected 6")
+        check(plan.num_pages == 4 * r * 3, f"{plan.num_pages} pages")
+    expect_error(lambda: plan_read(lay_d, lay_s, [0], [nb_logical]), ValueError,
+                 "outside")
+
+
+def case_handshake_refusals():
+    _, caches = kv_caches(2, 8, 1, 32, 64)
+    mine = layout_of(caches, 32)
+    _, other = kv_caches(2, 8, 1, 32, 64)
+    theirs = layout_of(other, 64)   # P with another block size
+    info = PeerInfo("p", 0, 1, b"meta", theirs)
+    check(decode(encode(info)) == info, "handshake round trip")
+    expect_error(lambda: check_compatible(mine, info), HandshakeError, "block_size_logical")
+    expect_error(lambda: decode(b"HTTP/1.1 400 Bad Request\r\n"), HandshakeError,
+                 "not a kvferry side channel")
+    expect_error(lambda: decode(b'{"protocol": "kvferry-vllm-handshake", "version": 9}'),
+                 HandshakeError, "version 9")
+    expect_error(lambda: decode(encode(info)[:40]), HandshakeError, "not JSON")
+
+
+runner.run_cases([("config", case_config),
+                  ("plan_matches_per_page_copy", case_plan_matches_per_page_copy),
+                  ("handshake_refusals", case_handshake_refusals)])
