@@ -9,9 +9,14 @@ response's kv_transfer_params.kvferry_load (non-streamed) or its log's pull line
 says outcome "pulled" with bytes > 0. The last case kills P after its prefill: D must recompute
 and still answer exactly, within a bound.
 
-Usage: build/venv/bin/python tests/vllm/test_pd.py MODEL_DIR LOG_DIR   (PYTHONPATH=tests)
+The proxy cases put `kvferry proxy` (given as KVFERRY_BIN) in front of P and D unchanged: it
+copies P's kv_transfer_params to D as it does for kvferry's own engine.
+
+Usage: build/venv/bin/python tests/vllm/test_pd.py MODEL_DIR LOG_DIR [KVFERRY_BIN]
+       (PYTHONPATH=tests; without KVFERRY_BIN the proxy cases are skipped, and say so)
 """
 
+import json
 import os
 import re
 import sys
@@ -19,12 +24,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import runner  # noqa: E402
+from harness import procs, runner, web  # noqa: E402
 from harness.runner import check  # noqa: E402
 import vllm_serve as vs  # noqa: E402
 
 MODEL_DIR, LOG_DIR = sys.argv[1], sys.argv[2]
-P_HTTP, D_HTTP, C_HTTP = 18301, 18302, 18303
+KVFERRY_BIN = sys.argv[3] if len(sys.argv) > 3 else None
+P_HTTP, D_HTTP, C_HTTP, PROXY_HTTP = 18301, 18302, 18303, 18304
 P_SIDE, D_SIDE = 15601, 15611
 RECOMPUTE_BOUND_S = 30.0
 
@@ -153,6 +159,53 @@ def case_chat_streamed():
     check_stream_pulled(before)
 
 
+class Proxy:
+    """`kvferry proxy` in front of P and D (docs/serving.md)."""
+
+    def __init__(self):
+        self.log_path = f"{LOG_DIR}/proxy.log"
+        self.proc = procs.LoggedProcess(
+            "proxy", [KVFERRY_BIN, "proxy", "--host", "127.0.0.1", "--port", PROXY_HTTP,
+                      "--prefill", f"http://127.0.0.1:{P_HTTP}",
+                      "--decode", f"http://127.0.0.1:{D_HTTP}"], self.log_path)
+        up = runner.wait_until(lambda: web.request("127.0.0.1", PROXY_HTTP, "GET", "/health",
+                                                   timeout=1).status is not None, 30)
+        check(up is not None, f"proxy did not come up: {self.proc.log_text()[-2000:]}")
+
+    def post(self, path, body):
+        r = web.request("127.0.0.1", PROXY_HTTP, "POST", path, body, timeout=120)
+        check(r.status == 200, f"proxy {path}: HTTP {r.status}: {r.raw[:500]}")
+        return r.body
+
+    def post_stream(self, path, body):
+        r = web.request("127.0.0.1", PROXY_HTTP, "POST", path, dict(body, stream=True),
+                        timeout=120)
+        check(r.status == 200, f"proxy {path} (stream): HTTP {r.status}: {r.raw[:500]}")
+        return [json.loads(line[6:]) for line in r.raw.splitlines()
+                if line.startswith("data: ") and line[6:].strip() != "[DONE]"]
+
+
+def case_proxy():
+    if KVFERRY_BIN is None:
+        print("  SKIP: no KVFERRY_BIN given", flush=True)
+        return
+    proxy = Proxy()
+    for prompt in PROMPTS:
+        body = completion_body(prompt)
+        want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
+        before = len(pulls_logged())
+        got = proxy.post("/v1/completions", body)
+        same("completion via proxy", vs.completion_tokens(got), want)
+        check_stream_pulled(before)
+    body = chat_body("Say hello to the ferry.")
+    want = vs.chat_stream_tokens(servers["C"].post_stream("/v1/chat/completions", body))
+    before = len(pulls_logged())
+    got = vs.chat_stream_tokens(proxy.post_stream("/v1/chat/completions", body))
+    same("streamed chat via proxy", got, want)
+    check_stream_pulled(before)
+    proxy.proc.kill()
+
+
 def case_p_killed_after_prefill():
     body = completion_body(PROMPTS[1], max_tokens=8)
     want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
@@ -176,6 +229,7 @@ def main():
              ("completion_streamed", case_completion_streamed),
              ("chat", case_chat),
              ("chat_streamed", case_chat_streamed),
+             ("proxy", case_proxy),
              ("p_killed_after_prefill", case_p_killed_after_prefill)]
     failed = []
     for name, fn in cases:
