@@ -30,8 +30,9 @@ import vllm_serve as vs  # noqa: E402
 
 MODEL_DIR, LOG_DIR = sys.argv[1], sys.argv[2]
 KVFERRY_BIN = sys.argv[3] if len(sys.argv) > 3 else None
-P_HTTP, D_HTTP, C_HTTP, PROXY_HTTP = 18301, 18302, 18303, 18304
-P_SIDE, D_SIDE = 15601, 15611
+P_HTTP, D_HTTP, C_HTTP, PROXY_HTTP, D64_HTTP = 18301, 18302, 18303, 18304, 18305
+P_SIDE, D_SIDE, D64_SIDE = 15601, 15611, 15621
+P_LEASE_S = 10
 RECOMPUTE_BOUND_S = 30.0
 
 PROMPTS = [
@@ -48,12 +49,18 @@ def start_all():
     t0 = time.monotonic()
     servers["C"] = vs.VllmServer("C", MODEL_DIR, C_HTTP, f"{LOG_DIR}/vllm_C.log")
     servers["P"] = vs.VllmServer("P", MODEL_DIR, P_HTTP, f"{LOG_DIR}/vllm_P.log",
-                                 kv_config=vs.kvferry_kv_config(P_SIDE))
+                                 kv_config=vs.kvferry_kv_config(P_SIDE,
+                                                                lease_timeout_s=P_LEASE_S))
     servers["D"] = vs.VllmServer("D", MODEL_DIR, D_HTTP, f"{LOG_DIR}/vllm_D.log",
                                  kv_config=vs.kvferry_kv_config(D_SIDE))
-    for name in ("C", "P", "D"):
+    # A D whose blocks are 64 tokens (P's: vLLM's CPU default, 128).
+    servers["D64"] = vs.VllmServer("D64", MODEL_DIR, D64_HTTP, f"{LOG_DIR}/vllm_D64.log",
+                                   kv_config=vs.kvferry_kv_config(D64_SIDE),
+                                   extra_args=("--block-size", "64"))
+    for name in servers:
         took = servers[name].wait_ready()
-        print(f"MEASURE startup_{name}: {took:.1f} s (three started together)", flush=True)
+        print(f"MEASURE startup_{name}: {took:.1f} s ({len(servers)} started together)",
+              flush=True)
     print(f"MEASURE startup_all: {time.monotonic() - t0:.1f} s", flush=True)
 
 
@@ -206,6 +213,33 @@ def case_proxy():
     proxy.proc.kill()
 
 
+def case_block_size_mismatch_refused():
+    """P with 128-token blocks, D with 64: the handshake refuses (no relayout yet), D recomputes,
+    and its answer equals D's own colocated answer (the same block size, so the same kernel)."""
+    body = completion_body(PROMPTS[1], max_tokens=8)
+    want = vs.completion_tokens(servers["D64"].post("/v1/completions", body))
+    d = servers["D64"].post("/v1/completions", via_pd("/v1/completions", body))
+    same("D64 after refusal", vs.completion_tokens(d), want)
+    rec = (d.get("kv_transfer_params") or {}).get("kvferry_load")
+    check(rec is not None and rec["outcome"] == "handshake_failed",
+          f"D64 did not refuse P's 128-token blocks: {rec}")
+    check("block_size_logical" in rec["error"], f"the refusal does not name the field: {rec}")
+    print(f"  D64 refused: {rec['error'][:160]}", flush=True)
+
+
+def case_lease_expires():
+    """P's blocks for a request no D ever reads are freed after lease_timeout_s."""
+    p_body = dict(completion_body(PROMPTS[0] + " and then"), max_tokens=1,
+                  kv_transfer_params={"do_remote_decode": True})
+    params = servers["P"].post("/v1/completions", p_body)["kv_transfer_params"]
+    pattern = rf"lease of {re.escape(params['remote_request_id'])} expired"
+    took = runner.wait_until(lambda: re.search(pattern, servers["P"].log_text()),
+                             P_LEASE_S + 20, interval=0.5)
+    check(took is not None, f"P never freed {params['remote_request_id']} "
+                            f"({P_LEASE_S} s lease)")
+    print(f"  freed {took:.1f} s after the prefill (lease {P_LEASE_S} s)", flush=True)
+
+
 def case_p_killed_after_prefill():
     body = completion_body(PROMPTS[1], max_tokens=8)
     want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
@@ -230,6 +264,8 @@ def main():
              ("chat", case_chat),
              ("chat_streamed", case_chat_streamed),
              ("proxy", case_proxy),
+             ("block_size_mismatch_refused", case_block_size_mismatch_refused),
+             ("lease_expires", case_lease_expires),
              ("p_killed_after_prefill", case_p_killed_after_prefill)]
     failed = []
     for name, fn in cases:

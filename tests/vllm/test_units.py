@@ -103,6 +103,20 @@ def case_handshake_refusals():
     expect_error(lambda: decode(encode(info)[:40]), HandshakeError, "not JSON")
 
 
+def case_other_vllm_version_refused():
+    import vllm
+    from kvferry.vllm.version import UnsupportedVllmError, check_vllm_version
+    real = vllm.__version__
+    try:
+        vllm.__version__ = "0.31.1"
+        expect_error(check_vllm_version, UnsupportedVllmError,
+                     "supports vLLM 0.32.0 only; the installed vLLM is 0.31.1")
+    finally:
+        vllm.__version__ = real
+    check(check_vllm_version() == real, "the pinned version refused")
+
+
 runner.run_cases([("config", case_config),
+                  ("other_vllm_version_refused", case_other_vllm_version_refused),
                   ("plan_matches_per_page_copy", case_plan_matches_per_page_copy),
                   ("handshake_refusals", case_handshake_refusals)])
