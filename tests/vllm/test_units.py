@@ -11,7 +11,8 @@ from harness import runner
 from harness.runner import check
 from kvferry.vllm.config import ConfigError, parse_config
 from kvferry.vllm.handshake import HandshakeError, PeerInfo, check_compatible, decode, encode
-from kvferry.vllm.layout import layout_of_kv_caches, plan_read
+from kvferry.vllm.layout import layout_of_kv_caches, mismatches, plan_read, plan_staged_read
+from kvferry.vllm.relayout import relayout_into
 
 
 def expect_error(fn, exc, text):
@@ -116,7 +117,50 @@ def case_other_vllm_version_refused():
     check(check_vllm_version() == real, "the pinned version refused")
 
 
+def token_kv(layer, block, pos, head_size):
+    """Reference: token `pos` of kernel block `block`: K (read down the transposed tile) and V,
+    per head, as vLLM's CPU page keeps them."""
+    heads, bs = layer.shape[1], layer.shape[2]
+    tiles = layer[block].reshape(heads, 2, bs * head_size)
+    k = tiles[:, 0].reshape(heads, head_size, bs)[:, :, pos]
+    v = tiles[:, 1].reshape(heads, bs, head_size)[:, pos, :]
+    return k, v
+
+
+def case_relayout_matches_per_token_copy():
+    head_size, heads, layers = 32, 2, 2
+    for bs_p, bs_d in ((128, 64), (64, 128), (32, 96), (96, 32)):
+        p_flat, p = kv_caches(layers, 12, heads, bs_p, head_size)
+        d_flat, d = kv_caches(layers, 12, heads, bs_d, head_size)
+        p_flat.copy_(torch.randn(p_flat.shape).to(torch.bfloat16))
+        lay_p, lay_d = layout_of(p, bs_p), layout_of(d, bs_d)
+        check(mismatches(lay_d, lay_p) == [], f"{bs_p}->{bs_d} refused: "
+                                              f"{mismatches(lay_d, lay_p)}")
+        num_tokens = 3 * max(bs_p, bs_d) - 5          # a partial last block on both sides
+        p_blocks = [7, 2, 9, 4, 11, 1, 3, 5, 8][:-(-num_tokens // bs_p)]
+        d_blocks = [3, 10, 6, 1, 2, 8, 4, 5, 9][:-(-num_tokens // bs_d)]
+        plan = plan_staged_read(lay_p, p_blocks)
+        staging = torch.zeros(plan.total_bytes, dtype=torch.uint8)
+        src = p_flat.view(torch.uint8)
+        for (lo, n), (ro, _) in zip(plan.local, plan.remote):
+            staging[lo:lo + n] = src[ro:ro + n]
+        relayout_into(d, lay_d, lay_p, staging, len(p_blocks), 0, d_blocks, 0, num_tokens)
+        for name in p:
+            for t in range(num_tokens):
+                kp, vp = token_kv(p[name], p_blocks[t // bs_p], t % bs_p, head_size)
+                kd, vd = token_kv(d[name], d_blocks[t // bs_d], t % bs_d, head_size)
+                check(torch.equal(kp, kd) and torch.equal(vp, vd),
+                      f"{bs_p}->{bs_d}: token {t} of {name} differs")
+            # D's last block past num_tokens is untouched (still zero).
+            last = num_tokens % bs_d
+            if last:
+                tail = d[name][d_blocks[-1]].reshape(heads, 2, bs_d * head_size)
+                k_tail = tail[:, 0].reshape(heads, head_size, bs_d)[:, :, last:]
+                check(not k_tail.any(), f"{bs_p}->{bs_d}: wrote past the last token")
+
+
 runner.run_cases([("config", case_config),
+                  ("relayout_matches_per_token_copy", case_relayout_matches_per_token_copy),
                   ("other_vllm_version_refused", case_other_vllm_version_refused),
                   ("plan_matches_per_page_copy", case_plan_matches_per_page_copy),
                   ("handshake_refusals", case_handshake_refusals)])

@@ -57,16 +57,30 @@ class KvLayout:
         return KvLayout(**d)
 
 
-# Fields that must be equal on P and D for a page copy to be exact. The block sizes are in the
-# list: a different block size needs a relayout of the K/V tiles (not implemented yet).
-MUST_MATCH = ("model", "dtype", "kv_cache_layout", "num_kv_heads", "head_size",
-              "block_size_logical", "block_size_kernel", "bytes_per_kernel_block", "layer_names")
+# Fields that must be equal on P and D for their bytes to mean the same thing at all.
+MUST_MATCH = ("model", "dtype", "kv_cache_layout", "num_kv_heads", "head_size", "layer_names")
+# Fields that decide whether pages copy as they are (equal) or through a relayout (relayout.py).
+GEOMETRY = ("block_size_logical", "block_size_kernel", "bytes_per_kernel_block")
 
 
 def mismatches(local: KvLayout, remote: KvLayout) -> list[str]:
-    """The MUST_MATCH fields that differ, as "field: local X, remote Y" (empty: compatible)."""
+    """The MUST_MATCH fields that differ, and the GEOMETRY fields unless a relayout can bridge
+    them, as "field: local X, remote Y" (empty: compatible)."""
+    names = MUST_MATCH if can_relayout(local, remote) else MUST_MATCH + GEOMETRY
     return [f"{name}: local {getattr(local, name)!r}, remote {getattr(remote, name)!r}"
-            for name in MUST_MATCH if getattr(local, name) != getattr(remote, name)]
+            for name in names if getattr(local, name) != getattr(remote, name)]
+
+
+def same_geometry(local: KvLayout, remote: KvLayout) -> bool:
+    return all(getattr(local, n) == getattr(remote, n) for n in GEOMETRY)
+
+
+def can_relayout(local: KvLayout, remote: KvLayout) -> bool:
+    """Different block sizes are bridged when each side's kernel block is its logical block
+    (vLLM's CPU backend today) and the layout is the CPU page relayout.py knows."""
+    return (local.kv_cache_layout == remote.kv_cache_layout == "LBHNC"
+            and local.block_size_kernel == local.block_size_logical
+            and remote.block_size_kernel == remote.block_size_logical)
 
 
 def layout_of_kv_caches(kv_caches: dict, *, model: str, kv_cache_layout: str,
@@ -161,3 +175,28 @@ def _check_in_range(layout: KvLayout, block: KernelBlockId, side: str) -> None:
     if not 0 <= block.value < layout.num_blocks_kernel:
         raise ValueError(f"plan_read: {side} kernel block {block.value} outside "
                          f"0..{layout.num_blocks_kernel - 1}")
+
+
+def plan_staged_read(remote: KvLayout, remote_blocks: list[int]) -> ReadPlan:
+    """Plans the read of P's logical blocks ``remote_blocks``, every layer, into a staging
+    region laid out [layer][i-th block][P's page] (relayout.py rewrites it into D's blocks).
+    Local offsets are into the staging region."""
+    geo = remote.geometry
+    page = remote.bytes_per_kernel_block
+    kernel = [k for rb in remote_blocks for k in geo.kernel_blocks_of(LogicalBlockId(int(rb)))]
+    for k in kernel:
+        _check_in_range(remote, k, "remote")
+    out_l, out_r = [], []
+    for li in range(len(remote.layer_names)):
+        for j, k in enumerate(kernel):
+            off_l = (li * len(kernel) + j) * page
+            off_r = remote.layer_offsets[li] + k.value * remote.kernel_block_stride_bytes
+            if out_l and out_l[-1][0] + out_l[-1][1] == off_l and \
+                    out_r[-1][0] + out_r[-1][1] == off_r:
+                out_l[-1] = (out_l[-1][0], out_l[-1][1] + page)
+                out_r[-1] = (out_r[-1][0], out_r[-1][1] + page)
+            else:
+                out_l.append((off_l, page))
+                out_r.append((off_r, page))
+    n = len(kernel) * len(remote.layer_names)
+    return ReadPlan(out_l, out_r, n, n * page)

@@ -27,6 +27,11 @@ class LoadSpec:
     remote_port: int
     local_block_ids: list[int]
     remote_block_ids: list[int]
+    # The tokens loaded: [first_token, first_token + num_tokens). local_block_ids[0] and
+    # remote_block_ids[0] are the blocks holding first_token, each in its own block size.
+    first_token: int = 0
+    num_tokens: int = 0
+    remote_block_size: int = 0
 
 
 @dataclass

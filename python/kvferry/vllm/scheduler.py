@@ -52,8 +52,9 @@ class KvferryScheduler:
         remote_tokens = params.get("remote_num_tokens")
         if remote_tokens is None or int(remote_tokens) < 0:
             remote_tokens = num_prompt
+        remote_block_size = int(params.get("remote_block_size") or self._block_size)
         held = min(int(remote_tokens), num_prompt,
-                   len(_flat(params["remote_block_ids"])) * self._block_size)
+                   len(_flat(params["remote_block_ids"])) * remote_block_size)
         count = held - num_computed_tokens
         if count <= 0:
             return 0, False
@@ -69,15 +70,19 @@ class KvferryScheduler:
         if num_external_tokens <= 0:
             return
         (local_ids, *_rest) = blocks.get_block_ids()
-        first = local_hit // self._block_size
-        end = math.ceil((local_hit + num_external_tokens) / self._block_size)
+        # Tokens [local_hit, end_token) come from P; each side's blocks cover them in its own
+        # block size (different sizes: the worker relayouts, relayout.py).
+        end_token = local_hit + num_external_tokens
+        bl = self._block_size
+        br = int(params.get("remote_block_size") or bl)
         remote_ids = _flat(params["remote_block_ids"])
         self._loads.append(LoadSpec(
             request_id=request.request_id, remote_engine_id=str(params["remote_engine_id"]),
             remote_request_id=str(params["remote_request_id"]),
             remote_host=str(params["remote_host"]), remote_port=int(params["remote_port"]),
-            local_block_ids=[int(b) for b in local_ids[first:end]],
-            remote_block_ids=remote_ids[first:end]))
+            local_block_ids=[int(b) for b in local_ids[local_hit // bl:math.ceil(end_token / bl)]],
+            remote_block_ids=remote_ids[local_hit // br:math.ceil(end_token / br)],
+            first_token=local_hit, num_tokens=num_external_tokens, remote_block_size=br))
 
     def build_connector_meta(self, scheduler_output) -> KvferryConnectorMetadata:
         meta = KvferryConnectorMetadata(loads=self._loads, holds=self._holds)
@@ -109,6 +114,9 @@ class KvferryScheduler:
             "remote_block_ids": ids, "remote_host": self._cfg.side_channel_host,
             "remote_port": self._cfg.side_channel_port, "tp_size": self._tp_size,
             "remote_num_tokens": int(request.num_computed_tokens),
+            # kvferry's addition: P's block size, so a D of another block size knows which of
+            # P's blocks hold which tokens.
+            "remote_block_size": self._block_size,
         }
 
 

@@ -21,7 +21,8 @@ import kvferry
 from kvferry.vllm.config import ConnectorConfig
 from kvferry.vllm.handshake import (HandshakeError, PeerInfo, SideChannelServer,
                                     check_compatible, fetch_handshake)
-from kvferry.vllm.layout import KvLayout, layout_of_kv_caches, plan_read
+from kvferry.vllm.layout import (KvLayout, layout_of_kv_caches, plan_read, plan_staged_read,
+                                 same_geometry)
 from kvferry.vllm.metadata import KvferryConnectorMetadata, KvferryStats, LoadSpec
 
 from vllm.logger import init_logger
@@ -46,6 +47,11 @@ class _Pull:
     deadline: float
     bytes: int
     descriptors: int
+    # Set when P's block size differs from D's: P's pages land here, relayout_into rewrites them.
+    staging: object = None
+    staging_region: object = None
+    num_staged_blocks: int = 0
+    layout: KvLayout | None = None   # P's
 
 
 class KvferryWorker:
@@ -59,6 +65,7 @@ class KvferryWorker:
         self._agent = kvferry.Agent(f"kvferry-vllm-{engine_id}-tp{self._tp_rank}", cfg.backend,
                                     ucx_transport=cfg.ucx_transport)
         self._layout: KvLayout | None = None
+        self._kv_caches: dict = {}
         self._region: kvferry.Region | None = None
         self._server: SideChannelServer | None = None
         self._peers: dict[tuple[str, int], tuple[kvferry.Peer, PeerInfo]] = {}
@@ -74,6 +81,7 @@ class KvferryWorker:
     # ---- registration (both roles) --------------------------------------------------------
 
     def register_kv_caches(self, kv_caches: dict) -> None:
+        self._kv_caches = kv_caches
         self._layout, base = layout_of_kv_caches(
             kv_caches, model=self._model, kv_cache_layout=self._kv_cache_layout,
             block_size_logical=self._block_size_logical)
@@ -102,7 +110,7 @@ class KvferryWorker:
             except HandshakeError as e:
                 self._fail(spec, "handshake_failed", str(e))
             except kvferry.KvferryError as e:
-                self._forget_peer((spec.remote_host, spec.remote_port))
+                self._forget_peer(self._peer_key(spec))
                 self._fail(spec, "transfer_failed", f"{type(e).__name__}: {e}")
             except ValueError as e:  # a plan outside the regions: bad params from the proxy
                 self._fail(spec, "transfer_failed", str(e))
@@ -112,21 +120,39 @@ class KvferryWorker:
             else:
                 self._holds[rid] = time.monotonic() + lease_s
 
+    def _peer_key(self, spec: LoadSpec) -> tuple[str, int]:
+        return (spec.remote_host, int(spec.remote_port) + self._tp_rank)
+
     def _start_pull(self, spec: LoadSpec) -> None:
-        key = (spec.remote_host, int(spec.remote_port) + self._tp_rank)
+        key = self._peer_key(spec)
         peer, info = self._peer(key)
-        plan = plan_read(self._layout, info.layout, spec.local_block_ids, spec.remote_block_ids)
-        xfer = self._agent.prepare_transfer(
-            kvferry.XferOp.READ, peer,
-            local=[(self._region, off, n) for off, n in plan.local],
-            remote=[(info.region_id, off, n) for off, n in plan.remote],
-            notification=done_message(spec.remote_request_id),
-            timeout_ms=self._cfg.load_timeout_ms)
-        xfer.post()
+        staging = staging_region = None
+        if same_geometry(self._layout, info.layout):
+            plan = plan_read(self._layout, info.layout, spec.local_block_ids,
+                             spec.remote_block_ids)
+            local_region = self._region
+        else:
+            import torch
+            plan = plan_staged_read(info.layout, spec.remote_block_ids)
+            staging = torch.empty(plan.total_bytes, dtype=torch.uint8)
+            staging_region = local_region = self._agent.register_memory(staging)
+        try:
+            xfer = self._agent.prepare_transfer(
+                kvferry.XferOp.READ, peer,
+                local=[(local_region, off, n) for off, n in plan.local],
+                remote=[(info.region_id, off, n) for off, n in plan.remote],
+                notification=done_message(spec.remote_request_id),
+                timeout_ms=self._cfg.load_timeout_ms)
+            xfer.post()
+        except BaseException:
+            if staging_region is not None:
+                self._agent.deregister_memory(staging_region)
+            raise
         now = time.monotonic()
         self._pulls[spec.request_id] = _Pull(
             spec, xfer, key, now, now + self._cfg.load_timeout_ms / 1000, plan.total_bytes,
-            xfer.info.num_descriptors_merged)
+            xfer.info.num_descriptors_merged, staging, staging_region,
+            len(spec.remote_block_ids), info.layout)
 
     def _peer(self, key: tuple[str, int]) -> tuple[kvferry.Peer, PeerInfo]:
         if key not in self._peers:
@@ -177,6 +203,14 @@ class KvferryWorker:
             pull.transfer.release()
         except kvferry.KvferryError:
             pass
+        relayout = pull.staging is not None
+        if relayout and outcome == "pulled":
+            try:
+                self._relayout(pull)
+            except (ValueError, RuntimeError) as e:
+                outcome, error = "relayout_failed", str(e)
+        if relayout:
+            self._agent.deregister_memory(pull.staging_region)
         ms = (time.monotonic() - pull.started) * 1e3
         if outcome == "pulled":
             self._stats.data["pulls"] += 1
@@ -185,13 +219,24 @@ class KvferryWorker:
             self._stats.data["pull_ms"].append(ms)
             self._finished_recving.add(rid)
             self._records[rid] = {"outcome": outcome, "bytes": pull.bytes,
-                                  "descriptors": pull.descriptors, "ms": round(ms, 3)}
+                                  "descriptors": pull.descriptors, "ms": round(ms, 3),
+                                  "relayout": relayout}
             logger.info("KvferryConnector: pulled %s: %d bytes, %d blocks, %d descriptors, "
-                        "%.2f ms", rid, pull.bytes, len(pull.spec.local_block_ids),
-                        pull.descriptors, ms)
+                        "%.2f ms%s", rid, pull.bytes, len(pull.spec.local_block_ids),
+                        pull.descriptors, ms,
+                        f", relayout from {pull.layout.block_size_logical}-token blocks"
+                        if relayout else "")
             return
         self._forget_peer(pull.peer_key)
         self._fail(pull.spec, outcome, error)
+
+    def _relayout(self, pull: _Pull) -> None:
+        from kvferry.vllm.relayout import relayout_into
+        spec = pull.spec
+        br = pull.layout.block_size_logical
+        relayout_into(self._kv_caches, self._layout, pull.layout, pull.staging,
+                      pull.num_staged_blocks, (spec.first_token // br) * br,
+                      spec.local_block_ids, spec.first_token, spec.num_tokens)
 
     def _fail(self, spec: LoadSpec, outcome: str, error: str) -> None:
         logger.warning("KvferryConnector: load of %s from %s:%d failed (%s): %s; vLLM "
