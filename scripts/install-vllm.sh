@@ -69,6 +69,12 @@ echo manual > "$SHIM/INSTALLER"
 : > "$SHIM/RECORD"
 
 echo "install-vllm: kvferry (make wheel, pip install --no-deps)"
+# The wheel's build (build/wheel, Release) compiles the transfer and kv layers again; ccache,
+# when there, makes a second build of the same sources cheap.
+if command -v ccache >/dev/null 2>&1; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}
+  export CMAKE_C_COMPILER_LAUNCHER=${CMAKE_C_COMPILER_LAUNCHER:-ccache}
+fi
 rm -f "$BUILD"/dist/kvferry-*.whl
 nice -n 10 make -C "$ROOT" --no-print-directory BUILD="$BUILD_REL" wheel >/dev/null
 "$PY" -m pip install "${PIP_FLAGS[@]}" --no-deps --force-reinstall "$BUILD"/dist/kvferry-*.whl

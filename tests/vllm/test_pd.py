@@ -241,6 +241,35 @@ def case_lease_expires():
     print(f"  freed {took:.1f} s after the prefill (lease {P_LEASE_S} s)", flush=True)
 
 
+def stats_totals(server):
+    """Sums of the connector's stats over the intervals vLLM's stats logger printed."""
+    totals = {}
+    for line in re.findall(r"KV Transfer metrics: (.*)", server.log_text()):
+        for key, value in re.findall(r"(\w+)=([\d.]+)", line):
+            totals[key] = totals.get(key, 0) + float(value)
+    return totals
+
+
+def case_stats_count_every_pull():
+    """The connector's own stats (KvferryStats, through vLLM's stats logger) count every pull
+    D logged, their bytes, and no failure."""
+    for name in ("D", "D64"):
+        s = servers[name]
+        pulls = [int(b) for _, b in re.findall(r"KvferryConnector: pulled (\S+): (\d+) bytes",
+                                                 s.log_text())]
+
+        def logged():
+            return stats_totals(s).get("pulls", 0) >= len(pulls)
+        runner.wait_until(logged, 25, interval=1.0)   # the logger prints every 10 s
+        totals = stats_totals(s)
+        check(len(pulls) > 0, f"{name} pulled nothing")
+        check(totals.get("pulls") == len(pulls) and totals.get("bytes_pulled") == sum(pulls),
+              f"{name}: stats {totals} vs {len(pulls)} pulls of {sum(pulls)} bytes")
+        check(totals.get("pull_failures", 0) == 0, f"{name}: stats count failures: {totals}")
+        print(f"  {name}: {int(totals['pulls'])} pulls, {int(totals['bytes_pulled'])} bytes, "
+              f"0 failures", flush=True)
+
+
 def case_p_killed_after_prefill():
     body = completion_body(PROMPTS[1], max_tokens=8)
     want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
@@ -267,6 +296,7 @@ def main():
              ("proxy", case_proxy),
              ("block_size_relayout", case_block_size_relayout),
              ("lease_expires", case_lease_expires),
+             ("stats_count_every_pull", case_stats_count_every_pull),
              ("p_killed_after_prefill", case_p_killed_after_prefill)]
     failed = []
     for name, fn in cases:

@@ -5,6 +5,8 @@ a per-page reference copy, and the handshake's refusals.
 Usage: build/venv/bin/python tests/vllm/test_units.py   (PYTHONPATH=tests)
 """
 
+from types import SimpleNamespace
+
 import torch
 
 from harness import runner
@@ -159,7 +161,44 @@ def case_relayout_matches_per_token_copy():
                 check(not k_tail.any(), f"{bs_p}->{bs_d}: wrote past the last token")
 
 
+def fake_config(block_size):
+    return SimpleNamespace(cache_config=SimpleNamespace(block_size=block_size),
+                           parallel_config=SimpleNamespace(tensor_parallel_size=1))
+
+
+def case_scheduler_spans():
+    from vllm.v1.request import RequestStatus
+    from kvferry.vllm.scheduler import KvferryScheduler
+    cfg = parse_config({"side_channel_port": 5600}, kv_port=14579)
+    # P (128-token blocks) finishes a 300-token prompt: flat ids, its block size, a hold.
+    p = KvferryScheduler(fake_config(128), cfg, "engine-p")
+    req = SimpleNamespace(request_id="r1", kv_transfer_params={"do_remote_decode": True},
+                          status=RequestStatus.FINISHED_LENGTH_CAPPED, num_computed_tokens=300)
+    delay, params = p.request_finished(req, [[5, 6, 7]])
+    check(delay is True, "P did not hold the blocks")
+    check(params["remote_block_ids"] == [5, 6, 7] and params["remote_block_size"] == 128 and
+          params["remote_port"] == 5600 and params["remote_num_tokens"] == 300, f"{params}")
+    check(p.build_connector_meta(None).holds == {"r1": cfg.lease_timeout_s}, "hold not shipped")
+    # D (64-token blocks) with its first block a local hit: tokens 64..300 come from P.
+    d = KvferryScheduler(fake_config(64), cfg, "engine-d")
+    dreq = SimpleNamespace(request_id="d1", kv_transfer_params=dict(params),
+                           num_prompt_tokens=300)
+    check(d.get_num_new_matched_tokens(dreq, 64) == (236, True), "matched tokens")
+    blocks = SimpleNamespace(get_block_ids=lambda: ([11, 12, 13, 14, 15],))
+    d.update_state_after_alloc(dreq, blocks, 236)
+    (spec,) = d.build_connector_meta(None).loads
+    check(spec.local_block_ids == [12, 13, 14, 15] and spec.remote_block_ids == [5, 6, 7] and
+          spec.first_token == 64 and spec.num_tokens == 236 and spec.remote_block_size == 128,
+          f"{spec}")
+    check(dreq.kv_transfer_params["do_remote_prefill"] is False, "a second load possible")
+    # Params without a field D needs: computed locally, no load.
+    bad = SimpleNamespace(request_id="d2", num_prompt_tokens=10,
+                          kv_transfer_params={"do_remote_prefill": True, "remote_host": "x"})
+    check(d.get_num_new_matched_tokens(bad, 0) == (0, False), "incomplete params accepted")
+
+
 runner.run_cases([("config", case_config),
+                  ("scheduler_spans", case_scheduler_spans),
                   ("relayout_matches_per_token_copy", case_relayout_matches_per_token_copy),
                   ("other_vllm_version_refused", case_other_vllm_version_refused),
                   ("plan_matches_per_page_copy", case_plan_matches_per_page_copy),
