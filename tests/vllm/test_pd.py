@@ -7,8 +7,9 @@ with the kv_transfer_params P returned (as `kvferry proxy` does), and checks tha
 and logprobs equal C's exactly, one request at a time, and that D pulled the prompt: its
 response's kv_transfer_params.kvferry_load (non-streamed) or its log's pull line (streamed)
 says outcome "pulled" with bytes > 0. A fourth server, D64, has 64-token blocks (P: 128): it
-pulls through a relayout and must equal its own colocated answer. P's lease frees blocks no D
-reads. The last case kills P after its prefill: D must recompute and still answer exactly,
+pulls through a relayout and must equal its own colocated answer; a fifth, D32, keeps float32
+KV and must refuse P's bfloat16 at the handshake, then recompute exactly, as D must when
+remote_port names something that is not kvferry. P's lease frees blocks no D reads. The last case kills P after its prefill: D must recompute and still answer exactly,
 within a bound.
 
 The proxy cases put `kvferry proxy` (given as KVFERRY_BIN) in front of P and D unchanged: it
@@ -32,8 +33,8 @@ import vllm_serve as vs  # noqa: E402
 
 MODEL_DIR, LOG_DIR = sys.argv[1], sys.argv[2]
 KVFERRY_BIN = sys.argv[3] if len(sys.argv) > 3 else None
-P_HTTP, D_HTTP, C_HTTP, PROXY_HTTP, D64_HTTP = 18301, 18302, 18303, 18304, 18305
-P_SIDE, D_SIDE, D64_SIDE = 15601, 15611, 15621
+P_HTTP, D_HTTP, C_HTTP, PROXY_HTTP, D64_HTTP, D32_HTTP = 18301, 18302, 18303, 18304, 18305, 18306
+P_SIDE, D_SIDE, D64_SIDE, D32_SIDE = 15601, 15611, 15621, 15631
 P_LEASE_S = 10
 RECOMPUTE_BOUND_S = 30.0
 
@@ -59,6 +60,10 @@ def start_all():
     servers["D64"] = vs.VllmServer("D64", MODEL_DIR, D64_HTTP, f"{LOG_DIR}/vllm_D64.log",
                                    kv_config=vs.kvferry_kv_config(D64_SIDE),
                                    extra_args=("--block-size", "64"))
+    # A D whose KV is float32 (P's: bfloat16): no relayout bridges that.
+    servers["D32"] = vs.VllmServer("D32", MODEL_DIR, D32_HTTP, f"{LOG_DIR}/vllm_D32.log",
+                                   kv_config=vs.kvferry_kv_config(D32_SIDE),
+                                   extra_args=("--dtype", "float32"))
     for name in servers:
         took = servers[name].wait_ready()
         print(f"MEASURE startup_{name}: {took:.1f} s ({len(servers)} started together)",
@@ -228,6 +233,35 @@ def case_block_size_relayout():
         check(rec.get("relayout") is True, f"D64 pulled without a relayout: {rec}")
 
 
+def case_dtype_mismatch_refused():
+    """P's KV is bfloat16, D32's float32: the handshake refuses naming the field, D32
+    recomputes, and its answer equals its own colocated answer."""
+    body = completion_body(PROMPTS[1], max_tokens=8)
+    want = vs.completion_tokens(servers["D32"].post("/v1/completions", body))
+    d = servers["D32"].post("/v1/completions", via_pd("/v1/completions", body))
+    same("D32 after refusal", vs.completion_tokens(d), want)
+    rec = (d.get("kv_transfer_params") or {}).get("kvferry_load")
+    check(rec is not None and rec["outcome"] == "handshake_failed",
+          f"D32 did not refuse P's bfloat16 KV: {rec}")
+    check("dtype" in rec["error"], f"the refusal does not name the field: {rec}")
+    print(f"  D32 refused: {rec['error'][:160]}", flush=True)
+
+
+def case_peer_not_kvferry():
+    """remote_port names something that is not a kvferry side channel (C's HTTP port): the
+    handshake fails within handshake_timeout_ms and D recomputes exactly."""
+    body = completion_body(PROMPTS[0], max_tokens=8)
+    want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
+    d_body = via_pd("/v1/completions", body)
+    d_body["kv_transfer_params"] = dict(d_body["kv_transfer_params"], remote_port=C_HTTP)
+    d = servers["D"].post("/v1/completions", d_body)
+    same("D after a non-kvferry peer", vs.completion_tokens(d), want)
+    rec = (d.get("kv_transfer_params") or {}).get("kvferry_load")
+    check(rec is not None and rec["outcome"] == "handshake_failed",
+          f"D did not fail the handshake with a non-kvferry peer: {rec}")
+    print(f"  D refused: {rec['error'][:160]}", flush=True)
+
+
 def case_lease_expires():
     """P's blocks for a request no D ever reads are freed after lease_timeout_s."""
     p_body = dict(completion_body(PROMPTS[0] + " and then"), max_tokens=1,
@@ -252,22 +286,27 @@ def stats_totals(server):
 
 def case_stats_count_every_pull():
     """The connector's own stats (KvferryStats, through vLLM's stats logger) count every pull
-    D logged, their bytes, and no failure."""
-    for name in ("D", "D64"):
+    D logged, their bytes, and exactly the failures the refusal cases caused on purpose."""
+    want_failures = {"D": 1, "D64": 0}   # D: the non-kvferry peer, refused on purpose
+    for name in want_failures:
         s = servers[name]
         pulls = [int(b) for _, b in re.findall(r"KvferryConnector: pulled (\S+): (\d+) bytes",
                                                  s.log_text())]
 
         def logged():
-            return stats_totals(s).get("pulls", 0) >= len(pulls)
+            t = stats_totals(s)
+            return (t.get("pulls", 0) >= len(pulls) and
+                    t.get("pull_failures", 0) >= want_failures[name])
         runner.wait_until(logged, 25, interval=1.0)   # the logger prints every 10 s
         totals = stats_totals(s)
         check(len(pulls) > 0, f"{name} pulled nothing")
         check(totals.get("pulls") == len(pulls) and totals.get("bytes_pulled") == sum(pulls),
               f"{name}: stats {totals} vs {len(pulls)} pulls of {sum(pulls)} bytes")
-        check(totals.get("pull_failures", 0) == 0, f"{name}: stats count failures: {totals}")
+        check(totals.get("pull_failures", 0) == want_failures[name],
+              f"{name}: stats count {totals.get('pull_failures', 0)} failures, expected "
+              f"{want_failures[name]} (the refused cases): {totals}")
         print(f"  {name}: {int(totals['pulls'])} pulls, {int(totals['bytes_pulled'])} bytes, "
-              f"0 failures", flush=True)
+              f"{int(totals.get('pull_failures', 0))} failures", flush=True)
 
 
 def case_p_killed_after_prefill():
@@ -295,6 +334,8 @@ def main():
              ("chat_streamed", case_chat_streamed),
              ("proxy", case_proxy),
              ("block_size_relayout", case_block_size_relayout),
+             ("dtype_mismatch_refused", case_dtype_mismatch_refused),
+             ("peer_not_kvferry", case_peer_not_kvferry),
              ("lease_expires", case_lease_expires),
              ("stats_count_every_pull", case_stats_count_every_pull),
              ("p_killed_after_prefill", case_p_killed_after_prefill)]
