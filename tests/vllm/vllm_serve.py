@@ -1,0 +1,150 @@
+"""`vllm serve` processes for the tests labelled `vllm` (tests/vllm/CMakeLists.txt), and the
+requests they send. Runs under build/venv's python (scripts/install-vllm.sh), standard library
+plus what that venv holds.
+
+A `vllm serve` is three processes (API server, EngineCore, Worker), so each one is started in a
+session of its own and killed as a process group: a SIGKILL to the API server alone would leave
+the engine running. Every server is registered with harness.procs, so run_cases kills it when its
+case ends and at exit.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from harness import procs, runner, web
+
+VENV_BIN = os.path.dirname(sys.executable)
+MODEL_NAME = "qwen3"
+
+# vLLM on 2 shared cores: no inductor compile, no CPU pinning, a small KV cache, no downloads.
+VLLM_ENV = {
+    "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_LOGGING_LEVEL": "INFO", "TOKENIZERS_PARALLELISM": "false", "UCX_TLS": "tcp,shm,self",
+}
+STARTUP_TIMEOUT_S = float(os.environ.get("KVF_VLLM_STARTUP_TIMEOUT_S", "420"))
+
+
+def kvferry_kv_config(side_channel_port, **extra):
+    cfg = {"side_channel_port": side_channel_port, "load_timeout_ms": 5000,
+           "lease_timeout_s": 30}
+    cfg.update(extra)
+    return json.dumps({
+        "kv_connector": "KvferryConnector", "kv_connector_module_path": "kvferry.vllm",
+        "kv_role": "kv_both", "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": cfg})
+
+
+class VllmServer:
+    """One `vllm serve MODEL_DIR` on 127.0.0.1:port, its output in log_path."""
+
+    def __init__(self, name, model_dir, port, log_path, kv_config=None, extra_args=()):
+        self.name, self.port, self.log_path = name, port, log_path
+        cmd = ["nice", "-n", "10", os.path.join(VENV_BIN, "vllm"), "serve", model_dir,
+               "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16",
+               "--max-model-len", "1024", "--enforce-eager", "--served-model-name", MODEL_NAME,
+               "--no-enable-prefix-caching", "--max-num-seqs", "8", *extra_args]
+        if kv_config is not None:
+            cmd += ["--kv-transfer-config", kv_config]
+        env = dict(os.environ)
+        env.update(VLLM_ENV)
+        env["PATH"] = VENV_BIN + os.pathsep + env.get("PATH", "")
+        self._log = open(log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
+        self.started = time.monotonic()
+        procs._STARTED.append(self)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def log_text(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def wait_ready(self, timeout=STARTUP_TIMEOUT_S):
+        """Seconds until /v1/models answers; a CheckFailed (with the log's tail) if the server
+        exited or did not come up in time."""
+        def up():
+            if not self.alive():
+                return True
+            return web.request("127.0.0.1", self.port, "GET", "/v1/models", timeout=2).status == 200
+        took = runner.wait_until(up, timeout, interval=1.0)
+        runner.check(took is not None and self.alive(),
+                     f"{self.name} did not come up in {timeout} s (rc {self.proc.poll()}); log "
+                     f"tail:\n{self.log_text()[-3000:]}")
+        return time.monotonic() - self.started
+
+    def wait_exit(self, timeout):
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self):
+        """SIGKILL to the whole process group (API server, EngineCore, Worker)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    # ---- requests -------------------------------------------------------------------------
+
+    def post(self, path, body, timeout=120):
+        r = web.request("127.0.0.1", self.port, "POST", path, body, timeout=timeout)
+        runner.check(r.status == 200, f"{self.name} {path}: HTTP {r.status}: {r.raw[:500]}")
+        return r.body
+
+    def post_stream(self, path, body, timeout=120):
+        """A streamed request's chunks (the parsed `data:` lines, [DONE] dropped)."""
+        r = web.request("127.0.0.1", self.port, "POST", path, dict(body, stream=True),
+                        timeout=timeout)
+        runner.check(r.status == 200, f"{self.name} {path} (stream): HTTP {r.status}: "
+                                      f"{r.raw[:500]}")
+        chunks = []
+        for line in r.raw.splitlines():
+            if line.startswith("data: ") and line[6:].strip() != "[DONE]":
+                chunks.append(json.loads(line[6:]))
+        return chunks
+
+
+# ---- what an answer holds, comparable across servers --------------------------------------
+
+def completion_tokens(resp):
+    """(token strings "token_id:N", logprobs) of a non-streamed completion's first choice."""
+    lp = resp["choices"][0]["logprobs"]
+    return list(lp["tokens"]), list(lp["token_logprobs"])
+
+
+def completion_stream_tokens(chunks):
+    tokens, logprobs = [], []
+    for c in chunks:
+        for ch in c.get("choices", []):
+            lp = ch.get("logprobs")
+            if lp:
+                tokens += lp["tokens"]
+                logprobs += lp["token_logprobs"]
+    return tokens, logprobs
+
+
+def chat_tokens(resp):
+    content = resp["choices"][0]["logprobs"]["content"]
+    return [c["token"] for c in content], [c["logprob"] for c in content]
+
+
+def chat_stream_tokens(chunks):
+    tokens, logprobs = [], []
+    for c in chunks:
+        for ch in c.get("choices", []):
+            lp = ch.get("logprobs")
+            if lp and lp.get("content"):
+                tokens += [x["token"] for x in lp["content"]]
+                logprobs += [x["logprob"] for x in lp["content"]]
+    return tokens, logprobs
