@@ -83,7 +83,7 @@ SAN_ENV = UCX_MEM_EVENTS=no UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none 
   LSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/lsan.supp:print_suppressions=0 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   TSAN_OPTIONS=suppressions=$(CURDIR)/tests/sanitize/tsan.supp:halt_on_error=1:second_deadlock_stack=1
-ASAN_SELECT = -LE "long|e2e|nosan"
+ASAN_SELECT = -LE "long|e2e|nosan|oracle"
 TSAN_SELECT = -L "transfer|connector|threads" -LE "long|nosan|engine"
 
 # One clang build (build-asan) does three jobs, so CI compiles the tree once for them: ASan+UBSan
