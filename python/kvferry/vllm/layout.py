@@ -155,19 +155,26 @@ def plan_read(local: KvLayout, remote: KvLayout, local_blocks: list[int],
             _check_in_range(remote, b, "remote")
             pages.append((a, b))
     page = local.bytes_per_kernel_block
+    offsets = ((local.layer_offsets[li] + a.value * local.kernel_block_stride_bytes,
+                remote.layer_offsets[li] + b.value * remote.kernel_block_stride_bytes)
+               for li in range(len(local.layer_names)) for a, b in pages)
+    return _coalesced_plan(offsets, page)
+
+
+def _coalesced_plan(offsets, page: int) -> ReadPlan:
+    """A ReadPlan of one page per (local, remote) offset pair, in order, with runs adjacent on
+    both sides merged into one descriptor."""
     out_l, out_r = [], []
-    for li in range(len(local.layer_names)):
-        for a, b in pages:
-            off_l = local.layer_offsets[li] + a.value * local.kernel_block_stride_bytes
-            off_r = remote.layer_offsets[li] + b.value * remote.kernel_block_stride_bytes
-            if out_l and out_l[-1][0] + out_l[-1][1] == off_l and \
-                    out_r[-1][0] + out_r[-1][1] == off_r:
-                out_l[-1] = (out_l[-1][0], out_l[-1][1] + page)
-                out_r[-1] = (out_r[-1][0], out_r[-1][1] + page)
-            else:
-                out_l.append((off_l, page))
-                out_r.append((off_r, page))
-    n = len(pages) * len(local.layer_names)
+    n = 0
+    for off_l, off_r in offsets:
+        n += 1
+        if out_l and out_l[-1][0] + out_l[-1][1] == off_l and \
+                out_r[-1][0] + out_r[-1][1] == off_r:
+            out_l[-1] = (out_l[-1][0], out_l[-1][1] + page)
+            out_r[-1] = (out_r[-1][0], out_r[-1][1] + page)
+        else:
+            out_l.append((off_l, page))
+            out_r.append((off_r, page))
     return ReadPlan(out_l, out_r, n, n * page)
 
 
@@ -186,17 +193,7 @@ def plan_staged_read(remote: KvLayout, remote_blocks: list[int]) -> ReadPlan:
     kernel = [k for rb in remote_blocks for k in geo.kernel_blocks_of(LogicalBlockId(int(rb)))]
     for k in kernel:
         _check_in_range(remote, k, "remote")
-    out_l, out_r = [], []
-    for li in range(len(remote.layer_names)):
-        for j, k in enumerate(kernel):
-            off_l = (li * len(kernel) + j) * page
-            off_r = remote.layer_offsets[li] + k.value * remote.kernel_block_stride_bytes
-            if out_l and out_l[-1][0] + out_l[-1][1] == off_l and \
-                    out_r[-1][0] + out_r[-1][1] == off_r:
-                out_l[-1] = (out_l[-1][0], out_l[-1][1] + page)
-                out_r[-1] = (out_r[-1][0], out_r[-1][1] + page)
-            else:
-                out_l.append((off_l, page))
-                out_r.append((off_r, page))
-    n = len(kernel) * len(remote.layer_names)
-    return ReadPlan(out_l, out_r, n, n * page)
+    offsets = (((li * len(kernel) + j) * page,
+                remote.layer_offsets[li] + k.value * remote.kernel_block_stride_bytes)
+               for li in range(len(remote.layer_names)) for j, k in enumerate(kernel))
+    return _coalesced_plan(offsets, page)
