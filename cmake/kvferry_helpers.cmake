@@ -22,6 +22,9 @@ function(kvferry_library)
     $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/src>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_link_libraries(kvferry_${A_NAME} PUBLIC ${A_PUBLIC_DEPS} ${A_DEPS})
+  if(KVFERRY_FUZZ_INSTRUMENT AND NOT A_NAME STREQUAL "engine")
+    target_compile_options(kvferry_${A_NAME} PRIVATE -fsanitize=fuzzer-no-link)
+  endif()
 endfunction()
 
 function(kvferry_test)
