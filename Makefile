@@ -125,9 +125,13 @@ format-check:
 # compile_commands.json. TIDY_FILES: another regex on paths.
 TIDY       ?= run-clang-tidy
 TIDY_FILES ?= $(CURDIR)/(src|tools)/.*(?<!_test)\.cc$$
-tidy: configure
+# clang-tidy reads one compile command per source file, so it gets a compile database of its own
+# (build-tidy: configured without the unity build; nothing is compiled there).
+tidy:
 	@command -v $(TIDY) >/dev/null || { echo "tidy: no $(TIDY) (package clang-tidy: make deps)"; exit 1; }
-	$(TIDY) -quiet -p $(BUILD) -j $(JOBS) '$(TIDY_FILES)'
+	cmake -S . -B build-tidy $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DCMAKE_EXPORT_COMPILE_COMMANDS=ON \
+	  -DKVFERRY_UNITY_BUILD=OFF >/dev/null
+	$(TIDY) -quiet -p build-tidy -j $(JOBS) '$(TIDY_FILES)'
 
 # What .ci/run checks: the layers that own block ids, memory, leases and the transport (common,
 # kv, transfer, connector; about 5 minutes on 2 cores). The whole of `make tidy` takes about 40
@@ -159,4 +163,4 @@ demo-cluster: deps build
 	scripts/cluster.sh $(BUILD)/bin/kvferry
 
 clean:
-	rm -rf $(BUILD) build-tsa build-asan build-tsan build-fuzz build-msgpack-c
+	rm -rf $(BUILD) build-tsa build-asan build-tsan build-fuzz build-msgpack-c build-tidy

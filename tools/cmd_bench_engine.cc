@@ -34,7 +34,7 @@ using kvferry::engine::Engine;
 using kvferry::engine::EngineConfig;
 using kvferry::engine::SamplingParams;
 
-struct BenchOptions {
+struct EngineBenchOptions {
   std::vector<std::string> models = {"tiny", "small"};
   std::vector<int> batch_sizes = {1, 4, 16};
   std::vector<int> tp_sizes = {1};
@@ -51,7 +51,7 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-std::vector<int32_t> Prompt(int len, int salt) {
+std::vector<int32_t> SyntheticPrompt(int len, int salt) {
   std::vector<int32_t> p = {256};
   for (int i = 1; i < len; ++i) p.push_back(32 + (i * 7 + salt * 13) % 95);
   return p;
@@ -86,7 +86,7 @@ std::unique_ptr<Engine> MakeEngine(const std::string& model, int batch, int prom
   return std::move(*e);
 }
 
-EngineResult BenchEngine(const std::string& model, int batch, int tp, const BenchOptions& o) {
+EngineResult BenchEngine(const std::string& model, int batch, int tp, const EngineBenchOptions& o) {
   EngineResult r;
   r.model = model;
   r.batch = batch;
@@ -103,7 +103,7 @@ EngineResult BenchEngine(const std::string& model, int batch, int tp, const Benc
     for (int rep = 0; elapsed < o.min_seconds || rep < 1; ++rep) {
       for (int b = 0; b < batch; ++b) {
         (void)e->AddRequest("p" + std::to_string(rep) + "_" + std::to_string(b),
-                            Prompt(o.prompt_len, rep * batch + b), p);
+                            SyntheticPrompt(o.prompt_len, rep * batch + b), p);
       }
       const auto t0 = Clock::now();
       while (e->HasWork()) e->Step();
@@ -124,7 +124,7 @@ EngineResult BenchEngine(const std::string& model, int batch, int tp, const Benc
     for (int rep = 0; elapsed < o.min_seconds || rep < 1; ++rep) {
       for (int b = 0; b < batch; ++b) {
         (void)e->AddRequest("d" + std::to_string(rep) + "_" + std::to_string(b),
-                            Prompt(16, rep * batch + b), p);
+                            SyntheticPrompt(16, rep * batch + b), p);
       }
       e->Step();  // prefill + first token
       const auto t0 = Clock::now();
@@ -221,7 +221,7 @@ MatmulResult BenchMatmul(const std::string& name, int64_t m, int64_t k, int64_t 
 
 // Every model x batch x TP size, each with its ratio to the first TP size (printed as it goes
 // unless --json).
-std::vector<EngineResult> BenchEngines(const BenchOptions& o) {
+std::vector<EngineResult> BenchEngines(const EngineBenchOptions& o) {
   std::vector<EngineResult> engines;
   for (const std::string& model : o.models) {
     for (int b : o.batch_sizes) {
@@ -248,7 +248,7 @@ std::vector<EngineResult> BenchEngines(const BenchOptions& o) {
 
 // The small model's projection shapes: decode (M = 1, 16) and prefill (M = 128) rows; none
 // with --no-matmul.
-std::vector<MatmulResult> BenchMatmuls(const BenchOptions& o) {
+std::vector<MatmulResult> BenchMatmuls(const EngineBenchOptions& o) {
   kvferry::engine::ThreadPool pool(o.threads);
   std::vector<MatmulResult> mms;
   for (int64_t m : {1, 16, 128}) {
@@ -278,8 +278,8 @@ void PrintMatmuls(const std::vector<MatmulResult>& mms) {
 }
 
 // --json: the whole run as one object.
-void PrintJson(const BenchOptions& o, const std::vector<EngineResult>& engines, double read_gbs,
-               const std::vector<MatmulResult>& mms) {
+void PrintJson(const EngineBenchOptions& o, const std::vector<EngineResult>& engines,
+               double read_gbs, const std::vector<MatmulResult>& mms) {
   nlohmann::json j;
   j["threads"] = o.threads;
   j["prompt_len"] = o.prompt_len;
@@ -306,7 +306,7 @@ void PrintJson(const BenchOptions& o, const std::vector<EngineResult>& engines, 
   std::printf("%s\n", j.dump(2).c_str());
 }
 
-int RunBench(const BenchOptions& o) {
+int RunEngineBench(const EngineBenchOptions& o) {
 #ifdef KVF_HAVE_OPENBLAS
   openblas_set_num_threads(o.threads);
 #endif
@@ -326,7 +326,7 @@ int RunBench(const BenchOptions& o) {
 
 void AddBenchEngine(CLI::App& app) {
   CLI::App* bench = kvferry::tools::BenchGroup(app);
-  auto opts = std::make_shared<BenchOptions>();
+  auto opts = std::make_shared<EngineBenchOptions>();
   auto* sub = bench->add_subcommand(
       "engine", "Engine prefill/decode tokens/s and matmul GFLOP/s beside OpenBLAS sgemm");
   sub->add_option("--models", opts->models,
@@ -356,7 +356,7 @@ void AddBenchEngine(CLI::App& app) {
   sub->add_flag("!--no-matmul", opts->matmul, "Skip the matmul shapes beside OpenBLAS");
   sub->add_flag("--memory-read", opts->memory_read,
                 "Also measure the memory-read ceiling of --threads threads (GB/s, 1 GiB buffer)");
-  sub->callback([opts] { throw CLI::RuntimeError(RunBench(*opts)); });
+  sub->callback([opts] { throw CLI::RuntimeError(RunEngineBench(*opts)); });
 }
 KVF_REGISTER_COMMAND(AddBenchEngine);
 

@@ -29,7 +29,7 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
-struct BenchOptions {
+struct ServeBenchOptions {
   std::string url = "http://127.0.0.1:8000";
   std::string endpoint = "completions";  // completions | chat
   std::string model;
@@ -73,7 +73,7 @@ struct RequestResult {
   std::string finish_reason;
 };
 
-std::vector<Prompt> MakePrompts(const BenchOptions& o) {
+std::vector<Prompt> MakePrompts(const ServeBenchOptions& o) {
   std::mt19937 rng(o.seed);
   std::vector<Prompt> prompts;
   auto pick_len = [&rng](int len, double range) {
@@ -119,7 +119,7 @@ std::unique_ptr<httplib::Client> ClientFor(const std::string& url, int timeout_s
 
 // The streaming request for one prompt (completions or chat), asking for token ids, logprobs
 // and the usage chunk.
-httplib::Request MakeRequest(const BenchOptions& o, const Prompt& p) {
+httplib::Request MakeRequest(const ServeBenchOptions& o, const Prompt& p) {
   json body = {{"max_tokens", p.max_tokens},
                {"temperature", o.temperature},
                {"stream", true},
@@ -225,7 +225,7 @@ class StreamReader {
 
 // Sends one prompt and reads its streamed answer; r.ok unless the request failed, the status
 // was not 200, an error event came, or the stream ended without a finish reason.
-RequestResult SendOne(const BenchOptions& o, const std::string& url, const Prompt& p) {
+RequestResult SendOne(const ServeBenchOptions& o, const std::string& url, const Prompt& p) {
   RequestResult r;
   httplib::Request req = MakeRequest(o, p);
   auto client = ClientFor(url, o.timeout_s);
@@ -279,7 +279,7 @@ double Mean(const std::vector<double>& v) {
 }
 
 // Runs the prompts against `url`: warm-up first (not counted), then the measured run.
-Summary RunWorkload(const BenchOptions& o, const std::string& url,
+Summary RunWorkload(const ServeBenchOptions& o, const std::string& url,
                     const std::vector<Prompt>& prompts, std::vector<RequestResult>* results) {
   for (int i = 0; i < o.warmup && !prompts.empty(); ++i) {
     SendOne(o, url, prompts[i % prompts.size()]);
@@ -406,7 +406,7 @@ kvferry::Status PlotComparison(const Summary& pd, const Summary& co, const std::
   return kvferry::bench::WriteSvgPlot(panels, path, "kvferry bench serve --compare");
 }
 
-int RunBench(const BenchOptions& o) {
+int RunServeBench(const ServeBenchOptions& o) {
   const std::vector<Prompt> prompts = MakePrompts(o);
   if (prompts.empty()) {
     std::fprintf(stderr, "kvferry bench serve: no prompts\n");
@@ -474,7 +474,7 @@ int RunBench(const BenchOptions& o) {
 }
 
 void AddBenchServe(CLI::App& app) {
-  auto o = std::make_shared<BenchOptions>();
+  auto o = std::make_shared<ServeBenchOptions>();
   // The `bench` group may be created by another cmd_bench_*.cc; share it.
   CLI::App* bench = kvferry::tools::BenchGroup(app);
   auto* sub = bench->add_subcommand(
@@ -521,7 +521,7 @@ void AddBenchServe(CLI::App& app) {
   sub->add_option("--pd-url", o->pd_url, "With --compare: the proxy of a P/D deployment");
   sub->add_option("--colocated-url", o->colocated_url,
                   "With --compare: a colocated instance with the same total cores");
-  sub->callback([o] { throw CLI::RuntimeError(RunBench(*o)); });
+  sub->callback([o] { throw CLI::RuntimeError(RunServeBench(*o)); });
 }
 KVF_REGISTER_COMMAND(AddBenchServe);
 

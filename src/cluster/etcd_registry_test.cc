@@ -12,6 +12,7 @@
 #include "cluster/etcd_watch.h"
 #include "cluster/registry_watcher.h"
 #include "cluster/testing/etcd_process.h"
+#include "cluster/testing/eventually.h"
 #include "kvferry/cluster/registrar.h"
 
 namespace kvferry::cluster {
@@ -19,15 +20,7 @@ namespace {
 
 using testing::EtcdProcess;
 
-// Polls `pred` every 20 ms for up to `seconds`.
-bool Eventually(const std::function<bool()>& pred, int seconds = 15) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return pred();
-}
+using testing::Eventually;
 
 MemberInfo Member(std::string id, MemberRole role, int port) {
   MemberInfo m;

@@ -10,19 +10,13 @@
 #include <functional>
 #include <thread>
 
+#include "cluster/testing/eventually.h"
 #include "http/testing/test_server.h"
 
 namespace kvferry::cluster {
 namespace {
 
-bool Eventually(const std::function<bool()>& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return pred();
-}
+using testing::Eventually;
 
 // A member's /metrics answering `body()`, counting its reads.
 struct MetricsServer {
@@ -38,7 +32,7 @@ struct MetricsServer {
   http::testing::TestServer http;
 };
 
-MemberInfo Member(const std::string& id, const std::string& url) {
+MemberInfo PolledMember(const std::string& id, const std::string& url) {
   MemberInfo m;
   m.id = id;
   m.url = url;
@@ -64,7 +58,7 @@ TEST(LoadPollerTest, AHangingMemberDoesNotHoldUpTheOthers) {
     return std::string("kvferry:pending_prefill_tokens 9\n");
   });
   ClusterState state({}, {}, false);
-  state.SetMembers({Member("fast", fast.url()), Member("hangs", hangs.url())});
+  state.SetMembers({PolledMember("fast", fast.url()), PolledMember("hangs", hangs.url())});
   auto poller = LoadPoller::Start({/*interval_ms=*/10, /*timeout_ms=*/30000}, &state);
   ASSERT_TRUE(Eventually([&] { return hangs.reads == 1; }));
   const int before = fast.reads;
@@ -83,8 +77,8 @@ TEST(LoadPollerTest, AnyAnswerIsAliveOnlyA200CarriesFigures) {
   MetricsServer ok([] { return std::string("kvferry:num_requests{state=\"running\"} 3\n"); });
   http::testing::TestServer no_metrics;  // answers 404 to /metrics
   ClusterState state({}, {}, false);
-  state.SetMembers({Member("ok", ok.url()), Member("plain", no_metrics.url()),
-                    Member("dead", "http://127.0.0.1:1")});
+  state.SetMembers({PolledMember("ok", ok.url()), PolledMember("plain", no_metrics.url()),
+                    PolledMember("dead", "http://127.0.0.1:1")});
   auto poller = LoadPoller::Start({10, 1000}, &state);
   ASSERT_TRUE(Eventually([&] { return LoadOf(state, "ok") && LoadOf(state, "plain"); }));
   EXPECT_EQ(LoadOf(state, "ok")->running, 3);

@@ -150,12 +150,7 @@ class FakeConnector : public connector::ConnectorScheduler, public connector::Co
   std::vector<kv::LogicalBlockId> pending_invalid;
 };
 
-SamplingParams Greedy(int n) {
-  SamplingParams p;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  return p;
-}
+using testing_util::Greedy;
 
 const char* kPrompt = "Disaggregated serving: the prefill instance computes this prompt's KV.";
 

@@ -24,12 +24,7 @@ std::unique_ptr<Engine> Make(EngineConfig c = {}) {
   return std::move(*e);
 }
 
-SamplingParams Greedy(int n) {
-  SamplingParams p;
-  p.max_tokens = n;
-  p.ignore_eos = true;
-  return p;
-}
+using testing_util::Greedy;
 
 const std::vector<std::string> kPrompts = {"The capital of France is",
                                            "Once upon a time, in a land far away, there lived",

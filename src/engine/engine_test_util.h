@@ -5,12 +5,30 @@
 
 #include <cstring>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "kvferry/engine/engine.h"
 
 namespace kvferry::engine::testing_util {
+
+// Greedy sampling of `n` tokens, EOS ignored: every run has the same length.
+inline SamplingParams Greedy(int n) {
+  SamplingParams p;
+  p.max_tokens = n;
+  p.ignore_eos = true;
+  return p;
+}
+
+// `n` floats uniform in [lo, hi), from a Mersenne twister seeded with `seed`.
+inline std::vector<float> RandomFloats(size_t n, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
 
 struct Completion {
   std::vector<int32_t> tokens;

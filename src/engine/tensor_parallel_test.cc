@@ -24,13 +24,7 @@ namespace {
 using testing_util::Completion;
 using testing_util::RunToEnd;
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using testing_util::RandomFloats;
 
 TEST(TreeSumTest, FixedPairwiseOrder) {
   // (a + b) + (c + d) = 0 in float, a sequential sum gives 1.
@@ -52,8 +46,8 @@ TEST(RowParallelMatMulTest, SubtreesRecombineExactly) {
   for (int64_t M : {1, 3, 20}) {
     for (int64_t K : {96, 132, 261}) {
       const int64_t N = 37;
-      const auto x = Random(M * K, 1);
-      const auto wv = Random(N * K, 2);
+      const auto x = RandomFloats(M * K, 1);
+      const auto wv = RandomFloats(N * K, 2);
       const WeightMatrix w = F32Matrix(wv.data(), N, K);
       const std::vector<int64_t> b4 = {0, K / 4, K / 2, 3 * K / 4, K};
       std::vector<float> whole(M * N), scratch;
@@ -99,7 +93,7 @@ TEST(TpCommunicatorTest, AllReduceIsTheTreeOnEveryRank) {
     threads.RunOnEach([&](int32_t r) {
       for (int round = 0; round < rounds; ++round) {
         float* p = comm.PartialBuffer(r, n);
-        const auto v = Random(n, 1000 * round + r);
+        const auto v = RandomFloats(n, 1000 * round + r);
         std::copy(v.begin(), v.end(), p);
         if (r == round % tp) std::this_thread::yield();  // someone is late each round
         comm.AllReduceAdd(r, n, acc[r].data());
@@ -108,7 +102,7 @@ TEST(TpCommunicatorTest, AllReduceIsTheTreeOnEveryRank) {
     std::vector<float> want(n, 0.5f);
     for (int round = 0; round < rounds; ++round) {
       std::vector<std::vector<float>> parts;
-      for (int32_t r = 0; r < tp; ++r) parts.push_back(Random(n, 1000 * round + r));
+      for (int32_t r = 0; r < tp; ++r) parts.push_back(RandomFloats(n, 1000 * round + r));
       for (int64_t i = 0; i < n; ++i) {
         float s = parts[0][i];
         if (tp == 2) s = parts[0][i] + parts[1][i];

@@ -60,12 +60,13 @@ Raw Header(uint64_t tensors, uint64_t kvs, uint32_t version = 3) {
   return r;
 }
 
-StatusOr<GgufContents> Parse(const std::vector<std::byte>& bytes) {
+StatusOr<GgufContents> ParseGgufBytes(const std::vector<std::byte>& bytes) {
   return ParseGguf(bytes, "t.gguf");
 }
 
-void ExpectError(const std::vector<std::byte>& bytes, StatusCode code, const std::string& part) {
-  auto parsed = Parse(bytes);
+void ExpectGgufError(const std::vector<std::byte>& bytes, StatusCode code,
+                     const std::string& part) {
+  auto parsed = ParseGgufBytes(bytes);
   ASSERT_FALSE(parsed.ok());
   EXPECT_EQ(parsed.status().code(), code) << parsed.status();
   EXPECT_NE(parsed.status().message().find("GGUF 't.gguf'"), std::string_view::npos)
@@ -190,7 +191,7 @@ void ExpectFull(const GgufMetadata& metadata, const std::vector<TensorView>& ten
 
 TEST(GgufTest, RoundTripsEveryMetadataTypeAndTensors) {
   const std::vector<std::byte> bytes = FullWriter().Bytes();
-  auto parsed = Parse(bytes);
+  auto parsed = ParseGgufBytes(bytes);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->version, 3u);
   EXPECT_EQ(parsed->alignment, 64u);
@@ -235,7 +236,7 @@ TEST(GgufTest, WriterLayoutMatchesTheSpecByteForByte) {
   for (float x : v) raw.Put(x);
   raw.PadTo(32);
   EXPECT_EQ(w.Bytes(), raw.bytes());
-  auto parsed = Parse(raw.bytes());
+  auto parsed = ParseGgufBytes(raw.bytes());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->tensors[0].shape, (std::vector<int64_t>{3, 4}));  // ne [4, 3] reversed
 }
@@ -243,13 +244,13 @@ TEST(GgufTest, WriterLayoutMatchesTheSpecByteForByte) {
 TEST(GgufTest, VersionTwoReadsLikeThree) {
   std::vector<std::byte> bytes = FullWriter().Bytes();
   bytes[4] = std::byte{2};
-  auto parsed = Parse(bytes);
+  auto parsed = ParseGgufBytes(bytes);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->version, 2u);
 }
 
 TEST(GgufTest, NoTensorsNeedNoPadding) {
-  auto parsed = Parse(Header(0, 1).KeyU32("a", 1).bytes());
+  auto parsed = ParseGgufBytes(Header(0, 1).KeyU32("a", 1).bytes());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_TRUE(parsed->tensors.empty());
 }
@@ -259,115 +260,119 @@ TEST(GgufTest, NoTensorsNeedNoPadding) {
 TEST(GgufTest, BadMagic) {
   std::vector<std::byte> bytes = FullWriter().Bytes();
   bytes[3] = std::byte{'L'};
-  ExpectError(bytes, StatusCode::kDataLoss, "not a GGUF file");
-  ExpectError({}, StatusCode::kDataLoss, "not a GGUF file");
+  ExpectGgufError(bytes, StatusCode::kDataLoss, "not a GGUF file");
+  ExpectGgufError({}, StatusCode::kDataLoss, "not a GGUF file");
 }
 
 TEST(GgufTest, UnsupportedVersions) {
-  ExpectError(Header(0, 0, 1).bytes(), StatusCode::kInvalidArgument,
-              "version 1 is not supported (2 and 3 are)");
-  ExpectError(Header(0, 0, 4).bytes(), StatusCode::kInvalidArgument, "version 4");
-  ExpectError(Header(0, 0, 0x03000000).bytes(), StatusCode::kInvalidArgument, "big-endian");
+  ExpectGgufError(Header(0, 0, 1).bytes(), StatusCode::kInvalidArgument,
+                  "version 1 is not supported (2 and 3 are)");
+  ExpectGgufError(Header(0, 0, 4).bytes(), StatusCode::kInvalidArgument, "version 4");
+  ExpectGgufError(Header(0, 0, 0x03000000).bytes(), StatusCode::kInvalidArgument, "big-endian");
 }
 
 TEST(GgufTest, EveryTruncationIsDataLoss) {
   const std::vector<std::byte> bytes = FullWriter().Bytes();
-  auto parsed = Parse(bytes);
+  auto parsed = ParseGgufBytes(bytes);
   ASSERT_TRUE(parsed.ok());
   const TensorView& last = parsed->tensors.back();
   const size_t needed = static_cast<size_t>(last.data - bytes.data()) + last.size_bytes;
   for (size_t n = 0; n < needed; ++n) {
     const std::vector<std::byte> prefix(bytes.begin(), bytes.begin() + n);
-    auto cut = Parse(prefix);
+    auto cut = ParseGgufBytes(prefix);
     ASSERT_FALSE(cut.ok()) << n;
     ASSERT_EQ(cut.status().code(), StatusCode::kDataLoss) << n << ": " << cut.status();
   }
-  EXPECT_TRUE(Parse({bytes.begin(), bytes.begin() + needed}).ok());  // the last padding is optional
+  EXPECT_TRUE(ParseGgufBytes({bytes.begin(), bytes.begin() + needed})
+                  .ok());  // the last padding is optional
 }
 
 TEST(GgufTest, CountsThatLie) {
-  ExpectError(Header(uint64_t{1} << 60, 0).bytes(), StatusCode::kDataLoss,
-              "header claims 1152921504606846976 tensors");
-  ExpectError(Header(0, uint64_t{1} << 62).bytes(), StatusCode::kDataLoss, "key-value pairs, more");
-  ExpectError(Header(~uint64_t{0}, ~uint64_t{0}).bytes(), StatusCode::kDataLoss, "header claims");
+  ExpectGgufError(Header(uint64_t{1} << 60, 0).bytes(), StatusCode::kDataLoss,
+                  "header claims 1152921504606846976 tensors");
+  ExpectGgufError(Header(0, uint64_t{1} << 62).bytes(), StatusCode::kDataLoss,
+                  "key-value pairs, more");
+  ExpectGgufError(Header(~uint64_t{0}, ~uint64_t{0}).bytes(), StatusCode::kDataLoss,
+                  "header claims");
   // Room for the claimed pair counts, but the pairs are not there.
-  ExpectError(Header(0, 2).KeyU32("a", 1).Zeros(16).bytes(), StatusCode::kDataLoss,
-              "key-value pair 1");
+  ExpectGgufError(Header(0, 2).KeyU32("a", 1).Zeros(16).bytes(), StatusCode::kDataLoss,
+                  "key-value pair 1");
 }
 
 TEST(GgufTest, StringsAndArraysPastTheEnd) {
-  ExpectError(Header(0, 1).Put<uint64_t>(1000).Zeros(8).bytes(), StatusCode::kDataLoss,
-              "key-value pair 0: at byte 32: a key of 1000 bytes runs past the end");
-  ExpectError(
+  ExpectGgufError(Header(0, 1).Put<uint64_t>(1000).Zeros(8).bytes(), StatusCode::kDataLoss,
+                  "key-value pair 0: at byte 32: a key of 1000 bytes runs past the end");
+  ExpectGgufError(
       Header(0, 1).Str("a").Put<uint32_t>(9).Put<uint32_t>(4).Put<uint64_t>(1ull << 40).bytes(),
       StatusCode::kDataLoss, "key 'a': array of 1099511627776 u32 cannot fit");
-  ExpectError(Header(0, 1)
-                  .Str("a")
-                  .Put<uint32_t>(9)
-                  .Put<uint32_t>(8)
-                  .Put<uint64_t>(2)
-                  .Str("x")
-                  .Put<uint64_t>(999)
-                  .Zeros(8)
-                  .bytes(),
-              StatusCode::kDataLoss, "key 'a': at byte");
-  ExpectError(Header(0, 1).Str("a").Put<uint32_t>(8).Put<uint64_t>(~uint64_t{0}).bytes(),
-              StatusCode::kDataLoss, "runs past the end");
+  ExpectGgufError(Header(0, 1)
+                      .Str("a")
+                      .Put<uint32_t>(9)
+                      .Put<uint32_t>(8)
+                      .Put<uint64_t>(2)
+                      .Str("x")
+                      .Put<uint64_t>(999)
+                      .Zeros(8)
+                      .bytes(),
+                  StatusCode::kDataLoss, "key 'a': at byte");
+  ExpectGgufError(Header(0, 1).Str("a").Put<uint32_t>(8).Put<uint64_t>(~uint64_t{0}).bytes(),
+                  StatusCode::kDataLoss, "runs past the end");
 }
 
 TEST(GgufTest, BadValues) {
-  ExpectError(Header(0, 1).Str("a").Put<uint32_t>(9).Put<uint32_t>(9).Put<uint64_t>(0).bytes(),
-              StatusCode::kInvalidArgument, "key 'a': arrays of arrays are not supported");
-  ExpectError(Header(0, 1).Str("a").Put<uint32_t>(13).Zeros(8).bytes(), StatusCode::kDataLoss,
-              "key 'a': unknown value type 13");
-  ExpectError(Header(0, 1).Str("a").Put<uint32_t>(9).Put<uint32_t>(13).Put<uint64_t>(0).bytes(),
-              StatusCode::kDataLoss, "unknown array element type 13");
-  ExpectError(Header(0, 1).Str("a").Put<uint32_t>(7).Put<uint8_t>(2).bytes(), StatusCode::kDataLoss,
-              "key 'a': bool byte 2 is neither 0 nor 1");
-  ExpectError(Header(0, 2).KeyU32("a", 1).KeyU32("a", 2).bytes(), StatusCode::kDataLoss,
-              "key 'a' appears twice");
-  ExpectError(Header(0, 1).KeyU32("", 1).bytes(), StatusCode::kDataLoss, "empty key");
+  ExpectGgufError(Header(0, 1).Str("a").Put<uint32_t>(9).Put<uint32_t>(9).Put<uint64_t>(0).bytes(),
+                  StatusCode::kInvalidArgument, "key 'a': arrays of arrays are not supported");
+  ExpectGgufError(Header(0, 1).Str("a").Put<uint32_t>(13).Zeros(8).bytes(), StatusCode::kDataLoss,
+                  "key 'a': unknown value type 13");
+  ExpectGgufError(Header(0, 1).Str("a").Put<uint32_t>(9).Put<uint32_t>(13).Put<uint64_t>(0).bytes(),
+                  StatusCode::kDataLoss, "unknown array element type 13");
+  ExpectGgufError(Header(0, 1).Str("a").Put<uint32_t>(7).Put<uint8_t>(2).bytes(),
+                  StatusCode::kDataLoss, "key 'a': bool byte 2 is neither 0 nor 1");
+  ExpectGgufError(Header(0, 2).KeyU32("a", 1).KeyU32("a", 2).bytes(), StatusCode::kDataLoss,
+                  "key 'a' appears twice");
+  ExpectGgufError(Header(0, 1).KeyU32("", 1).bytes(), StatusCode::kDataLoss, "empty key");
 }
 
 TEST(GgufTest, Alignment) {
-  ExpectError(Header(0, 1).Str("general.alignment").Put<uint32_t>(10).Put<uint64_t>(32).bytes(),
-              StatusCode::kDataLoss, "general.alignment must be a u32, found u64");
-  ExpectError(Header(0, 1).KeyU32("general.alignment", 48).bytes(), StatusCode::kDataLoss,
-              "general.alignment 48 is not a power of two");
-  ExpectError(Header(0, 1).KeyU32("general.alignment", 0).bytes(), StatusCode::kDataLoss,
-              "not a power of two");
+  ExpectGgufError(Header(0, 1).Str("general.alignment").Put<uint32_t>(10).Put<uint64_t>(32).bytes(),
+                  StatusCode::kDataLoss, "general.alignment must be a u32, found u64");
+  ExpectGgufError(Header(0, 1).KeyU32("general.alignment", 48).bytes(), StatusCode::kDataLoss,
+                  "general.alignment 48 is not a power of two");
+  ExpectGgufError(Header(0, 1).KeyU32("general.alignment", 0).bytes(), StatusCode::kDataLoss,
+                  "not a power of two");
   // Found by fuzz_gguf: a re-write padded the data section to 1 GiB.
-  ExpectError(Header(0, 1).KeyU32("general.alignment", 1u << 30).bytes(), StatusCode::kDataLoss,
-              "general.alignment 1073741824 is larger than 1048576");
+  ExpectGgufError(Header(0, 1).KeyU32("general.alignment", 1u << 30).bytes(), StatusCode::kDataLoss,
+                  "general.alignment 1073741824 is larger than 1048576");
   // With alignment 16 an offset of 16 is aligned.
-  auto parsed = Parse(Header(1, 1)
-                          .KeyU32("general.alignment", 16)
-                          .Tensor("w", {4}, 0, 16)
-                          .PadTo(16)
-                          .Zeros(32)
-                          .bytes());
+  auto parsed = ParseGgufBytes(Header(1, 1)
+                                   .KeyU32("general.alignment", 16)
+                                   .Tensor("w", {4}, 0, 16)
+                                   .PadTo(16)
+                                   .Zeros(32)
+                                   .bytes());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->alignment, 16u);
 }
 
 TEST(GgufTest, TensorShapesAndTypes) {
-  ExpectError(OneTensor({1, 1, 1, 1, 1}, 0, 0, 4), StatusCode::kInvalidArgument,
-              "tensor 'w': 5 dimensions (GGUF has at most 4)");
-  ExpectError(OneTensor({4}, 31, 0, 16), StatusCode::kInvalidArgument,
-              "tensor 'w': ggml type id 31 is not one kvferry knows");
-  ExpectError(OneTensor({4}, 1000, 0, 16), StatusCode::kInvalidArgument, "ggml type id 1000");
-  ExpectError(OneTensor({16}, 2, 0, 32), StatusCode::kDataLoss,
-              "tensor 'w': rows of 16 are not whole Q4_0 blocks of 32");
-  ExpectError(OneTensor({uint64_t{1} << 63}, 0, 0, 0), StatusCode::kDataLoss, "is above 2^63 - 1");
-  ExpectError(OneTensor({uint64_t{1} << 40, uint64_t{1} << 40}, 0, 0, 0), StatusCode::kDataLoss,
-              "more than 2^63 elements");
-  ExpectError(
+  ExpectGgufError(OneTensor({1, 1, 1, 1, 1}, 0, 0, 4), StatusCode::kInvalidArgument,
+                  "tensor 'w': 5 dimensions (GGUF has at most 4)");
+  ExpectGgufError(OneTensor({4}, 31, 0, 16), StatusCode::kInvalidArgument,
+                  "tensor 'w': ggml type id 31 is not one kvferry knows");
+  ExpectGgufError(OneTensor({4}, 1000, 0, 16), StatusCode::kInvalidArgument, "ggml type id 1000");
+  ExpectGgufError(OneTensor({16}, 2, 0, 32), StatusCode::kDataLoss,
+                  "tensor 'w': rows of 16 are not whole Q4_0 blocks of 32");
+  ExpectGgufError(OneTensor({uint64_t{1} << 63}, 0, 0, 0), StatusCode::kDataLoss,
+                  "is above 2^63 - 1");
+  ExpectGgufError(OneTensor({uint64_t{1} << 40, uint64_t{1} << 40}, 0, 0, 0), StatusCode::kDataLoss,
+                  "more than 2^63 elements");
+  ExpectGgufError(
       Header(2, 0).Tensor("w", {4}, 0, 0).Tensor("w", {4}, 0, 32).PadTo(32).Zeros(64).bytes(),
       StatusCode::kDataLoss, "two tensors are named 'w'");
 }
 
 TEST(GgufTest, QuantizedTensorsAreReadAndNamedWhenRefused) {
-  auto parsed = Parse(OneTensor({256, 2}, 12, 0, 288));
+  auto parsed = ParseGgufBytes(OneTensor({256, 2}, 12, 0, 288));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   const TensorView& t = parsed->tensors[0];
   EXPECT_EQ(t.dtype, DType::kQ4_K);
@@ -380,19 +385,21 @@ TEST(GgufTest, QuantizedTensorsAreReadAndNamedWhenRefused) {
 }
 
 TEST(GgufTest, TensorPlacement) {
-  ExpectError(OneTensor({4}, 0, 4, 32), StatusCode::kDataLoss,
-              "tensor 'w': offset 4 is not a multiple of the alignment 32");
-  ExpectError(OneTensor({8}, 0, 32, 32), StatusCode::kDataLoss,
-              "tensor 'w': bytes [32, +32) run past the end of the data section (32 bytes)");
-  ExpectError(OneTensor({8}, 0, ~uint64_t{0} - 31, 32), StatusCode::kDataLoss, "run past the end");
-  ExpectError(
+  ExpectGgufError(OneTensor({4}, 0, 4, 32), StatusCode::kDataLoss,
+                  "tensor 'w': offset 4 is not a multiple of the alignment 32");
+  ExpectGgufError(OneTensor({8}, 0, 32, 32), StatusCode::kDataLoss,
+                  "tensor 'w': bytes [32, +32) run past the end of the data section (32 bytes)");
+  ExpectGgufError(OneTensor({8}, 0, ~uint64_t{0} - 31, 32), StatusCode::kDataLoss,
+                  "run past the end");
+  ExpectGgufError(
       Header(2, 0).Tensor("a", {16}, 0, 0).Tensor("b", {16}, 0, 32).PadTo(32).Zeros(96).bytes(),
       StatusCode::kDataLoss, "tensors 'a' and 'b' overlap");
-  ExpectError(Header(1, 0).Tensor("w", {0}, 0, 0).bytes(), StatusCode::kDataLoss,
-              "the data section would start at byte 64");  // infos end at 57
+  ExpectGgufError(Header(1, 0).Tensor("w", {0}, 0, 0).bytes(), StatusCode::kDataLoss,
+                  "the data section would start at byte 64");  // infos end at 57
   // Empty tensors occupy nothing, so they overlap nothing.
   EXPECT_TRUE(
-      Parse(Header(2, 0).Tensor("a", {0}, 0, 0).Tensor("b", {4}, 0, 0).PadTo(32).Zeros(16).bytes())
+      ParseGgufBytes(
+          Header(2, 0).Tensor("a", {0}, 0, 0).Tensor("b", {4}, 0, 0).PadTo(32).Zeros(16).bytes())
           .ok());
 }
 

@@ -44,7 +44,8 @@ StatusOr<SafetensorsModel> OpenDir(const TempDir& dir) {
   return SafetensorsModel::Open(dir.path());
 }
 
-void ExpectError(const StatusOr<SafetensorsModel>& m, StatusCode code, const std::string& part) {
+void ExpectModelError(const StatusOr<SafetensorsModel>& m, StatusCode code,
+                      const std::string& part) {
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), code) << m.status();
   EXPECT_NE(m.status().message().find(part), std::string_view::npos) << m.status();
@@ -95,11 +96,12 @@ TEST(SafetensorsModelTest, ShardsRoundTrip) {
 
 TEST(SafetensorsModelTest, MissingModel) {
   TempDir dir;
-  ExpectError(SafetensorsModel::Open(dir.File("nothing")), StatusCode::kNotFound, "no model at");
-  ExpectError(OpenDir(dir), StatusCode::kNotFound, "has neither model.safetensors nor");
+  ExpectModelError(SafetensorsModel::Open(dir.File("nothing")), StatusCode::kNotFound,
+                   "no model at");
+  ExpectModelError(OpenDir(dir), StatusCode::kNotFound, "has neither model.safetensors nor");
   ASSERT_TRUE(FiveTensors().WriteDirectory(dir.path(), 2).ok());
   std::filesystem::remove(dir.File("model-00002-of-00002.safetensors"));
-  ExpectError(OpenDir(dir), StatusCode::kNotFound, "model-00002-of-00002.safetensors");
+  ExpectModelError(OpenDir(dir), StatusCode::kNotFound, "model-00002-of-00002.safetensors");
 }
 
 TEST(SafetensorsModelTest, ShardsMayNotLeaveTheDirectory) {
@@ -110,7 +112,7 @@ TEST(SafetensorsModelTest, ShardsMayNotLeaveTheDirectory) {
     Json index = ReadIndex(dir);
     index["weight_map"]["t0"] = shard;
     WriteIndex(dir, index);
-    ExpectError(OpenDir(dir), StatusCode::kDataLoss, "not a file of the model directory");
+    ExpectModelError(OpenDir(dir), StatusCode::kDataLoss, "not a file of the model directory");
   }
 }
 
@@ -122,27 +124,27 @@ TEST(SafetensorsModelTest, IndexMustAgreeWithTheShards) {
   Json wrong_shard = good;
   wrong_shard["weight_map"]["t0"] = "model-00002-of-00002.safetensors";
   WriteIndex(dir, wrong_shard);
-  ExpectError(OpenDir(dir), StatusCode::kDataLoss,
-              "tensor 't0' is in shard '" + dir.File("model-00001-of-00002.safetensors"));
+  ExpectModelError(OpenDir(dir), StatusCode::kDataLoss,
+                   "tensor 't0' is in shard '" + dir.File("model-00001-of-00002.safetensors"));
 
   Json extra = good;
   extra["weight_map"]["t7"] = "model-00002-of-00002.safetensors";
   WriteIndex(dir, extra);
-  ExpectError(OpenDir(dir), StatusCode::kDataLoss, "places tensor 't7' in");
+  ExpectModelError(OpenDir(dir), StatusCode::kDataLoss, "places tensor 't7' in");
 
   Json missing = good;
   missing["weight_map"].erase("t3");
   WriteIndex(dir, missing);
-  ExpectError(OpenDir(dir), StatusCode::kDataLoss, "holds tensor 't3', which");
+  ExpectModelError(OpenDir(dir), StatusCode::kDataLoss, "holds tensor 't3', which");
 
   WriteIndex(dir, Json{{"weight_map", {{"t0", 5}}}});
-  ExpectError(OpenDir(dir), StatusCode::kDataLoss, "weight_map 't0' is not a file name");
+  ExpectModelError(OpenDir(dir), StatusCode::kDataLoss, "weight_map 't0' is not a file name");
   WriteIndex(dir, Json{{"metadata", Json::object()}});
-  ExpectError(OpenDir(dir), StatusCode::kDataLoss, "no weight_map object");
+  ExpectModelError(OpenDir(dir), StatusCode::kDataLoss, "no weight_map object");
   testing::WriteFile(dir.File(std::string(kSafetensorsIndexFile)), std::string("{nope"));
-  ExpectError(OpenDir(dir), StatusCode::kDataLoss, "not a JSON object");
+  ExpectModelError(OpenDir(dir), StatusCode::kDataLoss, "not a JSON object");
   testing::WriteFile(dir.File(std::string(kSafetensorsIndexFile)), std::string());
-  ExpectError(OpenDir(dir), StatusCode::kDataLoss, "not a JSON object");
+  ExpectModelError(OpenDir(dir), StatusCode::kDataLoss, "not a JSON object");
 
   WriteIndex(dir, good);
   EXPECT_TRUE(OpenDir(dir).ok());
@@ -161,9 +163,9 @@ TEST(SafetensorsModelTest, NoTensorInTwoShards) {
                         {{"shared", "a.safetensors"},
                          {"a.safetensors", "a.safetensors"},
                          {"b.safetensors", "b.safetensors"}}}});
-  ExpectError(OpenDir(dir), StatusCode::kDataLoss,
-              "tensor 'shared' is in shard '" + dir.File("b.safetensors") + "', but '" +
-                  dir.File("model.safetensors.index.json") + "' places it in 'a.safetensors'");
+  ExpectModelError(OpenDir(dir), StatusCode::kDataLoss,
+                   "tensor 'shared' is in shard '" + dir.File("b.safetensors") + "', but '" +
+                       dir.File("model.safetensors.index.json") + "' places it in 'a.safetensors'");
 }
 
 TEST(SafetensorsModelTest, ShardsMustAgreeOnMetadata) {
@@ -178,7 +180,7 @@ TEST(SafetensorsModelTest, ShardsMustAgreeOnMetadata) {
   }
   WriteIndex(dir, Json{{"weight_map",
                         {{"a.safetensors", "a.safetensors"}, {"b.safetensors", "b.safetensors"}}}});
-  ExpectError(OpenDir(dir), StatusCode::kDataLoss, "__metadata__ 'owner' different");
+  ExpectModelError(OpenDir(dir), StatusCode::kDataLoss, "__metadata__ 'owner' different");
 }
 
 TEST(SafetensorsModelTest, ShardCountMustFitTheTensors) {

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "http/json_body.h"
+
 namespace kvferry::http {
 
 int HttpStatusFor(StatusCode code) {
@@ -62,8 +64,7 @@ std::string OpenAiErrorBody(int http_status, const std::string& message, const s
                         {"type", OpenAiErrorType(http_status)},
                         {"param", param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param)},
                         {"code", http_status}};
-  return nlohmann::json{{"error", err}}.dump(-1, ' ', false,
-                                             nlohmann::json::error_handler_t::replace);
+  return JsonBody(nlohmann::json{{"error", err}});
 }
 
 std::string OpenAiErrorBody(const Status& status, const std::string& param) {

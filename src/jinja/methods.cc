@@ -346,7 +346,7 @@ const std::unordered_set<std::string>& UnsupportedStrMethods() {
   return *names;
 }
 
-Value Unsupported(const std::string& type, const std::string& name) {
+Value UnsupportedMethod(const std::string& type, const std::string& name) {
   return Value::MakeCallable(type + "." + name, [type, name](CallArgs) -> StatusOr<Value> {
     return UnimplementedError(type + "." + name + "() is not supported by kvferry's renderer");
   });
@@ -366,7 +366,7 @@ std::optional<Value> StrMethod(const std::string& s, const std::string& name, Bu
       return fn(s, args, *budget);
     });
   }
-  if (UnsupportedStrMethods().count(name) != 0) return Unsupported("str", name);
+  if (UnsupportedStrMethods().count(name) != 0) return UnsupportedMethod("str", name);
   return std::nullopt;
 }
 
@@ -407,7 +407,7 @@ std::optional<Value> DictMethod(const Value& obj, const std::string& name) {
       name == "update") {
     return Unsafe("dict", name);
   }
-  if (name == "fromkeys") return Unsupported("dict", name);
+  if (name == "fromkeys") return UnsupportedMethod("dict", name);
   return std::nullopt;
 }
 

@@ -42,11 +42,11 @@ std::string Dump(const Expr* e) {
       return out + ")";
     }
     case ExprKind::kGetAttr: {
-      const auto* g = static_cast<const GetAttr*>(e);
+      const auto* g = static_cast<const ast::GetAttr*>(e);
       return "(. " + Dump(g->operand.get()) + " " + g->name + ")";
     }
     case ExprKind::kGetItem: {
-      const auto* g = static_cast<const GetItem*>(e);
+      const auto* g = static_cast<const ast::GetItem*>(e);
       return "([] " + Dump(g->operand.get()) + " " + Dump(g->index.get()) + ")";
     }
     case ExprKind::kSlice: {

@@ -13,7 +13,7 @@ namespace {
 
 constexpr int64_t kTokens = 300;  // tokens in the sequence; ~2.3 blocks of 128
 
-CacheSpec Spec(int32_t block_size_kernel, Layout layout, DType dtype) {
+CacheSpec KernelSpec(int32_t block_size_kernel, Layout layout, DType dtype) {
   CacheSpec s;
   s.num_layers = 2;
   s.num_kv_heads = 2;
@@ -102,8 +102,8 @@ TEST(RelayoutTest, FastEqualsReferenceOverEveryGeometryPair) {
           for (Layout lb : kLayouts) {
             SCOPED_TRACE(testing::Message() << DTypeName(dtype) << " " << bs_a << LayoutName(la)
                                             << " -> " << bs_b << LayoutName(lb));
-            const CacheSpec sa = Spec(bs_a, la, dtype);
-            const CacheSpec sb = Spec(bs_b, lb, dtype);
+            const CacheSpec sa = KernelSpec(bs_a, la, dtype);
+            const CacheSpec sb = KernelSpec(bs_b, lb, dtype);
             Side a = MakeSide(sa, rng);
             Side b = MakeSide(sb, rng);
             for (const Range& range : ranges) {
@@ -178,9 +178,9 @@ TEST(RelayoutTest, HeadRangesOverEveryGeometryPair) {
                            << c.src_heads << " -> " << bs_b << LayoutName(lb) << "/" << c.dst_heads
                            << " heads " << c.range.src_first << "->" << c.range.dst_first << " x"
                            << c.range.count);
-              CacheSpec sa = Spec(bs_a, la, dtype);
+              CacheSpec sa = KernelSpec(bs_a, la, dtype);
               sa.num_kv_heads = c.src_heads;
-              CacheSpec sb = Spec(bs_b, lb, dtype);
+              CacheSpec sb = KernelSpec(bs_b, lb, dtype);
               sb.num_kv_heads = c.dst_heads;
               Side a = MakeSide(sa, rng);
               Side b = MakeSide(sb, rng);
@@ -224,8 +224,8 @@ TEST(RelayoutTest, HeadRangesOverEveryGeometryPair) {
 // use), and VLLM_CPU round-trips through another block size back to NHD bit for bit.
 TEST(RelayoutTest, VllmCpuLayoutPutsEveryElementWhereVllmDoes) {
   std::mt19937 rng(11);
-  CacheSpec nhd = Spec(16, Layout::kNHD, DType::kF32);
-  CacheSpec vllm = Spec(32, Layout::kVllmCpu, DType::kF32);
+  CacheSpec nhd = KernelSpec(16, Layout::kNHD, DType::kF32);
+  CacheSpec vllm = KernelSpec(32, Layout::kVllmCpu, DType::kF32);
   ASSERT_EQ(vllm.num_regions(), vllm.num_layers);
   EXPECT_EQ(vllm.RegionShape(),
             (std::vector<int64_t>{vllm.num_blocks_kernel, 2, 32, 2 * vllm.head_dim}));
@@ -253,7 +253,7 @@ TEST(RelayoutTest, VllmCpuLayoutPutsEveryElementWhereVllmDoes) {
       }
     }
   }
-  Side c = MakeSide(Spec(64, Layout::kVllmCpu, DType::kF32), rng);
+  Side c = MakeSide(KernelSpec(64, Layout::kVllmCpu, DType::kF32), rng);
   Side back = MakeSide(nhd, rng);
   ASSERT_TRUE(
       RelayoutTokens(SourceViewOf(*b.cache, b.table), DestViewOf(*c.cache, c.table), 0, kTokens)
@@ -272,7 +272,7 @@ TEST(RelayoutTest, VllmCpuLayoutPutsEveryElementWhereVllmDoes) {
 
 // A tensor-parallel rank's heads of a VLLM_CPU block are one contiguous page run.
 TEST(RelayoutTest, VllmCpuHeadSlicesAreContiguousPages) {
-  CacheSpec s = Spec(32, Layout::kVllmCpu, DType::kBF16);
+  CacheSpec s = KernelSpec(32, Layout::kVllmCpu, DType::kBF16);
   s.num_kv_heads = 4;
   const uint64_t page = 2 * 32 * s.head_dim * 2;  // K and V tiles of one head, bytes
   const auto ranges = s.HeadSliceBytes(KernelBlockId(3), 2, 1, 2);
@@ -292,9 +292,9 @@ TEST(RelayoutTest, VllmCpuHeadSlicesAreContiguousPages) {
 }
 
 TEST(RelayoutTest, RejectsHeadRangesOutsideEitherSide) {
-  CacheSpec four = Spec(16, Layout::kNHD, DType::kF32);
+  CacheSpec four = KernelSpec(16, Layout::kNHD, DType::kF32);
   four.num_kv_heads = 4;
-  CacheSpec two = Spec(16, Layout::kHND, DType::kF32);
+  CacheSpec two = KernelSpec(16, Layout::kHND, DType::kF32);
   EXPECT_TRUE(CheckRelayoutCompatible(four, two, {2, 0, 2}).ok());
   EXPECT_EQ(CheckRelayoutCompatible(four, two, {3, 0, 2}).code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(CheckRelayoutCompatible(four, two, {0, 1, 2}).code(), StatusCode::kInvalidArgument);
@@ -306,7 +306,7 @@ TEST(RelayoutTest, WorksOnRawRegionPointers) {
   // A staging buffer holding only the kernel blocks of tokens [128, 256) of P (kernel 64, HND),
   // copied into D's cache (kernel 16, NHD).
   std::mt19937 rng(5);
-  CacheSpec staging = Spec(64, Layout::kHND, DType::kBF16);
+  CacheSpec staging = KernelSpec(64, Layout::kHND, DType::kBF16);
   staging.num_blocks_kernel = 2;
   std::vector<std::vector<std::byte>> buffers(staging.num_regions(),
                                               std::vector<std::byte>(staging.region_bytes()));
@@ -319,7 +319,7 @@ TEST(RelayoutTest, WorksOnRawRegionPointers) {
   const std::vector<KernelBlockId> src_table{KernelBlockId(-1), KernelBlockId(-1), KernelBlockId(0),
                                              KernelBlockId(1)};
   src.block_table = src_table;
-  Side d = MakeSide(Spec(16, Layout::kNHD, DType::kBF16), rng);
+  Side d = MakeSide(KernelSpec(16, Layout::kNHD, DType::kBF16), rng);
   auto d_ref = Clone(*d.cache);
   ASSERT_TRUE(RelayoutTokens(src, DestViewOf(*d.cache, d.table), 128, 256).ok());
   ASSERT_TRUE(RelayoutTokensReference(src, DestViewOf(*d_ref, d.table), 128, 256).ok());
@@ -333,11 +333,11 @@ TEST(RelayoutTest, WorksOnRawRegionPointers) {
 TEST(RelayoutTest, MlaLatentRegions) {
   std::mt19937 rng(3);
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    CacheSpec sa = Spec(16, Layout::kNHD, dtype);
+    CacheSpec sa = KernelSpec(16, Layout::kNHD, dtype);
     sa.kind = AttentionKind::kMLA;
     sa.num_kv_heads = 1;
     sa.head_dim = 12;
-    CacheSpec sb = Spec(64, Layout::kHND, dtype);
+    CacheSpec sb = KernelSpec(64, Layout::kHND, dtype);
     sb.kind = AttentionKind::kMLA;
     sb.num_kv_heads = 1;
     sb.head_dim = 12;
@@ -358,14 +358,14 @@ TEST(RelayoutTest, MlaLatentRegions) {
 
 TEST(RelayoutTest, RejectsMismatchedModelsAndBadRanges) {
   std::mt19937 rng(9);
-  Side a = MakeSide(Spec(16, Layout::kNHD, DType::kF16), rng);
-  Side b = MakeSide(Spec(32, Layout::kHND, DType::kBF16), rng);
+  Side a = MakeSide(KernelSpec(16, Layout::kNHD, DType::kF16), rng);
+  Side b = MakeSide(KernelSpec(32, Layout::kHND, DType::kBF16), rng);
   const Status dtype =
       RelayoutTokens(SourceViewOf(*a.cache, a.table), DestViewOf(*b.cache, b.table), 0, 10);
   EXPECT_EQ(dtype.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(dtype.message().find("dtype"), std::string_view::npos);
 
-  CacheSpec heads = Spec(32, Layout::kHND, DType::kF16);
+  CacheSpec heads = KernelSpec(32, Layout::kHND, DType::kF16);
   heads.num_kv_heads = 4;
   EXPECT_NE(CheckRelayoutCompatible(a.cache->spec(), heads).message().find("num_kv_heads"),
             std::string_view::npos);
@@ -373,7 +373,7 @@ TEST(RelayoutTest, RejectsMismatchedModelsAndBadRanges) {
   layers.num_layers = 3;
   EXPECT_EQ(CheckRelayoutCompatible(a.cache->spec(), layers).code(), StatusCode::kInvalidArgument);
 
-  Side c = MakeSide(Spec(32, Layout::kHND, DType::kF16), rng);
+  Side c = MakeSide(KernelSpec(32, Layout::kHND, DType::kF16), rng);
   auto c_before = Clone(*c.cache);
   const auto src = SourceViewOf(*a.cache, a.table);
   const auto dst = DestViewOf(*c.cache, c.table);

@@ -2,12 +2,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "http/json_body.h"
+
 namespace kvferry::proxy {
 namespace {
 
 using nlohmann::json;
 
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+using http::JsonBody;
 
 StatusOr<json> ParseCompletion(std::string_view body) {
   json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -27,7 +29,7 @@ StatusOr<PrefillAnswer> ReadPrefillAnswer(std::string_view body) {
   PrefillAnswer a;
   auto kv = j.find("kv_transfer_params");
   if (kv != j.end() && kv->is_object()) {
-    a.kv_transfer_params = Dump(*kv);
+    a.kv_transfer_params = JsonBody(*kv);
     auto id = kv->find("first_token_id");
     a.has_first_token = id != kv->end() && id->is_number_integer();
     auto blocks = kv->find("remote_block_ids");
@@ -46,7 +48,7 @@ PrefillAnswer WithoutFirstToken(PrefillAnswer answer) {
        {"first_token_id", "first_token_logprob", "first_token_top_logprobs", "sampling_seed"}) {
     kv.erase(key);
   }
-  answer.kv_transfer_params = Dump(kv);
+  answer.kv_transfer_params = JsonBody(kv);
   return answer;
 }
 
@@ -75,7 +77,7 @@ StatusOr<std::string> PrefillAnswerAsChunk(std::string_view body, bool final) {
     choice["delta"] = std::move(delta);
   }
   if (!final) choice["finish_reason"] = nullptr;
-  return "data: " + Dump(j) + "\n\n";
+  return "data: " + JsonBody(j) + "\n\n";
 }
 
 std::string PrefillUsageChunk(std::string_view body) {
@@ -86,7 +88,7 @@ std::string PrefillUsageChunk(std::string_view body) {
   json chunk = {{"id", j.value("id", "")},          {"object", object},
                 {"created", j.value("created", 0)}, {"model", j.value("model", "")},
                 {"choices", json::array()},         {"usage", j["usage"]}};
-  return "data: " + Dump(chunk) + "\n\n";
+  return "data: " + JsonBody(chunk) + "\n\n";
 }
 
 bool WantsUsageChunk(std::string_view client_body) {

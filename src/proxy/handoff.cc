@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "http/json_body.h"
+
 namespace kvferry::proxy {
 namespace {
 
@@ -14,7 +16,7 @@ StatusOr<json> ParseObject(std::string_view body, const char* what) {
   return j;
 }
 
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+using http::JsonBody;
 
 }  // namespace
 
@@ -28,7 +30,7 @@ StatusOr<std::string> BuildPrefillBody(std::string_view client_body) {
   if (j.contains("max_completion_tokens")) j["max_completion_tokens"] = 1;
   j.erase("min_tokens");
   j.erase("stream_options");
-  return Dump(j);
+  return JsonBody(j);
 }
 
 StatusOr<std::string> BuildWholeOnPrefillBody(std::string_view client_body) {
@@ -36,7 +38,7 @@ StatusOr<std::string> BuildWholeOnPrefillBody(std::string_view client_body) {
   j["stream"] = false;
   j.erase("stream_options");
   j.erase("kv_transfer_params");
-  return Dump(j);
+  return JsonBody(j);
 }
 
 StatusOr<std::string> ExtractKvTransferParams(std::string_view prefill_response_body) {
@@ -47,7 +49,7 @@ StatusOr<std::string> ExtractKvTransferParams(std::string_view prefill_response_
         "prefill instance answered without kv_transfer_params; is it started with "
         "--kv-transfer-config?");
   }
-  return Dump(*it);
+  return JsonBody(*it);
 }
 
 StatusOr<std::string> BuildDecodeBody(std::string_view client_body,
@@ -55,7 +57,7 @@ StatusOr<std::string> BuildDecodeBody(std::string_view client_body,
   KVF_ASSIGN_OR_RETURN(json j, ParseObject(client_body, "request body"));
   KVF_ASSIGN_OR_RETURN(json kv, ParseObject(kv_transfer_params_json, "kv_transfer_params"));
   j["kv_transfer_params"] = std::move(kv);
-  return Dump(j);
+  return JsonBody(j);
 }
 
 bool WantsStream(std::string_view client_body) {

@@ -33,7 +33,8 @@ struct Scripted : http::testing::TestServer {
         }) {}
 };
 
-std::unique_ptr<ProxyServer> StartProxy(std::vector<std::string> p, std::vector<std::string> d) {
+std::unique_ptr<ProxyServer> StartPollingProxy(std::vector<std::string> p,
+                                               std::vector<std::string> d) {
   ProxyOptions o;
   o.port = 0;
   o.prefill_urls = std::move(p);
@@ -84,7 +85,7 @@ TEST(ProxyClusterTest, ADeadPrefillIsRetriedElsewhereAndEjected) {
   Instance p, d;
   std::unique_ptr<Instance> doomed = std::make_unique<Instance>();
   const std::string doomed_url = doomed->url();
-  auto proxy = StartProxy({doomed_url, p.url()}, {d.url()});
+  auto proxy = StartPollingProxy({doomed_url, p.url()}, {d.url()});
   ASSERT_TRUE(WaitHealthy(*proxy, 3));
   doomed.reset();  // gone before the poller notices: the first requests find it dead
   for (int i = 0; i < 6; ++i) {
@@ -113,7 +114,7 @@ TEST(ProxyClusterTest, ADecodeFailingBeforeItsFirstTokenIsRetriedWithTheSamePara
     res.set_content(R"({"error":{"message":"draining","type":"x","param":null,"code":503}})",
                     "application/json");
   });
-  auto proxy = StartProxy({p.url()}, {failing.url(), d.url()});
+  auto proxy = StartPollingProxy({p.url()}, {failing.url(), d.url()});
   ASSERT_TRUE(WaitHealthy(*proxy, 3));
   int retried = 0;
   for (int i = 0; i < 4; ++i) {
@@ -146,7 +147,7 @@ TEST(ProxyClusterTest, ADecodeDyingMidStreamEndsTheStreamWithAnErrorNotARetry) {
       return false;  // the connection drops after one token
     });
   });
-  auto proxy = StartProxy({p.url()}, {dies.url()});
+  auto proxy = StartPollingProxy({p.url()}, {dies.url()});
   ASSERT_TRUE(WaitHealthy(*proxy, 2));
   auto r = Complete(*proxy, R"({"prompt":"abc","max_tokens":5,"stream":true})");
   ASSERT_TRUE(r);
@@ -160,7 +161,7 @@ TEST(ProxyClusterTest, ADecodeDyingMidStreamEndsTheStreamWithAnErrorNotARetry) {
 
 TEST(ProxyClusterTest, PromptsSharingTheirLeadingBytesGoToTheSamePrefill) {
   Instance p0, p1, d;
-  auto proxy = StartProxy({p0.url(), p1.url()}, {d.url()});
+  auto proxy = StartPollingProxy({p0.url(), p1.url()}, {d.url()});
   ASSERT_TRUE(WaitHealthy(*proxy, 3));
   const std::string shared(160, 's');
   std::set<std::string> homes, spread;
@@ -189,7 +190,7 @@ TEST(ProxyClusterTest, NoDecodeLeftAnswersTheLastErrorNamingIt) {
     res.set_content(R"({"error":{"message":"boom","type":"x","param":null,"code":500}})",
                     "application/json");
   });
-  auto proxy = StartProxy({p.url()}, {failing.url()});
+  auto proxy = StartPollingProxy({p.url()}, {failing.url()});
   auto r = Complete(*proxy, R"({"prompt":"abc"})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 500);

@@ -50,8 +50,8 @@ const char* kDecodeStream =
     "data: {\"choices\":[{\"index\":0,\"text\":\"c\",\"finish_reason\":\"length\"}]}\n\n"
     "data: [DONE]\n\n";
 
-std::unique_ptr<ProxyServer> StartProxy(const std::string& p, const std::string& d,
-                                        bool first_token_from_prefill = true) {
+std::unique_ptr<ProxyServer> StartFirstTokenProxy(const std::string& p, const std::string& d,
+                                                  bool first_token_from_prefill = true) {
   ProxyOptions o;
   o.first_token_from_prefill = first_token_from_prefill;
   o.port = 0;
@@ -89,7 +89,7 @@ TEST(ProxyFirstTokenTest, StreamStartsWithPsTokenThenDs) {
     decode_request = json::parse(req.body);
     res.set_content(kDecodeStream, "text/event-stream");
   });
-  auto proxy = StartProxy(p.url(), d.url());
+  auto proxy = StartFirstTokenProxy(p.url(), d.url());
   httplib::Client c("127.0.0.1", proxy->port());
   auto r = c.Post("/v1/completions", R"({"prompt":"abc","max_tokens":3,"stream":true})",
                   "application/json");
@@ -124,7 +124,7 @@ AfterPsToken StreamWhenDAnswers(int status, const std::string& body) {
     res.status = status;
     res.set_content(body, "application/json");
   });
-  auto proxy = StartProxy(p.url(), d.url());
+  auto proxy = StartFirstTokenProxy(p.url(), d.url());
   httplib::Client c("127.0.0.1", proxy->port());
   auto r = c.Post("/v1/completions", R"({"prompt":"abc","max_tokens":3,"stream":true})",
                   "application/json");
@@ -173,7 +173,7 @@ TEST(ProxyFirstTokenTest, TokenThatEndsTheRequestIsPsAnswer) {
     ++decode_calls;
     res.set_content(kDecodeStream, "text/event-stream");
   });
-  auto proxy = StartProxy(p.url(), d.url());
+  auto proxy = StartFirstTokenProxy(p.url(), d.url());
   httplib::Client c("127.0.0.1", proxy->port());
   auto whole = c.Post("/v1/completions", R"({"prompt":"abc","max_tokens":3})", "application/json");
   ASSERT_TRUE(whole);
@@ -206,7 +206,7 @@ TEST(ProxyFirstTokenTest, OneTokenGoesToPWithoutKvTransferParams) {
     ++decode_calls;
     res.set_content("{}", "application/json");
   });
-  auto proxy = StartProxy(p.url(), d.url());
+  auto proxy = StartFirstTokenProxy(p.url(), d.url());
   httplib::Client c("127.0.0.1", proxy->port());
   auto r = c.Post("/v1/completions", R"({"prompt":"abc","max_tokens":1})", "application/json");
   ASSERT_TRUE(r);
@@ -230,7 +230,7 @@ TEST(ProxyFirstTokenTest, OlderHandoffLeavesTheFirstTokenToD) {
     decode_request = json::parse(req.body);
     res.set_content(kDecodeStream, "text/event-stream");
   });
-  auto proxy = StartProxy(p.url(), d.url(), /*first_token_from_prefill=*/false);
+  auto proxy = StartFirstTokenProxy(p.url(), d.url(), /*first_token_from_prefill=*/false);
   httplib::Client c("127.0.0.1", proxy->port());
   auto r = c.Post("/v1/completions", R"({"prompt":"abc","max_tokens":1,"stream":true})",
                   "application/json");

@@ -1,6 +1,7 @@
 // Formatting of OpenAI responses and server-sent events (openai_protocol.h).
 #include <nlohmann/json.hpp>
 
+#include "http/json_body.h"
 #include "kvferry/server/openai_protocol.h"
 
 namespace kvferry::server {
@@ -8,7 +9,7 @@ namespace {
 
 using nlohmann::json;
 
-std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+using http::JsonBody;
 
 // The JSON writer replaces invalid UTF-8; `bytes` keeps the exact token bytes (chat format).
 json BytesOf(const std::string& s) {
@@ -127,7 +128,7 @@ std::string FormatResponse(const ResponseHeader& header, const ChoiceOutput& cho
   j["usage"] = UsageJson(usage);
   j["kv_transfer_params"] = kv.params ? connector::ToJson(*kv.params) : json();
   if (kv.load) j["kv_load"] = LoadJson(*kv.load);
-  return Dump(j);
+  return JsonBody(j);
 }
 
 std::string FormatStreamChunk(const ResponseHeader& header, const ChoiceOutput& delta, bool first,
@@ -139,14 +140,14 @@ std::string FormatStreamChunk(const ResponseHeader& header, const ChoiceOutput& 
   }
   if (kv.params) j["kv_transfer_params"] = connector::ToJson(*kv.params);
   if (kv.load) j["kv_load"] = LoadJson(*kv.load);
-  return "data: " + Dump(j) + "\n\n";
+  return "data: " + JsonBody(j) + "\n\n";
 }
 
 std::string FormatUsageChunk(const ResponseHeader& header, const Usage& usage) {
   json j = Envelope(header, /*stream=*/true);
   j["choices"] = json::array();
   j["usage"] = UsageJson(usage);
-  return "data: " + Dump(j) + "\n\n";
+  return "data: " + JsonBody(j) + "\n\n";
 }
 
 std::string FormatStreamError(const std::string& error_body) {

@@ -16,8 +16,8 @@ std::vector<std::string> Split(const AddedVocabulary& v, std::string_view text,
   return out;
 }
 
-AddedVocabulary Make(std::vector<AddedToken> tokens, const Normalizer* n = nullptr,
-                     bool encode_special = false) {
+AddedVocabulary MakeVocabulary(std::vector<AddedToken> tokens, const Normalizer* n = nullptr,
+                               bool encode_special = false) {
   StatusOr<AddedVocabulary> v = AddedVocabulary::Create(std::move(tokens), n, encode_special);
   EXPECT_TRUE(v.ok()) << v.status();
   return v.ok() ? std::move(v).value() : AddedVocabulary();
@@ -26,7 +26,7 @@ AddedVocabulary Make(std::vector<AddedToken> tokens, const Normalizer* n = nullp
 using V = std::vector<std::string>;
 
 TEST(AddedVocabularyTest, LeftmostLongest) {
-  AddedVocabulary v = Make({{"<|a|>", 10}, {"<|a|><|b|>", 11}, {"<|b|>", 12}});
+  AddedVocabulary v = MakeVocabulary({{"<|a|>", 10}, {"<|a|><|b|>", 11}, {"<|b|>", 12}});
   EXPECT_EQ(Split(v, "x<|a|><|b|>y<|b|><|a|>"), (V{"x", "#11", "y", "#12", "#10"}));
   EXPECT_EQ(Split(v, "plain"), (V{"plain"}));
   EXPECT_EQ(Split(v, ""), (V{""}));
@@ -37,7 +37,7 @@ TEST(AddedVocabularyTest, StripFlagsTakeNeighbouringWhitespace) {
   l.lstrip = true;
   AddedToken r{"<R>", 2};
   r.rstrip = true;
-  AddedVocabulary v = Make({l, r});
+  AddedVocabulary v = MakeVocabulary({l, r});
   EXPECT_EQ(Split(v, "a  <L> b"), (V{"a", "#1", " b"}));
   EXPECT_EQ(Split(v, "a <R> \t b"), (V{"a ", "#2", "b"}));
 }
@@ -45,7 +45,7 @@ TEST(AddedVocabularyTest, StripFlagsTakeNeighbouringWhitespace) {
 TEST(AddedVocabularyTest, SingleWordOnlyBetweenNonWordCharacters) {
   AddedToken t{"cat", 5};
   t.single_word = true;
-  AddedVocabulary v = Make({t});
+  AddedVocabulary v = MakeVocabulary({t});
   EXPECT_EQ(Split(v, "a cat!"), (V{"a ", "#5", "!"}));
   EXPECT_EQ(Split(v, "concat cats"), (V{"concat cats"}));
 }
@@ -57,7 +57,7 @@ TEST(AddedVocabularyTest, NormalizedTokensMatchTheirNormalizedForm) {
   ASSERT_TRUE(n.ok());
   AddedToken t{"HELLO", 7};
   t.normalized = true;
-  AddedVocabulary v = Make({t}, n->get());
+  AddedVocabulary v = MakeVocabulary({t}, n->get());
   EXPECT_EQ(Split(v, "say hello", /*normalized=*/true), (V{"say ", "#7"}));
   EXPECT_EQ(Split(v, "say hello", /*normalized=*/false), (V{"say hello"}));  // raw kind: none
 }
@@ -66,7 +66,7 @@ TEST(AddedVocabularyTest, EncodeSpecialTokensLeavesSpecialsAsText) {
   AddedToken s{"<s>", 1};
   s.special = true;
   AddedToken u{"<u>", 2};
-  AddedVocabulary v = Make({s, u}, nullptr, /*encode_special=*/true);
+  AddedVocabulary v = MakeVocabulary({s, u}, nullptr, /*encode_special=*/true);
   EXPECT_EQ(Split(v, "<s>x<u>"), (V{"<s>x", "#2"}));
   EXPECT_EQ(v.FindContent("<s>")->id, 1);
   EXPECT_EQ(v.FindId(2)->content, "<u>");

@@ -134,9 +134,10 @@ class Strip : public Decoder {
   size_t start_, stop_;
 };
 
-class Sequence : public Decoder {
+class SequenceDecoder : public Decoder {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<Decoder>> steps) : steps_(std::move(steps)) {}
+  explicit SequenceDecoder(std::vector<std::unique_ptr<Decoder>> steps)
+      : steps_(std::move(steps)) {}
   void DecodeChain(std::vector<std::string>* tokens, bool at_start) const override {
     for (const auto& step : steps_) step->DecodeChain(tokens, at_start);
   }
@@ -153,7 +154,7 @@ StatusOr<std::string> OneChar(const JsonSection& section, const char* key) {
   return c;
 }
 
-StatusOr<std::unique_ptr<Decoder>> MetaspaceFromJson(const JsonSection& section) {
+StatusOr<std::unique_ptr<Decoder>> MetaspaceDecoderFromJson(const JsonSection& section) {
   KVF_ASSIGN_OR_RETURN(std::string replacement, OneChar(section, "replacement"));
   KVF_ASSIGN_OR_RETURN(std::string scheme, section.StringOr("prepend_scheme", ""));
   KVF_ASSIGN_OR_RETURN(bool add_prefix_space, section.BoolOr("add_prefix_space", true));
@@ -187,7 +188,7 @@ StatusOr<std::unique_ptr<Decoder>> StripFromJson(const JsonSection& section) {
 StatusOr<std::unique_ptr<Decoder>> DecoderFromJson(const JsonSection& section) {
   KVF_ASSIGN_OR_RETURN(std::string type, section.Type());
   if (type == "ByteLevel") return MakeByteLevelDecoder();
-  if (type == "Metaspace") return MetaspaceFromJson(section);
+  if (type == "Metaspace") return MetaspaceDecoderFromJson(section);
   if (type == "Replace") return ReplaceFromJson(section);
   if (type == "ByteFallback") return MakeByteFallbackDecoder();
   if (type == "Fuse") return MakeFuseDecoder();
@@ -214,7 +215,7 @@ std::unique_ptr<Decoder> MakeStripDecoder(std::string content, size_t start, siz
   return std::make_unique<Strip>(std::move(content), start, stop);
 }
 std::unique_ptr<Decoder> MakeSequenceDecoder(std::vector<std::unique_ptr<Decoder>> steps) {
-  return std::make_unique<Sequence>(std::move(steps));
+  return std::make_unique<SequenceDecoder>(std::move(steps));
 }
 
 }  // namespace kvferry::tokenizer

@@ -16,7 +16,7 @@ nlohmann::json QwenLike() {
   return j;
 }
 
-Ids Encode(const Tokenizer& t, std::string_view text, bool special = true) {
+Ids EncodeOk(const Tokenizer& t, std::string_view text, bool special = true) {
   StatusOr<Ids> ids = t.Encode(text, special);
   EXPECT_TRUE(ids.ok()) << ids.status();
   return ids.ok() ? *ids : Ids{};
@@ -34,8 +34,8 @@ TEST(GgufTest, ExportThenLoadEncodesAsTheOriginal) {
     ASSERT_TRUE(gguf.ok()) << gguf.status();
     for (const char* text : {"Hello world!", "hello hi", " \xE4\xB8\xAD x", "<s>Hello</s>",
                              "<|im_start|>hell\n<think>", "cafe\xCC\x81", ""}) {
-      EXPECT_EQ(Encode(*gguf, text), Encode(*hf, text)) << text;
-      EXPECT_EQ(gguf->Decode(Encode(*gguf, text), false), hf->Decode(Encode(*hf, text), false));
+      EXPECT_EQ(EncodeOk(*gguf, text), EncodeOk(*hf, text)) << text;
+      EXPECT_EQ(gguf->Decode(EncodeOk(*gguf, text), false), hf->Decode(EncodeOk(*hf, text), false));
     }
     EXPECT_EQ(gguf->vocab_size(), hf->vocab_size());
     EXPECT_EQ(gguf->bos_token_id(), hf->bos_token_id());
@@ -100,9 +100,9 @@ GgufTokenizerMetadata TinySentencePiece() {
 TEST(GgufTest, SentencePieceMergesFromScores) {
   StatusOr<Tokenizer> t = Tokenizer::FromGguf(TinySentencePiece());
   ASSERT_TRUE(t.ok()) << t.status();
-  EXPECT_EQ(Encode(*t, "ab"), (Ids{1, 8}));        // ▁ a b -> ▁ ab -> ▁ab
-  EXPECT_EQ(Encode(*t, "a", false), (Ids{6}));     // ▁ a -> ▁a
-  EXPECT_EQ(Encode(*t, "c", false), (Ids{3, 0}));  // no byte tokens: <unk>
+  EXPECT_EQ(EncodeOk(*t, "ab"), (Ids{1, 8}));        // ▁ a b -> ▁ ab -> ▁ab
+  EXPECT_EQ(EncodeOk(*t, "a", false), (Ids{6}));     // ▁ a -> ▁a
+  EXPECT_EQ(EncodeOk(*t, "c", false), (Ids{3, 0}));  // no byte tokens: <unk>
   EXPECT_EQ(t->Decode(Ids{1, 8, 6}, true), "ab a");
   EXPECT_EQ(t->bos_token_id(), 1);  // llama.cpp's defaults for SentencePiece
   EXPECT_EQ(t->eos_token_ids(), (Ids{2}));
@@ -115,7 +115,7 @@ TEST(GgufTest, Gpt2PreTypesAndFlags) {
   // qwen2 normalizes to NFC as Qwen's tokenizer.json does: é decomposed encodes as composed.
   StatusOr<Tokenizer> t = Tokenizer::FromGguf(*meta);
   ASSERT_TRUE(t.ok());
-  EXPECT_EQ(Encode(*t, "cafe\xCC\x81"), Encode(*t, "caf\xC3\xA9"));
+  EXPECT_EQ(EncodeOk(*t, "cafe\xCC\x81"), EncodeOk(*t, "caf\xC3\xA9"));
   // llama-bpe adds bos unless add_bos_token says otherwise; eot and eom also end generation.
   meta->pre = "llama-bpe";
   meta->bos_token_id = 300;
@@ -125,7 +125,7 @@ TEST(GgufTest, Gpt2PreTypesAndFlags) {
   StatusOr<Tokenizer> llama = Tokenizer::FromGguf(*meta);
   ASSERT_TRUE(llama.ok()) << llama.status();
   EXPECT_TRUE(llama->add_bos());
-  EXPECT_EQ(Encode(*llama, "hi").front(), 300);
+  EXPECT_EQ(EncodeOk(*llama, "hi").front(), 300);
   EXPECT_EQ(llama->eos_token_ids(), (Ids{301, 300}));
 }
 

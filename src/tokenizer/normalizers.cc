@@ -88,9 +88,10 @@ class Strip : public Normalizer {
   bool left_, right_;
 };
 
-class Sequence : public Normalizer {
+class SequenceNormalizer : public Normalizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<Normalizer>> steps) : steps_(std::move(steps)) {}
+  explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> steps)
+      : steps_(std::move(steps)) {}
   Status Normalize(std::string* text, size_t max_bytes) const override {
     for (const auto& step : steps_) KVF_RETURN_IF_ERROR(step->Normalize(text, max_bytes));
     return Status::Ok();
@@ -100,7 +101,7 @@ class Sequence : public Normalizer {
   std::vector<std::unique_ptr<Normalizer>> steps_;
 };
 
-StatusOr<std::unique_ptr<Normalizer>> SequenceFromJson(const JsonSection& section) {
+StatusOr<std::unique_ptr<Normalizer>> SequenceNormalizerFromJson(const JsonSection& section) {
   KVF_ASSIGN_OR_RETURN(JsonSection list, section.Array("normalizers"));
   std::vector<std::unique_ptr<Normalizer>> steps;
   for (size_t i = 0; i < list.json().size(); ++i) {
@@ -135,7 +136,7 @@ StatusOr<std::unique_ptr<Normalizer>> NormalizerFromJson(const JsonSection& sect
     KVF_ASSIGN_OR_RETURN(bool right, section.BoolOr("strip_right", true));
     return std::unique_ptr<Normalizer>(new Strip(left, right));
   }
-  if (type == "Sequence") return SequenceFromJson(section);
+  if (type == "Sequence") return SequenceNormalizerFromJson(section);
   return section.Unsupported(fmt::format("unsupported normalizer type \"{}\"", type));
 }
 
@@ -150,7 +151,7 @@ std::unique_ptr<Normalizer> MakeReplaceNormalizer(Pattern pattern, std::string c
 }
 std::unique_ptr<Normalizer> MakeSequenceNormalizer(
     std::vector<std::unique_ptr<Normalizer>> normalizers) {
-  return std::make_unique<Sequence>(std::move(normalizers));
+  return std::make_unique<SequenceNormalizer>(std::move(normalizers));
 }
 
 }  // namespace kvferry::tokenizer

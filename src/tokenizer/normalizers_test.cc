@@ -15,43 +15,44 @@ StatusOr<std::string> RunNormalizer(const nlohmann::json& config, std::string te
   return text;
 }
 
-std::string Ok(const nlohmann::json& config, std::string text) {
+std::string Normalized(const nlohmann::json& config, std::string text) {
   StatusOr<std::string> out = RunNormalizer(config, std::move(text));
   EXPECT_TRUE(out.ok()) << out.status();
   return out.ok() ? *out : std::string();
 }
 
 TEST(NormalizersTest, UnicodeForms) {
-  EXPECT_EQ(Ok({{"type", "NFC"}}, "cafe\xCC\x81"), "caf\xC3\xA9");
-  EXPECT_EQ(Ok({{"type", "NFD"}}, "caf\xC3\xA9"), "cafe\xCC\x81");
-  EXPECT_EQ(Ok({{"type", "NFKC"}}, "\xEF\xAC\x81"), "fi");  // the ligature ﬁ
-  EXPECT_EQ(Ok({{"type", "NFKD"}}, "\xE2\x91\xA0"), "1");   // ①
+  EXPECT_EQ(Normalized({{"type", "NFC"}}, "cafe\xCC\x81"), "caf\xC3\xA9");
+  EXPECT_EQ(Normalized({{"type", "NFD"}}, "caf\xC3\xA9"), "cafe\xCC\x81");
+  EXPECT_EQ(Normalized({{"type", "NFKC"}}, "\xEF\xAC\x81"), "fi");  // the ligature ﬁ
+  EXPECT_EQ(Normalized({{"type", "NFKD"}}, "\xE2\x91\xA0"), "1");   // ①
 }
 
 TEST(NormalizersTest, LowercaseIncludesTheMultiCharacterMapping) {
-  EXPECT_EQ(Ok({{"type", "Lowercase"}},
-               "\xC3\x80"
-               "B\xC4\xB0"),
+  EXPECT_EQ(Normalized({{"type", "Lowercase"}},
+                       "\xC3\x80"
+                       "B\xC4\xB0"),
             "\xC3\xA0"
             "bi\xCC\x87");
 }
 
 TEST(NormalizersTest, StripPrependReplaceSequence) {
-  EXPECT_EQ(
-      Ok({{"type", "Strip"}, {"strip_left", true}, {"strip_right", false}}, " \t\xE3\x80\x80x  "),
-      "x  ");
-  EXPECT_EQ(Ok({{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}}, "   "), "");
-  EXPECT_EQ(Ok({{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}}, "hi"), "\xE2\x96\x81hi");
-  EXPECT_EQ(Ok({{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}}, ""), "");
-  EXPECT_EQ(
-      Ok({{"type", "Replace"}, {"pattern", {{"Regex", R"(\s+)"}}}, {"content", "_"}}, "a  b\tc"),
-      "a_b_c");
+  EXPECT_EQ(Normalized({{"type", "Strip"}, {"strip_left", true}, {"strip_right", false}},
+                       " \t\xE3\x80\x80x  "),
+            "x  ");
+  EXPECT_EQ(Normalized({{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}}, "   "),
+            "");
+  EXPECT_EQ(Normalized({{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}}, "hi"), "\xE2\x96\x81hi");
+  EXPECT_EQ(Normalized({{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}}, ""), "");
+  EXPECT_EQ(Normalized({{"type", "Replace"}, {"pattern", {{"Regex", R"(\s+)"}}}, {"content", "_"}},
+                       "a  b\tc"),
+            "a_b_c");
   const nlohmann::json llama = {
       {"type", "Sequence"},
       {"normalizers",
        {{{"type", "Prepend"}, {"prepend", "\xE2\x96\x81"}},
         {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\xE2\x96\x81"}}}}};
-  EXPECT_EQ(Ok(llama, "Hello world"), "\xE2\x96\x81Hello\xE2\x96\x81world");
+  EXPECT_EQ(Normalized(llama, "Hello world"), "\xE2\x96\x81Hello\xE2\x96\x81world");
 }
 
 TEST(NormalizersTest, GrowthBeyondTheBudgetIsAnError) {

@@ -24,9 +24,10 @@ class Identity : public PostProcessor {
   void Process(std::vector<int32_t>*, bool) const override {}
 };
 
-class Sequence : public PostProcessor {
+class SequencePostProcessor : public PostProcessor {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<PostProcessor>> steps) : steps_(std::move(steps)) {}
+  explicit SequencePostProcessor(std::vector<std::unique_ptr<PostProcessor>> steps)
+      : steps_(std::move(steps)) {}
   void Process(std::vector<int32_t>* ids, bool add_special_tokens) const override {
     for (const auto& step : steps_) step->Process(ids, add_special_tokens);
   }
@@ -90,7 +91,7 @@ StatusOr<std::unique_ptr<PostProcessor>> PostProcessorFromJson(const JsonSection
       KVF_ASSIGN_OR_RETURN(auto step, PostProcessorFromJson(list.Element(i), id_limit));
       steps.push_back(std::move(step));
     }
-    return std::unique_ptr<PostProcessor>(new Sequence(std::move(steps)));
+    return std::unique_ptr<PostProcessor>(new SequencePostProcessor(std::move(steps)));
   }
   return section.Unsupported(fmt::format("unsupported post_processor type \"{}\"", type));
 }

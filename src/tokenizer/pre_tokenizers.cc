@@ -142,9 +142,10 @@ class Digits : public PreTokenizer {
   bool individual_;
 };
 
-class Sequence : public PreTokenizer {
+class SequencePreTokenizer : public PreTokenizer {
  public:
-  explicit Sequence(std::vector<std::unique_ptr<PreTokenizer>> steps) : steps_(std::move(steps)) {}
+  explicit SequencePreTokenizer(std::vector<std::unique_ptr<PreTokenizer>> steps)
+      : steps_(std::move(steps)) {}
   Status PreTokenize(std::vector<PreToken>* words, size_t max_bytes) const override {
     for (const auto& step : steps_) KVF_RETURN_IF_ERROR(step->PreTokenize(words, max_bytes));
     return Status::Ok();
@@ -192,7 +193,7 @@ StatusOr<std::unique_ptr<PreTokenizer>> MetaspaceFromJson(const JsonSection& sec
   return std::unique_ptr<PreTokenizer>(new Metaspace(std::move(replacement), scheme, split));
 }
 
-StatusOr<std::unique_ptr<PreTokenizer>> SequenceFromJson(const JsonSection& section) {
+StatusOr<std::unique_ptr<PreTokenizer>> SequencePreTokenizerFromJson(const JsonSection& section) {
   KVF_ASSIGN_OR_RETURN(JsonSection list, section.Array("pretokenizers"));
   std::vector<std::unique_ptr<PreTokenizer>> steps;
   for (size_t i = 0; i < list.json().size(); ++i) {
@@ -213,7 +214,7 @@ StatusOr<std::unique_ptr<PreTokenizer>> PreTokenizerFromJson(const JsonSection& 
     KVF_ASSIGN_OR_RETURN(bool individual, section.BoolOr("individual_digits", false));
     return std::unique_ptr<PreTokenizer>(new Digits(individual));
   }
-  if (type == "Sequence") return SequenceFromJson(section);
+  if (type == "Sequence") return SequencePreTokenizerFromJson(section);
   return section.Unsupported(fmt::format("unsupported pre_tokenizer type \"{}\"", type));
 }
 
@@ -233,7 +234,7 @@ std::unique_ptr<PreTokenizer> MakeByteLevelPreTokenizer(bool add_prefix_space, b
 
 std::unique_ptr<PreTokenizer> MakeSequencePreTokenizer(
     std::vector<std::unique_ptr<PreTokenizer>> steps) {
-  return std::make_unique<Sequence>(std::move(steps));
+  return std::make_unique<SequencePreTokenizer>(std::move(steps));
 }
 
 }  // namespace kvferry::tokenizer

@@ -20,7 +20,7 @@ StatusOr<V> RunPreTokenizer(const nlohmann::json& config, const std::string& tex
   return out;
 }
 
-V Ok(const nlohmann::json& config, const std::string& text, bool at_start = true) {
+V PreTokenized(const nlohmann::json& config, const std::string& text, bool at_start = true) {
   StatusOr<V> out = RunPreTokenizer(config, text, at_start);
   EXPECT_TRUE(out.ok()) << out.status();
   return out.ok() ? *out : V{};
@@ -28,13 +28,13 @@ V Ok(const nlohmann::json& config, const std::string& text, bool at_start = true
 
 TEST(PreTokenizersTest, ByteLevelWithGpt2Regex) {
   const nlohmann::json bl = {{"type", "ByteLevel"}, {"add_prefix_space", false}};
-  EXPECT_EQ(Ok(bl, "Hello world!"), (V{"Hello", "\xC4\xA0world", "!"}));  // Ġworld
+  EXPECT_EQ(PreTokenized(bl, "Hello world!"), (V{"Hello", "\xC4\xA0world", "!"}));  // Ġworld
   const nlohmann::json prefixed = {{"type", "ByteLevel"}, {"add_prefix_space", true}};
-  EXPECT_EQ(Ok(prefixed, "Hi"), (V{"\xC4\xA0Hi"}));
+  EXPECT_EQ(PreTokenized(prefixed, "Hi"), (V{"\xC4\xA0Hi"}));
   const nlohmann::json bytes_only = {
       {"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}};
-  EXPECT_EQ(Ok(bytes_only, "a b\n\xC3\xA9"), (V{"a\xC4\xA0"
-                                                "b\xC4\x8A\xC3\x83\xC2\xA9"}));
+  EXPECT_EQ(PreTokenized(bytes_only, "a b\n\xC3\xA9"), (V{"a\xC4\xA0"
+                                                          "b\xC4\x8A\xC3\x83\xC2\xA9"}));
 }
 
 TEST(PreTokenizersTest, SplitFromJson) {
@@ -42,12 +42,12 @@ TEST(PreTokenizersTest, SplitFromJson) {
                                   {"pattern", {{"Regex", R"(\p{N}{1,3})"}}},
                                   {"behavior", "Isolated"},
                                   {"invert", false}};
-  EXPECT_EQ(Ok(digits3, "x1234567"), (V{"x", "123", "456", "7"}));
+  EXPECT_EQ(PreTokenized(digits3, "x1234567"), (V{"x", "123", "456", "7"}));
   const nlohmann::json removed = {{"type", "Split"},
                                   {"pattern", {{"String", ","}}},
                                   {"behavior", "Removed"},
                                   {"invert", false}};
-  EXPECT_EQ(Ok(removed, "a,b,,c"), (V{"a", "b", "c"}));
+  EXPECT_EQ(PreTokenized(removed, "a,b,,c"), (V{"a", "b", "c"}));
 }
 
 // Hugging Face's tests for Metaspace (pre_tokenizers/metaspace.rs) and Digits (digits.rs).
@@ -56,26 +56,27 @@ TEST(PreTokenizersTest, MetaspaceAsTokenizersTests) {
                                  {"replacement", "\xE2\x96\x81"},
                                  {"prepend_scheme", "always"},
                                  {"split", true}};
-  EXPECT_EQ(Ok(always, "Hey friend!"), (V{"\xE2\x96\x81Hey",
-                                          "\xE2\x96\x81"
-                                          "friend!"}));
-  EXPECT_EQ(Ok(always, "Hey   friend!"), (V{"\xE2\x96\x81Hey", "\xE2\x96\x81", "\xE2\x96\x81",
-                                            "\xE2\x96\x81"
-                                            "friend!"}));
+  EXPECT_EQ(PreTokenized(always, "Hey friend!"), (V{"\xE2\x96\x81Hey",
+                                                    "\xE2\x96\x81"
+                                                    "friend!"}));
+  EXPECT_EQ(PreTokenized(always, "Hey   friend!"),
+            (V{"\xE2\x96\x81Hey", "\xE2\x96\x81", "\xE2\x96\x81",
+               "\xE2\x96\x81"
+               "friend!"}));
   const nlohmann::json first = {{"type", "Metaspace"},
                                 {"replacement", "\xE2\x96\x81"},
                                 {"prepend_scheme", "first"},
                                 {"split", false}};
-  EXPECT_EQ(Ok(first, "Hey friend", /*at_start=*/true), (V{"\xE2\x96\x81Hey\xE2\x96\x81"
-                                                           "friend"}));
-  EXPECT_EQ(Ok(first, "Hey friend", /*at_start=*/false), (V{"Hey\xE2\x96\x81"
-                                                            "friend"}));
+  EXPECT_EQ(PreTokenized(first, "Hey friend", /*at_start=*/true), (V{"\xE2\x96\x81Hey\xE2\x96\x81"
+                                                                     "friend"}));
+  EXPECT_EQ(PreTokenized(first, "Hey friend", /*at_start=*/false), (V{"Hey\xE2\x96\x81"
+                                                                      "friend"}));
 }
 
 TEST(PreTokenizersTest, DigitsAsTokenizersTests) {
-  EXPECT_EQ(Ok({{"type", "Digits"}, {"individual_digits", false}}, "Hey 123 friend!"),
+  EXPECT_EQ(PreTokenized({{"type", "Digits"}, {"individual_digits", false}}, "Hey 123 friend!"),
             (V{"Hey ", "123", " friend!"}));
-  EXPECT_EQ(Ok({{"type", "Digits"}, {"individual_digits", true}}, "Hey 123 friend!"),
+  EXPECT_EQ(PreTokenized({{"type", "Digits"}, {"individual_digits", true}}, "Hey 123 friend!"),
             (V{"Hey ", "1", "2", "3", " friend!"}));
 }
 
@@ -85,7 +86,7 @@ TEST(PreTokenizersTest, SequenceAppliesInOrder) {
       {"pretokenizers",
        {{{"type", "Digits"}, {"individual_digits", true}},
         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
-  EXPECT_EQ(Ok(seq, "a 12"), (V{"a\xC4\xA0", "1", "2"}));
+  EXPECT_EQ(PreTokenized(seq, "a 12"), (V{"a\xC4\xA0", "1", "2"}));
 }
 
 TEST(PreTokenizersTest, UnsupportedAndMalformed) {

@@ -80,6 +80,10 @@ StatusOr<KvTransferConfig> ParseKvTransferConfig(std::string_view json_text);
 inline StatusOr<KvTransferConfig> ParseKvTransferConfig(const char* json_text) {
   return ParseKvTransferConfig(std::string_view(json_text));
 }
+// (A std::string would otherwise match the json overload too, where nlohmann/json is complete.)
+inline StatusOr<KvTransferConfig> ParseKvTransferConfig(const std::string& json_text) {
+  return ParseKvTransferConfig(std::string_view(json_text));
+}
 
 // Round-trips with ParseKvTransferConfig.
 nlohmann::json ToJson(const KvTransferConfig& config);

@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/engine_test_util.h"
 #include "engine/thread_pool.h"
 #include "kvferry/kv/cache_spec.h"
 
@@ -16,13 +17,7 @@ namespace {
 
 constexpr int32_t kHeads = 4, kKvHeads = 2, kDim = 32, kLen = 70;
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng) * 2.0f;
-  return v;
-}
+using testing_util::RandomFloats;
 
 struct Fixture {
   std::unique_ptr<kv::KvCache> cache;
@@ -48,8 +43,8 @@ Fixture Make(int32_t block_size_kernel, kv::Layout layout, kv::DType dtype) {
   f.cache = std::move(*cache);
   for (int32_t i = 0; i < needed; ++i) f.table.push_back(kv::KernelBlockId(2 * (needed - i)));
   f.view = LayerView(*f.cache, 0);
-  const auto k = Random(kLen * kKvHeads * kDim, 11);
-  const auto v = Random(kLen * kKvHeads * kDim, 12);
+  const auto k = RandomFloats(kLen * kKvHeads * kDim, 11, -2.0f, 2.0f);
+  const auto v = RandomFloats(kLen * kKvHeads * kDim, 12, -2.0f, 2.0f);
   for (int32_t p = 0; p < kLen; ++p) {
     StoreKv(f.view, f.table.data(), p, &k[p * kKvHeads * kDim], &v[p * kKvHeads * kDim]);
   }
@@ -73,7 +68,7 @@ std::vector<float> RunAttention(const Fixture& f, const std::vector<float>& q, T
 }
 
 TEST(AttentionTest, MatchesReferenceForEveryGeometryAndDtype) {
-  const auto q = Random(kLen * kHeads * kDim, 5);
+  const auto q = RandomFloats(kLen * kHeads * kDim, 5, -2.0f, 2.0f);
   for (kv::DType dtype : {kv::DType::kF32, kv::DType::kF16, kv::DType::kBF16}) {
     for (int32_t bs : {16, 32, 64, 128}) {
       for (kv::Layout layout : {kv::Layout::kNHD, kv::Layout::kHND}) {
@@ -90,7 +85,7 @@ TEST(AttentionTest, MatchesReferenceForEveryGeometryAndDtype) {
 }
 
 TEST(AttentionTest, BitIdenticalAcrossGeometryChunkingAndThreads) {
-  const auto q = Random(kLen * kHeads * kDim, 6);
+  const auto q = RandomFloats(kLen * kHeads * kDim, 6, -2.0f, 2.0f);
   ThreadPool pool(2);
   for (kv::DType dtype : {kv::DType::kF32, kv::DType::kF16, kv::DType::kBF16}) {
     Fixture base = Make(16, kv::Layout::kNHD, dtype);
@@ -113,7 +108,7 @@ TEST(AttentionTest, StoredDtypeRoundsValues) {
   Fixture f = Make(16, kv::Layout::kNHD, kv::DType::kBF16);
   std::vector<float> k(kDim);
   LoadHead(f.view, f.view.k, f.table.data(), 5, 1, k.data());
-  const auto orig = Random(kLen * kKvHeads * kDim, 11);
+  const auto orig = RandomFloats(kLen * kKvHeads * kDim, 11, -2.0f, 2.0f);
   for (int32_t i = 0; i < kDim; ++i) {
     const float o = orig[(5 * kKvHeads + 1) * kDim + i];
     EXPECT_NEAR(k[i], o, std::abs(o) / 128.0f);

@@ -6,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "engine/engine_test_util.h"
 #include "engine/kernels/rmsnorm.h"
 #include "engine/kernels/rope.h"
 #include "engine/kernels/swiglu.h"
@@ -13,18 +14,12 @@
 namespace kvferry::engine::kernels {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using testing_util::RandomFloats;
 
 TEST(RmsNormTest, MatchesReferenceAndIsRowwise) {
   for (int64_t dim : {5, 64, 130}) {
-    const auto x = Random(7 * dim, 1);
-    const auto w = Random(dim, 2);
+    const auto x = RandomFloats(7 * dim, 1, -2.0f, 2.0f);
+    const auto w = RandomFloats(dim, 2, -2.0f, 2.0f);
     std::vector<float> y(x.size()), ref(x.size()), one(dim);
     RmsNorm(x.data(), 7, dim, w.data(), 1e-5f, y.data());
     RmsNormReference(x.data(), 7, dim, w.data(), 1e-5f, ref.data());
@@ -46,7 +41,7 @@ TEST(RopeTest, MatchesReferenceAndPreservesNorm) {
   const int32_t d = 32;
   RopeTable table(d, 300, 10000.0f);
   for (int32_t pos : {0, 1, 17, 299}) {
-    auto x = Random(3 * d, pos + 1);
+    auto x = RandomFloats(3 * d, pos + 1, -2.0f, 2.0f);
     auto ref = x;
     const auto orig = x;
     ApplyRope(table, pos, x.data(), 3);
@@ -66,7 +61,7 @@ TEST(RopeTest, MatchesReferenceAndPreservesNorm) {
 
 TEST(SwiGluTest, MatchesReference) {
   const int64_t f = 37;
-  const auto gu = Random(4 * 2 * f, 9);
+  const auto gu = RandomFloats(4 * 2 * f, 9, -2.0f, 2.0f);
   std::vector<float> y(4 * f), ref(4 * f);
   SwiGlu(gu.data(), 4, f, y.data());
   SwiGluReference(gu.data(), 4, f, ref.data());

@@ -8,27 +8,22 @@
 #include <random>
 #include <vector>
 
+#include "engine/engine_test_util.h"
 #include "engine/thread_pool.h"
 #include "kvferry/common/half.h"
 
 namespace kvferry::engine::kernels {
 namespace {
 
-std::vector<float> Random(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
+using testing_util::RandomFloats;
 
 TEST(MatMulTest, MatchesReferenceBitForBitOverShapes) {
   ThreadPool pool(2);
   for (int64_t M : {1, 2, 3, 7, 33, 65}) {
     for (int64_t K : {1, 8, 13, 64, 130}) {
       for (int64_t N : {1, 4, 5, 17, 260}) {
-        const auto x = Random(M * K, 1);
-        const auto w = Random(N * K, 2);
+        const auto x = RandomFloats(M * K, 1);
+        const auto w = RandomFloats(N * K, 2);
         std::vector<float> y(M * N), ref(M * N);
         MatMul(x.data(), M, K, w.data(), N, y.data(), &pool);
         MatMulReference(x.data(), M, K, w.data(), N, ref.data());
@@ -49,8 +44,8 @@ TEST(MatMulTest, MatchesReferenceBitForBitOverShapes) {
 
 TEST(MatMulTest, RowDoesNotDependOnBatchOrThreads) {
   const int64_t K = 128, N = 384;
-  const auto x = Random(40 * K, 3);
-  const auto w = Random(N * K, 4);
+  const auto x = RandomFloats(40 * K, 3);
+  const auto w = RandomFloats(N * K, 4);
   std::vector<float> alone(N);
   MatMul(x.data() + 17 * K, 1, K, w.data(), N, alone.data(), nullptr);
   for (int threads : {1, 2}) {
@@ -71,7 +66,7 @@ TEST(MatMulTest, HalfWeightsEqualF32OnEverySimdPath) {
   const int64_t K = 77, N0 = 40, N1 = 23;
   for (formats::DType dtype : {formats::DType::kF16, formats::DType::kBF16}) {
     // Two parts; the second is a strided view (every row K + 5 elements apart).
-    const auto w0f = Random(N0 * K, 5), w1f = Random(N1 * (K + 5), 6);
+    const auto w0f = RandomFloats(N0 * K, 5), w1f = RandomFloats(N1 * (K + 5), 6);
     auto to_half = [dtype](const std::vector<float>& v) {
       std::vector<uint16_t> h(v.size());
       for (size_t i = 0; i < v.size(); ++i) {
@@ -89,7 +84,7 @@ TEST(MatMulTest, HalfWeightsEqualF32OnEverySimdPath) {
       ReadRowF32(n < N0 ? parts[0] : parts[1], n < N0 ? n : n - N0, wf.data() + n * K);
     }
     for (int64_t M : {1, 2, 5, 33}) {
-      const auto x = Random(M * K, 7);
+      const auto x = RandomFloats(M * K, 7);
       std::vector<float> ref(M * (N0 + N1));
       MatMul(x.data(), M, K, wf.data(), N0 + N1, ref.data(), &pool);
       for (MatMulPath path : {MatMulPath::kPortable, MatMulPath::kF16c, MatMulPath::kAuto}) {

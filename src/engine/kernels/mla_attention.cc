@@ -12,13 +12,13 @@ namespace kvferry::engine::kernels {
 
 namespace {
 
-struct Scratch {
+struct MlaScratch {
   std::vector<float> rows, scores, acc, max, sum;
 };
 
 // One query row (position p), all heads.
 void RunRow(const KvLayerView& view, const AttentionSequence& s, int32_t query, const float* q_cat,
-            int32_t num_heads, int32_t latent_dim, float scale, float* out, Scratch& sc) {
+            int32_t num_heads, int32_t latent_dim, float scale, float* out, MlaScratch& sc) {
   const int32_t d = view.head_dim;
   const int32_t p = s.first_pos + query;
   const int64_t row = s.first_row + query;
@@ -79,7 +79,7 @@ void MlaAttention(const KvLayerView& view, std::span<const AttentionSequence> se
     }
   }
   auto body = [&](int64_t begin, int64_t end) {
-    Scratch sc;
+    MlaScratch sc;
     for (int64_t t = begin; t < end; ++t) {
       RunRow(view, seqs[tasks[t].seq], tasks[t].query, q_cat, num_heads, latent_dim, scale, out,
              sc);

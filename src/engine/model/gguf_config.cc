@@ -27,7 +27,7 @@ StatusOr<float> FloatKeyOr(const GgufMetadata& m, const std::string& key, float 
   return static_cast<float>(v);
 }
 
-Status Shape(const GgufMetadata& m, const std::string& a, ModelConfig* c) {
+Status GgufShape(const GgufMetadata& m, const std::string& a, ModelConfig* c) {
   KVF_ASSIGN_OR_RETURN(c->hidden_dim, IntKey(m, a + ".embedding_length"));
   KVF_ASSIGN_OR_RETURN(c->num_layers, IntKey(m, a + ".block_count"));
   KVF_ASSIGN_OR_RETURN(c->ffn_dim, IntKey(m, a + ".feed_forward_length"));
@@ -43,7 +43,7 @@ Status Shape(const GgufMetadata& m, const std::string& a, ModelConfig* c) {
   return Status::Ok();
 }
 
-Status RopeScalingFrom(const formats::GgufFile& file, const std::string& a, ModelConfig* c) {
+Status GgufRopeScaling(const formats::GgufFile& file, const std::string& a, ModelConfig* c) {
   const GgufMetadata& m = file.metadata();
   if (const formats::TensorView* freqs = file.Find("rope_freqs.weight")) {
     c->rope_scaling.type = RopeScaling::Type::kFactors;
@@ -93,14 +93,14 @@ StatusOr<ModelConfig> ModelConfigFromGguf(const formats::GgufFile& file, std::st
   ModelConfig c;
   c.name = std::move(name);
   c.architecture = a;
-  KVF_RETURN_IF_ERROR(Shape(m, a, &c));
+  KVF_RETURN_IF_ERROR(GgufShape(m, a, &c));
   KVF_ASSIGN_OR_RETURN(const formats::TensorView* embed, file.Get("token_embd.weight"));
   if (embed->shape.size() != 2) return InvalidArgumentError("GGUF: token_embd.weight is not 2-D");
   c.vocab_size = static_cast<int32_t>(embed->shape[0]);
   c.tie_embeddings = file.Find("output.weight") == nullptr;
   c.attention_bias = a == "qwen2";
   c.qk_norm = a == "qwen3";
-  KVF_RETURN_IF_ERROR(RopeScalingFrom(file, a, &c));
+  KVF_RETURN_IF_ERROR(GgufRopeScaling(file, a, &c));
   KVF_RETURN_IF_ERROR(Tokens(m, &c));
   KVF_RETURN_IF_ERROR(c.Validate());
   return c;
