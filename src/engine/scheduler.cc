@@ -374,8 +374,8 @@ void Scheduler::UpdateFromConnector(const connector::ConnectorOutput& output) {
       continue;
     }
     if (first_invalid >= 0) {
-      const Status s = pool_.InvalidateCached(invalid);
-      s.IgnoreError();
+      // The ids are this request's own blocks: a bad one is a scheduler bug, not bad input.
+      KVF_CHECK_OK(pool_.InvalidateCached(invalid));
       if (options_.kv_load_failure_policy == connector::KvLoadFailurePolicy::kFail) {
         Finish(r, FinishReason::kError,
                DataLossError("remote KV load failed for " + std::to_string(invalid.size()) +

@@ -1,4 +1,5 @@
-// Test helpers for end-to-end tests: a child `kvferry` process on loopback, and HTTP calls to it.
+// Test helpers for end-to-end tests: a child `kvferry` process on loopback, HTTP calls to it, and
+// deterministic prompts.
 //
 // A KvferryProcess is started with --port 0 (and side channel port 0), so tests never collide on
 // ports; the port is read from the process's log line "kvferry serve: http://127.0.0.1:PORT ...".
@@ -12,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -64,5 +66,14 @@ nlohmann::json TestKvTransferConfig(const std::string& engine_id, const std::str
 
 // The path of the kvferry binary under test.
 std::string KvferryBinary();
+
+// Deterministic printable prompt of `len` bytes; prompts with the same seed share prefixes.
+inline std::string Prompt(int len, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> c(32, 126);
+  std::string s;
+  for (int i = 0; i < len; ++i) s += static_cast<char>(c(rng));
+  return s;
+}
 
 }  // namespace kvferry::e2e

@@ -50,15 +50,6 @@ std::vector<std::string> ServeArgs(const Geometry& g, const std::string& engine_
   return args;
 }
 
-// Deterministic printable prompt of `len` bytes; prompts with the same seed share prefixes.
-std::string Prompt(int len, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> c(32, 126);
-  std::string s;
-  for (int i = 0; i < len; ++i) s += static_cast<char>(c(rng));
-  return s;
-}
-
 json Request(const std::string& prompt, int max_tokens, bool stream = false) {
   return {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
           {"logprobs", 0},    {"return_token_ids", true}, {"ignore_eos", true},

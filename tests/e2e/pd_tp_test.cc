@@ -39,14 +39,6 @@ std::vector<std::string> ServeArgs(const std::string& engine_id, int tp, int blo
           kv.dump()};
 }
 
-std::string Prompt(int len, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> c(32, 126);
-  std::string s;
-  for (int i = 0; i < len; ++i) s += static_cast<char>(c(rng));
-  return s;
-}
-
 json Request(const std::string& prompt, int max_tokens) {
   return {{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0},
           {"logprobs", 0},    {"return_token_ids", true}, {"ignore_eos", true}};

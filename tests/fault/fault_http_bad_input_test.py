@@ -8,7 +8,7 @@ import time
 
 from harness.kvferry_api import is_openai_error, kv_config, text_of
 from harness.runner import check, run_cases, wait_until
-from kvf_harness import Node, colocated_text, parse_args, prefill
+from harness.fault_node import Node, colocated_text, parse_args, prefill
 
 args = None
 BODY = {"prompt": "Bad input must not hurt anyone. " * 3, "max_tokens": 8, "temperature": 0}

@@ -9,7 +9,7 @@ import time
 
 from harness.kvferry_api import decode_body, kv_config, text_of
 from harness.runner import Background, check, measure, run_cases, wait_until
-from kvf_harness import Node, colocated_text, parse_args, prefill
+from harness.fault_node import Node, colocated_text, parse_args, prefill
 
 LEASE_S = 1.5
 SLACK_S = 5.0

@@ -15,7 +15,7 @@ import time
 from harness.kvferry_api import decode_body, kv_config, text_of
 from harness.netns import set_up_or_skip, sh
 from harness.runner import Background, check, measure, run_cases, wait_until
-from kvf_harness import Node, parse_args, prefill
+from harness.fault_node import Node, parse_args, prefill
 
 args = None
 TRANSFER_S = 8.0

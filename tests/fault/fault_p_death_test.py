@@ -11,7 +11,7 @@ import time
 
 from harness.kvferry_api import decode_body, is_openai_error, kv_config, text_of
 from harness.runner import Background, check, measure, run_cases, wait_until
-from kvf_harness import Node, colocated_text, parse_args, prefill
+from harness.fault_node import Node, colocated_text, parse_args, prefill
 
 HANDSHAKE_S = 2.0
 TRANSFER_S = 3.0

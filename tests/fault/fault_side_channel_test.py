@@ -9,7 +9,7 @@ import subprocess
 
 from harness.kvferry_api import kv_config
 from harness.runner import check, run_cases, wait_until
-from kvf_harness import Node, parse_args, prefill
+from harness.fault_node import Node, parse_args, prefill
 
 args = None
 BODY = {"prompt": "side channel " * 4, "max_tokens": 3, "temperature": 0}

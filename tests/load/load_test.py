@@ -13,7 +13,7 @@ import random
 import threading
 import time
 
-from fault.kvf_harness import Node, parse_args
+from harness.fault_node import Node, parse_args
 from harness.kvferry_api import kv_config, sse_text, text_of
 from harness.runner import check, measure, wait_until
 
