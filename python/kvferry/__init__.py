@@ -6,6 +6,9 @@ The Python package exposes kvferry's C++ core:
   READ/WRITE descriptor lists, poll, notifications), the role ``nixl_agent`` plays for NIXL;
 * :class:`LogicalBlockId`, :class:`KernelBlockId`, :class:`BlockGeometry` — the KV cache's two
   block-id spaces as distinct types, and the one mapping between them;
+* :class:`CacheSpec` and :func:`relayout_tokens` — a KV cache's byte geometry (NHD, HND, or
+  vLLM's CPU page) and the bit-exact copy of a token range between two caches of different
+  layouts or kernel block sizes;
 * the exceptions in :mod:`kvferry._errors`, one per status code (all :class:`KvferryError`).
 
 Importing kvferry needs nothing but this package; vLLM is not required.
@@ -18,7 +21,8 @@ from kvferry._errors import (
     UnimplementedError,
 )
 from kvferry._kvferry import (
-    BlockGeometry, KernelBlockId, LogicalBlockId, StatusCode, XferInfo, XferOp, XferState,
+    BlockGeometry, CacheSpec, KernelBlockId, LogicalBlockId, StatusCode, XferInfo, XferOp,
+    XferState, relayout_tokens,
 )
 from kvferry.agent import Agent, Notification, Peer, Region, Transfer
 
@@ -26,7 +30,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Agent", "Notification", "Peer", "Region", "Transfer",
-    "BlockGeometry", "KernelBlockId", "LogicalBlockId",
+    "BlockGeometry", "KernelBlockId", "LogicalBlockId", "CacheSpec", "relayout_tokens",
     "StatusCode", "XferInfo", "XferOp", "XferState",
     "KvferryError", "AbortedError", "AlreadyExistsError", "DataLossError",
     "DeadlineExceededError", "FailedPreconditionError", "InternalError", "InvalidArgumentError",

@@ -1,4 +1,6 @@
-"""kvferry's C++ core: the transfer agent and the KV block geometry."""
+"""
+kvferry's C++ core: the transfer agent, the KV block geometry and re-layout.
+"""
 
 from collections.abc import Sequence
 import enum
@@ -125,6 +127,54 @@ class BlockGeometry:
     def __eq__(self, arg: BlockGeometry, /) -> bool: ...
 
     def __repr__(self) -> str: ...
+
+class CacheSpec:
+    """
+    The byte geometry of a KV cache (standard attention): one region per layer and part (NHD, HND) or per layer (VLLM_CPU: per block and head, the K tile transposed, then the V tile).
+    """
+
+    def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, dtype: str, layout: str, block_size_kernel: int, num_blocks_kernel: int) -> None:
+        """
+        dtype: 'f32' | 'f16' | 'bf16'; layout: 'NHD' | 'HND' | 'VLLM_CPU'. ValueError naming the field when one is unknown, zero or negative.
+        """
+
+    @property
+    def num_layers(self) -> int: ...
+
+    @property
+    def num_kv_heads(self) -> int: ...
+
+    @property
+    def head_dim(self) -> int: ...
+
+    @property
+    def block_size_kernel(self) -> int: ...
+
+    @property
+    def num_blocks_kernel(self) -> int: ...
+
+    @property
+    def dtype(self) -> str: ...
+
+    @property
+    def layout(self) -> str: ...
+
+    @property
+    def num_regions(self) -> int: ...
+
+    @property
+    def bytes_per_kernel_block(self) -> int: ...
+
+    @property
+    def region_bytes(self) -> int:
+        """Bytes of each region."""
+
+    def __repr__(self) -> str: ...
+
+def relayout_tokens(src: CacheSpec, src_regions: Sequence[int], src_blocks: Sequence[KernelBlockId], dst: CacheSpec, dst_regions: Sequence[int], dst_blocks: Sequence[KernelBlockId], token_begin: int, token_end: int, heads: tuple[int, int, int] | None = None) -> None:
+    """
+    Copies tokens [token_begin, token_end) of one sequence from the cache `src` describes to the one `dst` describes, bit for bit, whatever their layouts and kernel block sizes. *_regions: the base address of each region (num_regions of them, region_bytes each; the caller keeps that memory alive and writable); *_blocks: the sequence's kernel blocks in that cache, in token order (token t is in blocks[t // block_size_kernel]). heads: (src_first, dst_first, count) to copy a range of heads. Everything is checked before a byte is written: incompatible specs are InvalidArgumentError, a short block table or a block outside its cache OutOfRangeError. The GIL is released while copying.
+    """
 
 class XferOp(enum.Enum):
     """READ: remote -> local. WRITE: local -> remote."""

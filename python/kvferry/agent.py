@@ -110,11 +110,10 @@ class Agent:
         if obj is not None:
             if ptr is not None or size is not None:
                 raise TypeError("register_memory: give an object or ptr= and size=, not both")
-            region_id = self._core.register_object(obj)
-            return Region(region_id, _length(obj))
+            return Region(*self._core.register_object(obj))
         if ptr is None or size is None:
             raise TypeError("register_memory: give an object, or both ptr= and size=")
-        return Region(self._core.register_pointer(int(ptr), int(size)), int(size))
+        return Region(*self._core.register_pointer(int(ptr), int(size)))
 
     def deregister_memory(self, region: Region | int) -> None:
         """Forgets a region; transfers naming it fail from then on (NotFoundError)."""
@@ -163,13 +162,6 @@ class Agent:
 
     def __exit__(self, *exc):
         self.close()
-
-
-def _length(obj) -> int:
-    try:
-        return memoryview(obj).nbytes
-    except TypeError:
-        return int(obj.numel()) * int(obj.element_size())
 
 
 __all__ = ["Agent", "Notification", "Peer", "Region", "Transfer", "XferInfo", "XferOp",

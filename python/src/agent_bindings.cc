@@ -6,12 +6,14 @@
 #include "agent_bindings.h"
 
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kvferry/transfer/agent.h"
@@ -77,7 +79,8 @@ class PyAgent {
 
   const std::string& name() { return Get().name(); }
 
-  uint32_t RegisterObject(nb::handle obj) {
+  // Register*: (region id, length in bytes) of the new region.
+  std::pair<uint32_t, uint64_t> RegisterObject(nb::handle obj) {
     Pinned pin;
     Memory mem;
     if (PyObject_CheckBuffer(obj.ptr())) {
@@ -98,7 +101,7 @@ class PyAgent {
     return Register(mem, std::move(pin));
   }
 
-  uint32_t RegisterPointer(uintptr_t ptr, uint64_t size) {
+  std::pair<uint32_t, uint64_t> RegisterPointer(uintptr_t ptr, uint64_t size) {
     return Register({reinterpret_cast<void*>(ptr), size}, Pinned{});
   }
 
@@ -186,7 +189,7 @@ class PyAgent {
     return *agent_;
   }
 
-  uint32_t Register(Memory mem, Pinned pin) {
+  std::pair<uint32_t, uint64_t> Register(Memory mem, Pinned pin) {
     StatusOr<RegionHandle> region =
         Get().RegisterMemory(mem.addr, mem.length, transfer::MemoryKind::kHost);
     if (!region.ok()) {
@@ -194,7 +197,7 @@ class PyAgent {
       throw StatusError(region.status());
     }
     pinned_.emplace(region->id, std::move(pin));
-    return region->id;
+    return {region->id, mem.length};
   }
 
   static transfer::UcxTransport ParseTransport(const std::string& name) {

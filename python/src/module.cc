@@ -4,11 +4,13 @@
 
 #include "agent_bindings.h"
 #include "block_bindings.h"
+#include "relayout_bindings.h"
 #include "status_error.h"
 
 NB_MODULE(_kvferry, m) {
-  m.doc() = "kvferry's C++ core: the transfer agent and the KV block geometry.";
+  m.doc() = "kvferry's C++ core: the transfer agent, the KV block geometry and re-layout.";
   kvferry::python::RegisterStatusErrors(m);
   kvferry::python::RegisterBlocks(m);
+  kvferry::python::RegisterRelayout(m);
   kvferry::python::RegisterAgent(m);
 }
