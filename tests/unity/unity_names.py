@@ -54,10 +54,14 @@ def defined_names(path):
 
 
 def targets(build):
+    """{target: its .cc files}, a target named by its CMakeFiles/<name>.dir folder relative to
+    `build` (a build tree nested inside, such as the wheel's build/wheel, keeps its own)."""
     sources = collections.defaultdict(list)
     for unity in sorted(pathlib.Path(build).rglob("Unity/unity_*_cxx.cxx")):
-        target = unity.parent.parent.name.removesuffix(".dir")
-        sources[target] += INCLUDE.findall(unity.read_text())
+        target = str(unity.parent.parent.relative_to(build)).removesuffix(".dir")
+        for f in INCLUDE.findall(unity.read_text()):
+            if f not in sources[target]:
+                sources[target].append(f)
     return sources
 
 
