@@ -319,6 +319,40 @@ def case_stats_count_every_pull():
               f"{want_failures[name]}: {totals}")
 
 
+def case_prometheus_metrics():
+    """vLLM's /metrics carries the connector's counters (prom.py): D's pulls, bytes and pull
+    times equal what D logged pull by pull; P counts reads and expired leases.
+
+    These are the stats the logger line above under-counted, but through vLLM's Prometheus
+    logger, which records every interval's stats (the same run: logger 8 pulls, /metrics 9,
+    log 9). So D's counters must equal its log once a step has followed the last pull."""
+    for name in ("P", "D"):   # a step after the last pull, so its stats leave the worker
+        servers[name].post("/v1/completions", completion_body("flush", max_tokens=1))
+    logged = [int(b) for _, b in pulls_logged()]
+
+    def complete():
+        d = servers["D"].metrics("vllm:kvferry_")
+        p = servers["P"].metrics("vllm:kvferry_")
+        return (d.get("vllm:kvferry_pulls_total", 0) >= len(logged) and
+                p.get("vllm:kvferry_leases_expired_total", 0) >= 1)
+    runner.wait_until(complete, 30, interval=1.0)
+    d, p = servers["D"].metrics("vllm:kvferry_"), servers["P"].metrics("vllm:kvferry_")
+    print(f"  D: {d}\n  P: {p}\n  D's log: {len(logged)} pulls, {sum(logged)} bytes",
+          flush=True)
+    check(len(logged) > 0 and d.get("vllm:kvferry_pulls_total") == len(logged),
+          f"D's pulls counter is not the {len(logged)} pulls D logged: {d}")
+    check(d.get("vllm:kvferry_bytes_pulled_total") == sum(logged),
+          f"D's bytes counter is not the {sum(logged)} bytes D logged: {d}")
+    check(d.get("vllm:kvferry_pull_seconds_count") == len(logged) and
+          d.get("vllm:kvferry_pull_seconds_sum", 0) > 0,
+          f"D's pull-time histogram does not hold every pull: {d}")
+    check(d.get("vllm:kvferry_pull_failures_total") == 1,
+          f"D's failures: the non-kvferry peer is the one failure D had: {d}")
+    check(p.get("vllm:kvferry_sends_read_total", 0) > 0, f"P counts no read: {p}")
+    check(p.get("vllm:kvferry_leases_expired_total", 0) >= 1,
+          f"P counts no expired lease after lease_expires: {p}")
+
+
 def case_p_killed_after_prefill():
     body = completion_body(PROMPTS[1], max_tokens=8)
     want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
@@ -348,6 +382,7 @@ def main():
              ("peer_not_kvferry", case_peer_not_kvferry),
              ("lease_expires", case_lease_expires),
              ("stats_count_every_pull", case_stats_count_every_pull),
+             ("prometheus_metrics", case_prometheus_metrics),
              ("p_killed_after_prefill", case_p_killed_after_prefill)]
     failed = []
     for name, fn in cases:

@@ -197,7 +197,43 @@ def case_scheduler_spans():
     check(d.get_num_new_matched_tokens(bad, 0) == (0, False), "incomplete params accepted")
 
 
+def case_stats_and_prometheus():
+    """Two workers' KvferryStats aggregate, reduce to the logged line, and land in the
+    Prometheus counters and histogram vLLM's /metrics serves (a private registry here)."""
+    import functools
+    import prometheus_client as pc
+    from kvferry.vllm.metadata import KvferryStats
+    from kvferry.vllm.prom import KvferryPromMetrics
+    a = KvferryStats(data={"pulls": 2, "bytes_pulled": 1000, "descriptors": 4,
+                           "pull_ms": [1.5, 30.0]})
+    b = KvferryStats(data={"pull_failures": 1, "leases_expired": 1, "sends_read": 3})
+    both = KvferryStats(data=dict(a.data)).aggregate(b)
+    red = both.reduce()
+    check(red["pulls"] == 2 and red["pull_failures"] == 1 and red["bytes_pulled"] == 1000 and
+          red["sends_read"] == 3 and red["avg_pull_ms"] == 15.75, f"{red}")
+    check(KvferryStats().is_empty() and not b.is_empty(), "is_empty")
+    reg = pc.CollectorRegistry()
+    types = {cls: functools.partial(cls, registry=reg)
+             for cls in (pc.Counter, pc.Gauge, pc.Histogram)}
+    prom = KvferryPromMetrics(SimpleNamespace(kv_transfer_config=None), types,
+                              ["model_name", "engine"], {0: ["m", "0"], 1: ["m", "1"]})
+    prom.observe(both.to_dict(), engine_idx=1)
+    prom.observe(KvferryStats(data={"pulls": 1, "pull_ms": [2.0]}).to_dict(), engine_idx=1)
+
+    def value(name, **extra):
+        return reg.get_sample_value(name, dict({"model_name": "m", "engine": "1"}, **extra))
+    check(value("vllm:kvferry_pulls_total") == 3, "pulls counter")
+    check(value("vllm:kvferry_bytes_pulled_total") == 1000, "bytes counter")
+    check(value("vllm:kvferry_pull_failures_total") == 1, "failures counter")
+    check(value("vllm:kvferry_leases_expired_total") == 1, "leases counter")
+    check(value("vllm:kvferry_pull_seconds_count") == 3, "histogram count")
+    check(value("vllm:kvferry_pull_seconds_bucket", le="0.0025") == 2, "histogram buckets")
+    check(reg.get_sample_value("vllm:kvferry_pulls_total",
+                               {"model_name": "m", "engine": "0"}) == 0, "engine 0 touched")
+
+
 runner.run_cases([("config", case_config),
+                  ("stats_and_prometheus", case_stats_and_prometheus),
                   ("scheduler_spans", case_scheduler_spans),
                   ("relayout_matches_per_token_copy", case_relayout_matches_per_token_copy),
                   ("other_vllm_version_refused", case_other_vllm_version_refused),

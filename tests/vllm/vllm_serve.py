@@ -102,6 +102,20 @@ class VllmServer:
         runner.check(r.status == 200, f"{self.name} {path}: HTTP {r.status}: {r.raw[:500]}")
         return r.body
 
+    def metrics(self, prefix):
+        """Samples of GET /metrics whose name starts with prefix, summed over their labels:
+        {name: value}. Histogram buckets and `_created` timestamps are left out."""
+        r = web.request("127.0.0.1", self.port, "GET", "/metrics", timeout=10)
+        runner.check(r.status == 200, f"{self.name} /metrics: HTTP {r.status}")
+        out = {}
+        for line in r.raw.splitlines():
+            if line.startswith(prefix):
+                name, value = line.split("{", 1)[0].split(" ")[0], line.rsplit(" ", 1)[1]
+                if name.endswith(("_bucket", "_created")):
+                    continue
+                out[name] = out.get(name, 0.0) + float(value)
+        return out
+
     def post_stream(self, path, body, timeout=120):
         """A streamed request's chunks (the parsed `data:` lines, [DONE] dropped)."""
         r = web.request("127.0.0.1", self.port, "POST", path, dict(body, stream=True),

@@ -92,6 +92,11 @@ class KvferryConnector(KVConnectorBase_V1):
     def build_kv_connector_stats(cls, data=None):
         return KvferryStats(data=dict(data)) if data is not None else KvferryStats()
 
+    @classmethod
+    def build_prom_metrics(cls, vllm_config, metric_types, labelnames, per_engine_labelvalues):
+        from kvferry.vllm.prom import KvferryPromMetrics
+        return KvferryPromMetrics(vllm_config, metric_types, labelnames, per_engine_labelvalues)
+
     def shutdown(self):
         if self._worker is not None:
             self._worker.shutdown()

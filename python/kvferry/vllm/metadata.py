@@ -67,7 +67,10 @@ class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
         return KvferryWorkerMetadata(out)
 
 
-_COUNTERS = ("pulls", "pull_failures", "bytes_pulled", "descriptors", "blocks_sent",
+# D: pulls that landed, pulls that failed (vLLM recomputes those blocks), their bytes and
+# descriptors. P: requests whose blocks a D read (its notification came), and requests whose
+# lease ran out unread.
+_COUNTERS = ("pulls", "pull_failures", "bytes_pulled", "descriptors", "sends_read",
              "leases_expired")
 
 

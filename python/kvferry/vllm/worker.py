@@ -256,6 +256,7 @@ class KvferryWorker:
                 continue
             rid = note.message[len(_DONE_PREFIX):].decode(errors="replace")
             if rid in self._holds:
+                self._stats.data["sends_read"] += 1
                 self._finish_sending(rid)
             else:
                 self._early_done[rid] = time.monotonic()
@@ -274,7 +275,6 @@ class KvferryWorker:
     def _finish_sending(self, rid: str) -> None:
         self._holds.pop(rid, None)
         self._finished_sending.add(rid)
-        self._stats.data["blocks_sent"] += 1
 
     # ---- per step -------------------------------------------------------------------------
 
