@@ -263,16 +263,24 @@ def case_peer_not_kvferry():
 
 
 def case_lease_expires():
-    """P's blocks for a request no D ever reads are freed after lease_timeout_s."""
-    p_body = dict(completion_body(PROMPTS[0] + " and then"), max_tokens=1,
-                  kv_transfer_params={"do_remote_decode": True})
-    params = servers["P"].post("/v1/completions", p_body)["kv_transfer_params"]
-    pattern = rf"lease of {re.escape(params['remote_request_id'])} expired"
+    """P's blocks for a request no D read are freed after lease_timeout_s; a D that reads them
+    afterwards is told the lease expired (P may have reused the blocks), throws the bytes away
+    and recomputes, and still answers exactly."""
+    body = completion_body(PROMPTS[0] + " and then", max_tokens=8)
+    want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
+    d_body = via_pd("/v1/completions", body)
+    rid = d_body["kv_transfer_params"]["remote_request_id"]
+    pattern = rf"lease of {re.escape(rid)} expired"
     took = runner.wait_until(lambda: re.search(pattern, servers["P"].log_text()),
                              P_LEASE_S + 20, interval=0.5)
-    check(took is not None, f"P never freed {params['remote_request_id']} "
-                            f"({P_LEASE_S} s lease)")
+    check(took is not None, f"P never freed {rid} ({P_LEASE_S} s lease)")
     print(f"  freed {took:.1f} s after the prefill (lease {P_LEASE_S} s)", flush=True)
+    d = servers["D"].post("/v1/completions", d_body)
+    same("D after P's lease expired", vs.completion_tokens(d), want)
+    rec = (d.get("kv_transfer_params") or {}).get("kvferry_load")
+    check(rec is not None and rec["outcome"] == "lease_expired",
+          f"D used blocks whose lease had expired: {rec}")
+    print(f"  D refused the read: {rec['error'][:120]}", flush=True)
 
 
 def stats_totals(server):
@@ -291,7 +299,8 @@ def case_stats_count_every_pull():
     vLLM's stats path was seen to lose one pull's counts in one run of four (8 counted of 9
     logged; cause not found), so the counts are checked as bounds; the exact per-request
     accounting is each response's kvferry_load, checked by every case above."""
-    want_failures = {"D": 1, "D64": 0}   # D: the non-kvferry peer, refused on purpose
+    # D: the non-kvferry peer and the expired lease, both on purpose
+    want_failures = {"D": 2, "D64": 0}
     for name in want_failures:
         s = servers[name]
         pulls = [int(b) for _, b in re.findall(r"KvferryConnector: pulled (\S+): (\d+) bytes",
@@ -346,8 +355,9 @@ def case_prometheus_metrics():
     check(d.get("vllm:kvferry_pull_seconds_count") == len(logged) and
           d.get("vllm:kvferry_pull_seconds_sum", 0) > 0,
           f"D's pull-time histogram does not hold every pull: {d}")
-    check(d.get("vllm:kvferry_pull_failures_total") == 1,
-          f"D's failures: the non-kvferry peer is the one failure D had: {d}")
+    check(d.get("vllm:kvferry_pull_failures_total") == 2,
+          f"D's failures are not the two on purpose (a non-kvferry peer, an expired lease): "
+          f"{d}")
     check(p.get("vllm:kvferry_sends_read_total", 0) > 0, f"P counts no read: {p}")
     check(p.get("vllm:kvferry_leases_expired_total", 0) >= 1,
           f"P counts no expired lease after lease_expires: {p}")

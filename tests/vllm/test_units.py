@@ -14,6 +14,7 @@ from harness.runner import check
 from kvferry.vllm.config import ConfigError, parse_config
 from kvferry.vllm.handshake import HandshakeError, PeerInfo, check_compatible, decode, encode
 from kvferry.vllm.layout import layout_of_kv_caches, mismatches, plan_read, plan_staged_read
+from kvferry.vllm.metadata import Hold
 from kvferry.vllm.relayout import relayout_into
 
 
@@ -106,6 +107,57 @@ def case_handshake_refusals():
     expect_error(lambda: decode(encode(info)[:40]), HandshakeError, "not JSON")
 
 
+def case_leases():
+    """P's lease table: every way a hold ends, and what D is told about it."""
+    from kvferry.vllm import leases
+    t = leases.LeaseTable(remember_s=100)
+    check(t.add("r1", "L1", 10, now=0) is False and t.state("r1", "L1") == "held", "held")
+    check(t.state("r1", "other") == "unknown", "another lease of r1 answered")
+    check(t.read("r1", now=1) is True and t.state("r1", "L1") == "read", "read")
+    t.add("r2", "L2", 10, now=0)
+    check(t.expire(now=5) == [] and t.expire(now=11) == ["r2"], "expiry")
+    check(t.state("r2", "L2") == "expired", "expired")
+    check(t.read("r2", now=12) is False and t.state("r2", "L2") == "expired",
+          "a notification after expiry made the hold read")
+    # D's notification before P's worker knew the hold: D is told "unknown" (ask again),
+    # and the hold ends read the moment it arrives.
+    check(t.read("r3", now=0) is False and t.state("r3", "L3") == "unknown", "early")
+    check(t.add("r3", "L3", 10, now=1) is True and t.state("r3", "L3") == "read", "early read")
+    check(t.held() == 0, "holds left")
+    t.expire(now=200)
+    check(t.state("r1", "L1") == "unknown", "an ended hold not forgotten after remember_s")
+
+
+def case_side_channel():
+    """The side channel answers a handshake and a lease question, and closes on anything
+    else (an old, version-1 D that sends nothing gets nothing)."""
+    import socket
+    from kvferry.vllm.handshake import SideChannelServer, fetch_handshake, query_lease
+    _, caches = kv_caches(2, 8, 1, 32, 64)
+    info = PeerInfo("p", 0, 1, b"meta", layout_of(caches, 32))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    asked = []
+
+    def state(rid, lease):
+        asked.append((rid, lease))
+        return "held"
+    server = SideChannelServer("127.0.0.1", port, info, state)
+    try:
+        check(fetch_handshake("127.0.0.1", port, 2000) == info, "handshake")
+        check(query_lease("127.0.0.1", port, "r1", "L1", 2000) == "held" and
+              asked == [("r1", "L1")], f"lease: {asked}")
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as c:
+            c.sendall(b'{"protocol": "kvferry-vllm-handshake", "version": 1}\n')
+            check(c.recv(100) == b"", "a version-1 request got an answer")
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as c:
+            c.sendall(b"GET / HTTP/1.1\r\n\r\n")
+            check(c.recv(100) == b"", "an HTTP request got an answer")
+    finally:
+        server.close()
+
+
 def case_other_vllm_version_refused():
     import vllm
     from kvferry.vllm.version import UnsupportedVllmError, check_vllm_version
@@ -178,7 +230,10 @@ def case_scheduler_spans():
     check(delay is True, "P did not hold the blocks")
     check(params["remote_block_ids"] == [5, 6, 7] and params["remote_block_size"] == 128 and
           params["remote_port"] == 5600 and params["remote_num_tokens"] == 300, f"{params}")
-    check(p.build_connector_meta(None).holds == {"r1": cfg.lease_timeout_s}, "hold not shipped")
+    lease = params["kvferry_lease"]
+    check(isinstance(lease, str) and len(lease) >= 16, f"no lease id in P's params: {params}")
+    check(p.build_connector_meta(None).holds == {"r1": Hold(cfg.lease_timeout_s, lease)},
+          "hold not shipped")
     # D (64-token blocks) with its first block a local hit: tokens 64..300 come from P.
     d = KvferryScheduler(fake_config(64), cfg, "engine-d")
     dreq = SimpleNamespace(request_id="d1", kv_transfer_params=dict(params),
@@ -188,8 +243,12 @@ def case_scheduler_spans():
     d.update_state_after_alloc(dreq, blocks, 236)
     (spec,) = d.build_connector_meta(None).loads
     check(spec.local_block_ids == [12, 13, 14, 15] and spec.remote_block_ids == [5, 6, 7] and
-          spec.first_token == 64 and spec.num_tokens == 236 and spec.remote_block_size == 128,
-          f"{spec}")
+          spec.first_token == 64 and spec.num_tokens == 236 and spec.remote_block_size == 128
+          and spec.remote_lease == lease, f"{spec}")
+    # A second finished request gets a lease of its own.
+    req2 = SimpleNamespace(request_id="r2", kv_transfer_params={"do_remote_decode": True},
+                           status=RequestStatus.FINISHED_STOPPED, num_computed_tokens=10)
+    check(p.request_finished(req2, [[8]])[1]["kvferry_lease"] != lease, "lease reused")
     check(dreq.kv_transfer_params["do_remote_prefill"] is False, "a second load possible")
     # Params without a field D needs: computed locally, no load.
     bad = SimpleNamespace(request_id="d2", num_prompt_tokens=10,
@@ -234,6 +293,8 @@ def case_stats_and_prometheus():
 
 runner.run_cases([("config", case_config),
                   ("stats_and_prometheus", case_stats_and_prometheus),
+                  ("leases", case_leases),
+                  ("side_channel", case_side_channel),
                   ("scheduler_spans", case_scheduler_spans),
                   ("relayout_matches_per_token_copy", case_relayout_matches_per_token_copy),
                   ("other_vllm_version_refused", case_other_vllm_version_refused),

@@ -1,28 +1,37 @@
 """P's side channel: a small TCP endpoint on remote_port that hands D what it needs to read P's
-KV cache (P's kvferry agent metadata and KvLayout), and D's client for it.
+KV cache (P's kvferry agent metadata and KvLayout) and answers, after a read, whether P still
+held the blocks D read; and D's client for both.
 
-Wire format, version 1: P accepts, writes one UTF-8 JSON object terminated by "\\n", closes.
-    {"protocol": "kvferry-vllm-handshake", "version": 1, "engine_id": str, "tp_rank": int,
-     "region_id": int, "agent_metadata": base64 str, "layout": KvLayout.to_dict()}
+Wire format, version 2: D connects and writes one JSON request line; P answers one JSON line
+(UTF-8, terminated by "\\n") and closes.
+    D: {"protocol": "kvferry-vllm-handshake", "version": 2, "op": "handshake"}
+    P: {"protocol": ..., "version": 2, "engine_id": str, "tp_rank": int, "region_id": int,
+        "agent_metadata": base64 str, "layout": KvLayout.to_dict()}
+    D: {"protocol": ..., "version": 2, "op": "lease", "request_id": str, "lease": str}
+    P: {"protocol": ..., "version": 2, "lease": "held" | "read" | "expired" | "unknown"}
 D refuses anything else (a peer that is not kvferry, another version, a layout that differs in
 a MUST_MATCH field) with HandshakeError; the connector turns that into a load failure, so vLLM
-recomputes the prompt.
+recomputes the prompt. The lease answer is P's view of one hold (worker.py, "leases").
 
-Thread-safety: SideChannelServer serves from its own thread the bytes it was built with;
-fetch_handshake may be called from any thread.
+Thread-safety: SideChannelServer serves from its own thread: the bytes it was built with, and
+lease answers from the callback it was given (which must be thread-safe); the client functions
+may be called from any thread.
 """
 
 import base64
 import json
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvferry.vllm.layout import KvLayout, mismatches
 
 PROTOCOL = "kvferry-vllm-handshake"
-VERSION = 1
+VERSION = 2
 _MAX_BYTES = 16 << 20
+_MAX_REQUEST_BYTES = 4096
+LEASE_STATES = ("held", "read", "expired", "unknown")
 
 
 class HandshakeError(RuntimeError):
@@ -46,7 +55,8 @@ def encode(info: PeerInfo) -> bytes:
         "layout": info.layout.to_dict()}) + "\n").encode()
 
 
-def decode(blob: bytes) -> PeerInfo:
+def _check_header(blob: bytes) -> dict:
+    """The JSON object in blob, if it is kvferry's protocol at this version."""
     try:
         d = json.loads(blob.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
@@ -57,6 +67,11 @@ def decode(blob: bytes) -> PeerInfo:
     if d.get("version") != VERSION:
         raise HandshakeError(f"peer speaks handshake version {d.get('version')!r}, "
                              f"this kvferry speaks {VERSION}")
+    return d
+
+
+def decode(blob: bytes) -> PeerInfo:
+    d = _check_header(blob)
     try:
         return PeerInfo(str(d["engine_id"]), int(d["tp_rank"]), int(d["region_id"]),
                         base64.b64decode(d["agent_metadata"]), KvLayout.from_dict(d["layout"]))
@@ -64,10 +79,16 @@ def decode(blob: bytes) -> PeerInfo:
         raise HandshakeError(f"malformed kvferry handshake: {e!r}") from None
 
 
-def fetch_handshake(host: str, port: int, timeout_ms: int) -> PeerInfo:
-    """Connects to P's side channel and reads its PeerInfo, all within timeout_ms."""
+def _request_line(op: str, **fields) -> bytes:
+    return (json.dumps({"protocol": PROTOCOL, "version": VERSION, "op": op, **fields}) +
+            "\n").encode()
+
+
+def _exchange(host: str, port: int, request: bytes, timeout_ms: int) -> bytes:
+    """Sends request, reads P's answer to EOF, all within timeout_ms."""
     try:
         with socket.create_connection((host, port), timeout=timeout_ms / 1000) as s:
+            s.sendall(request)
             chunks, size = [], 0
             while True:
                 chunk = s.recv(1 << 16)
@@ -76,10 +97,26 @@ def fetch_handshake(host: str, port: int, timeout_ms: int) -> PeerInfo:
                 chunks.append(chunk)
                 size += len(chunk)
                 if size > _MAX_BYTES:
-                    raise HandshakeError(f"handshake from {host}:{port} over {_MAX_BYTES} bytes")
+                    raise HandshakeError(f"answer from {host}:{port} over {_MAX_BYTES} bytes")
     except OSError as e:
         raise HandshakeError(f"side channel {host}:{port}: {e}") from None
-    return decode(b"".join(chunks))
+    return b"".join(chunks)
+
+
+def fetch_handshake(host: str, port: int, timeout_ms: int) -> PeerInfo:
+    """Connects to P's side channel and reads its PeerInfo, all within timeout_ms."""
+    return decode(_exchange(host, port, _request_line("handshake"), timeout_ms))
+
+
+def query_lease(host: str, port: int, request_id: str, lease: str, timeout_ms: int) -> str:
+    """P's state of the hold of request_id under lease (one of LEASE_STATES)."""
+    blob = _exchange(host, port, _request_line("lease", request_id=request_id, lease=lease),
+                     timeout_ms)
+    d = _check_header(blob)
+    state = d.get("lease")
+    if state not in LEASE_STATES:
+        raise HandshakeError(f"malformed lease answer from {host}:{port}: {state!r}")
+    return state
 
 
 def check_compatible(local: KvLayout, remote: PeerInfo) -> None:
@@ -90,10 +127,13 @@ def check_compatible(local: KvLayout, remote: PeerInfo) -> None:
 
 
 class SideChannelServer:
-    """Serves ``encode(info)`` to every connection on (host, port) until close()."""
+    """Answers every connection on (host, port) until close(): a handshake request with
+    ``encode(info)``, a lease request with ``lease_state(request_id, lease)``."""
 
-    def __init__(self, host: str, port: int, info: PeerInfo):
+    def __init__(self, host: str, port: int, info: PeerInfo,
+                 lease_state: Callable[[str, str], str]):
         self._blob = encode(info)
+        self._lease_state = lease_state
         self._sock = socket.create_server((host, port), reuse_port=False)
         self._sock.settimeout(0.5)
         self._stop = threading.Event()
@@ -112,11 +152,44 @@ class SideChannelServer:
             with conn:
                 try:
                     conn.settimeout(5)
-                    conn.sendall(self._blob)
+                    answer = self._answer(_read_line(conn))
+                    if answer is not None:
+                        conn.sendall(answer)
                 except OSError:
                     pass
+
+    def _answer(self, line: bytes | None) -> bytes | None:
+        """The bytes for one request line; None (close without an answer) for anything that
+        is not a request of this protocol and version."""
+        try:
+            d = json.loads(line.decode()) if line else None
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        if (not isinstance(d, dict) or d.get("protocol") != PROTOCOL or
+                d.get("version") != VERSION):
+            return None
+        if d.get("op") == "handshake":
+            return self._blob
+        if d.get("op") == "lease":
+            state = self._lease_state(str(d.get("request_id")), str(d.get("lease")))
+            return (json.dumps({"protocol": PROTOCOL, "version": VERSION, "lease": state}) +
+                    "\n").encode()
+        return None
 
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=2)
         self._sock.close()
+
+
+def _read_line(conn: socket.socket) -> bytes | None:
+    """One request line (without its newline), or None past _MAX_REQUEST_BYTES or at EOF."""
+    buf = b""
+    while b"\n" not in buf:
+        chunk = conn.recv(1024)
+        if not chunk:
+            return None
+        buf += chunk
+        if len(buf) > _MAX_REQUEST_BYTES:
+            return None
+    return buf.split(b"\n", 1)[0]

@@ -32,19 +32,31 @@ class LoadSpec:
     first_token: int = 0
     num_tokens: int = 0
     remote_block_size: int = 0
+    # P's lease on those blocks (kv_transfer_params' kvferry_lease): after the READ, D asks P
+    # whether it still held them under this lease (worker.py, "leases").
+    remote_lease: str = ""
+
+
+@dataclass(frozen=True)
+class Hold:
+    """P: a finished request's blocks, held for D until its notification or lease_s."""
+
+    lease_s: float
+    lease: str
 
 
 @dataclass
 class KvferryConnectorMetadata(KVConnectorMetadata):
     loads: list[LoadSpec] = field(default_factory=list)
-    # P: finished requests whose blocks stay until D's notification or the lease (seconds).
-    holds: dict[str, float] = field(default_factory=dict)
+    # P: finished requests whose blocks stay until D's notification or the lease runs out.
+    holds: dict[str, Hold] = field(default_factory=dict)
 
 
 @dataclass
 class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
     # request id -> {"outcome": "pulled" | "handshake_failed" | "transfer_failed" |
-    #                "deadline_exceeded", "bytes": int, "descriptors": int, "ms": float,
+    #                "deadline_exceeded" | "lease_expired" | "lease_unconfirmed" |
+    #                "relayout_failed", "bytes": int, "descriptors": int, "ms": float,
     #                "error": str (failures only)}
     records: dict[str, dict] = field(default_factory=dict)
 

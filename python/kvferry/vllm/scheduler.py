@@ -13,9 +13,10 @@ Thread-safety: vLLM calls every method from the EngineCore's scheduler thread.
 """
 
 import math
+import secrets
 
 from kvferry.vllm.config import ConnectorConfig
-from kvferry.vllm.metadata import KvferryConnectorMetadata, KvferryWorkerMetadata, LoadSpec
+from kvferry.vllm.metadata import Hold, KvferryConnectorMetadata, KvferryWorkerMetadata, LoadSpec
 
 from vllm.logger import init_logger
 
@@ -23,7 +24,7 @@ from vllm.logger import init_logger
 logger = init_logger("vllm.kvferry." + __name__.rsplit(".", 1)[-1])
 
 _D_FIELDS = ("remote_engine_id", "remote_request_id", "remote_block_ids", "remote_host",
-             "remote_port")
+             "remote_port", "kvferry_lease")
 
 
 class KvferryScheduler:
@@ -34,7 +35,7 @@ class KvferryScheduler:
         self._tp_size = vllm_config.parallel_config.tensor_parallel_size
         self._local_hits: dict[str, int] = {}    # D: local prefix-hit tokens at match time
         self._loads: list[LoadSpec] = []         # D: to ship with the next metadata
-        self._holds: dict[str, float] = {}       # P: to ship with the next metadata
+        self._holds: dict[str, Hold] = {}        # P: to ship with the next metadata
         self._records: dict[str, dict] = {}      # D: the worker's outcome per request
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
@@ -82,7 +83,8 @@ class KvferryScheduler:
             remote_host=str(params["remote_host"]), remote_port=int(params["remote_port"]),
             local_block_ids=[int(b) for b in local_ids[local_hit // bl:math.ceil(end_token / bl)]],
             remote_block_ids=remote_ids[local_hit // br:math.ceil(end_token / br)],
-            first_token=local_hit, num_tokens=num_external_tokens, remote_block_size=br))
+            first_token=local_hit, num_tokens=num_external_tokens, remote_block_size=br,
+            remote_lease=str(params["kvferry_lease"])))
 
     def build_connector_meta(self, scheduler_output) -> KvferryConnectorMetadata:
         meta = KvferryConnectorMetadata(loads=self._loads, holds=self._holds)
@@ -107,7 +109,10 @@ class KvferryScheduler:
         if request.status not in (RequestStatus.FINISHED_LENGTH_CAPPED,
                                   RequestStatus.FINISHED_STOPPED) or not ids:
             return False, None
-        self._holds[request.request_id] = self._cfg.lease_timeout_s
+        # A lease id per hold, so a D's question about it cannot be answered by another hold
+        # of the same request id.
+        lease = secrets.token_hex(8)
+        self._holds[request.request_id] = Hold(self._cfg.lease_timeout_s, lease)
         return True, {
             "do_remote_prefill": True, "do_remote_decode": False,
             "remote_engine_id": self._engine_id, "remote_request_id": request.request_id,
@@ -117,6 +122,8 @@ class KvferryScheduler:
             # kvferry's addition: P's block size, so a D of another block size knows which of
             # P's blocks hold which tokens.
             "remote_block_size": self._block_size,
+            # and P's lease on those blocks, which D confirms after its read.
+            "kvferry_lease": lease,
         }
 
 

@@ -2,25 +2,30 @@
 
 P: registers vLLM's KV storage with a kvferry.Agent, serves the agent's metadata and the KV
 layout on the side channel, and holds each finished request's blocks until D's notification
-names it (then reports it in finished_sending, so vLLM frees them) or its lease runs out.
-D: for each load the scheduler ships, handshakes with P once per peer (refusing an incompatible
-KV), plans the read (kvferry.BlockGeometry, runs merged), posts ONE prepared READ per request
-with a deadline, and on completion reports the request in finished_recving. The READ carries a
-notification naming P's request, delivered once every byte is in D. Any failure (handshake,
-transfer, deadline) reports the request's blocks through get_block_ids_with_load_errors, so
-vLLM recomputes exactly those tokens.
+names it (then reports it in finished_sending, so vLLM frees them) or its lease runs out
+(leases.py). D: for each load the scheduler ships, handshakes with P once per peer (refusing an
+incompatible KV), plans the read (kvferry.BlockGeometry, runs merged), posts ONE prepared READ
+per request with a deadline. The READ carries a notification naming P's request, delivered once
+every byte is in D. When the READ is done, D asks P's side channel whether it held the blocks
+under the request's lease all through the read (off the model runner's thread); only then does
+it report the request in finished_recving. Any failure (handshake, transfer, deadline, a lease
+that expired or cannot be confirmed) reports the request's blocks through
+get_block_ids_with_load_errors, so vLLM recomputes exactly those tokens.
 
 Thread-safety: vLLM calls every method from the model runner's thread; the side channel serves
-from its own thread bytes fixed at registration.
+from its own thread bytes fixed at registration and lease states from the (locked) LeaseTable;
+D's lease questions run on the `_asker` threads and touch nothing but their arguments.
 """
 
 import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import kvferry
+from kvferry.vllm import leases
 from kvferry.vllm.config import ConnectorConfig
 from kvferry.vllm.handshake import (HandshakeError, PeerInfo, SideChannelServer,
-                                    check_compatible, fetch_handshake)
+                                    check_compatible, fetch_handshake, query_lease)
 from kvferry.vllm.layout import (KvLayout, layout_of_kv_caches, plan_read, plan_staged_read,
                                  same_geometry)
 from kvferry.vllm.metadata import KvferryConnectorMetadata, KvferryStats, LoadSpec
@@ -31,7 +36,8 @@ from vllm.logger import init_logger
 logger = init_logger("vllm.kvferry." + __name__.rsplit(".", 1)[-1])
 
 _DONE_PREFIX = b"kvferry-vllm/done/"
-_EARLY_NOTIFICATION_TTL_S = 600.0
+_LEASE_RETRY_S = 0.02     # D: between questions while P does not know the hold yet
+_LEASE_WAIT_S = 0.005     # D: how long one step waits for P's answer
 
 
 def done_message(remote_request_id: str) -> bytes:
@@ -52,6 +58,10 @@ class _Pull:
     staging_region: object = None
     num_staged_blocks: int = 0
     layout: KvLayout | None = None   # P's
+    # D's question to P about the lease, once the READ is done.
+    read_done: bool = False
+    confirm: Future | None = None
+    ask_again_at: float = 0.0
 
 
 class KvferryWorker:
@@ -74,8 +84,8 @@ class KvferryWorker:
         self._finished_sending: set[str] = set()
         self._failed_blocks: set[int] = set()
         self._records: dict[str, dict] = {}
-        self._holds: dict[str, float] = {}          # P: request id -> lease deadline
-        self._early_done: dict[str, float] = {}     # P: notified before its hold arrived
+        self._leases = leases.LeaseTable()          # P
+        self._asker = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kvferry-lease")
         self._stats = KvferryStats()
 
     # ---- registration (both roles) --------------------------------------------------------
@@ -90,7 +100,8 @@ class KvferryWorker:
         info = PeerInfo(self._engine_id, self._tp_rank, self._region.id,
                         self._agent.get_local_metadata(), self._layout)
         port = self._cfg.side_channel_port + self._tp_rank
-        self._server = SideChannelServer(self._cfg.side_channel_host, port, info)
+        self._server = SideChannelServer(self._cfg.side_channel_host, port, info,
+                                         self._leases.state)
         lay = self._layout
         logger.info("KvferryConnector: registered %d layers, %.1f MiB in %.1f ms; kernel block "
                     "%d tokens (%d B/layer page), logical block %d; side channel %s:%d",
@@ -114,11 +125,9 @@ class KvferryWorker:
                 self._fail(spec, "transfer_failed", f"{type(e).__name__}: {e}")
             except ValueError as e:  # a plan outside the regions: bad params from the proxy
                 self._fail(spec, "transfer_failed", str(e))
-        for rid, lease_s in meta.holds.items():
-            if self._early_done.pop(rid, None) is not None:
-                self._finish_sending(rid)
-            else:
-                self._holds[rid] = time.monotonic() + lease_s
+        for rid, hold in meta.holds.items():
+            if self._leases.add(rid, hold.lease, hold.lease_s):
+                self._note_read(rid)
 
     def _peer_key(self, spec: LoadSpec) -> tuple[str, int]:
         return (spec.remote_host, int(spec.remote_port) + self._tp_rank)
@@ -183,6 +192,9 @@ class KvferryWorker:
     def _poll_pulls(self) -> None:
         for rid in list(self._pulls):
             pull = self._pulls[rid]
+            if pull.read_done:
+                self._confirm_lease(rid, pull)
+                continue
             try:
                 state = pull.transfer.poll()
             except kvferry.DeadlineExceededError as e:
@@ -192,10 +204,44 @@ class KvferryWorker:
                 self._end_pull(rid, "transfer_failed", f"{type(e).__name__}: {e}")
                 continue
             if state == kvferry.XferState.DONE:
-                self._end_pull(rid, "pulled", "")
+                pull.read_done = True
+                self._confirm_lease(rid, pull)
             elif time.monotonic() > pull.deadline + 1.0:
                 self._end_pull(rid, "deadline_exceeded",
                                f"no completion {self._cfg.load_timeout_ms} ms after post")
+
+    def _confirm_lease(self, rid: str, pull: _Pull) -> None:
+        """After the READ: asks P (on another thread) whether it held the blocks throughout,
+        then ends the pull by P's answer (leases.py)."""
+        now = time.monotonic()
+        if pull.confirm is None:
+            if now < pull.ask_again_at:
+                return
+            spec = pull.spec
+            pull.confirm = self._asker.submit(query_lease, pull.peer_key[0], pull.peer_key[1],
+                                              spec.remote_request_id, spec.remote_lease,
+                                              self._cfg.handshake_timeout_ms)
+            # A loopback answer takes well under a millisecond: waiting a little for it saves
+            # an engine step; a slow P is left to later steps.
+            wait([pull.confirm], timeout=_LEASE_WAIT_S)
+        if not pull.confirm.done():
+            return
+        try:
+            state = pull.confirm.result()
+        except HandshakeError as e:
+            self._end_pull(rid, "lease_unconfirmed", f"P could not confirm the lease: {e}")
+            return
+        pull.confirm = None
+        if state in (leases.HELD, leases.READ):
+            self._end_pull(rid, "pulled", "")
+        elif state == leases.EXPIRED:
+            self._end_pull(rid, "lease_expired", "P's lease on the blocks ran out before the "
+                           "read was confirmed; they may have been reused")
+        elif now > pull.deadline:
+            self._end_pull(rid, "lease_unconfirmed", "P does not know the lease "
+                           f"{pull.spec.remote_lease} of {pull.spec.remote_request_id}")
+        else:
+            pull.ask_again_at = now + _LEASE_RETRY_S
 
     def _end_pull(self, rid: str, outcome: str, error: str) -> None:
         pull = self._pulls.pop(rid)
@@ -227,7 +273,8 @@ class KvferryWorker:
                         f", relayout from {pull.layout.block_size_logical}-token blocks"
                         if relayout else "")
             return
-        self._forget_peer(pull.peer_key)
+        if outcome != "lease_expired":   # a lease that ran out says nothing against P
+            self._forget_peer(pull.peer_key)
         self._fail(pull.spec, outcome, error)
 
     def _relayout(self, pull: _Pull) -> None:
@@ -255,25 +302,16 @@ class KvferryWorker:
             if not note.message.startswith(_DONE_PREFIX):
                 continue
             rid = note.message[len(_DONE_PREFIX):].decode(errors="replace")
-            if rid in self._holds:
-                self._stats.data["sends_read"] += 1
-                self._finish_sending(rid)
-            else:
-                self._early_done[rid] = time.monotonic()
-        now = time.monotonic()
-        for rid, deadline in list(self._holds.items()):
-            if now > deadline:
-                logger.warning("KvferryConnector: lease of %s expired (%.0f s) without D's "
-                               "notification; freeing its blocks", rid,
-                               self._cfg.lease_timeout_s)
-                self._stats.data["leases_expired"] += 1
-                self._finish_sending(rid)
-        for rid, t in list(self._early_done.items()):
-            if now - t > _EARLY_NOTIFICATION_TTL_S:
-                del self._early_done[rid]
+            if self._leases.read(rid):
+                self._note_read(rid)
+        for rid in self._leases.expire():
+            logger.warning("KvferryConnector: lease of %s expired (%.0f s) without D's "
+                           "notification; freeing its blocks", rid, self._cfg.lease_timeout_s)
+            self._stats.data["leases_expired"] += 1
+            self._finished_sending.add(rid)
 
-    def _finish_sending(self, rid: str) -> None:
-        self._holds.pop(rid, None)
+    def _note_read(self, rid: str) -> None:
+        self._stats.data["sends_read"] += 1
         self._finished_sending.add(rid)
 
     # ---- per step -------------------------------------------------------------------------
@@ -301,6 +339,7 @@ class KvferryWorker:
         return out
 
     def shutdown(self) -> None:
+        self._asker.shutdown(wait=False, cancel_futures=True)
         if self._server is not None:
             self._server.close()
             self._server = None
