@@ -233,18 +233,25 @@ def case_block_size_relayout():
         check(rec.get("relayout") is True, f"D64 pulled without a relayout: {rec}")
 
 
+def check_recomputed(name, d_body, want, outcome):
+    """Sends D `name` d_body: its answer must equal `want` and its kvferry_load say `outcome`
+    (a load that failed on purpose, so vLLM recomputed). The record."""
+    d = servers[name].post("/v1/completions", d_body)
+    same(f"{name} after {outcome}", vs.completion_tokens(d), want)
+    rec = (d.get("kv_transfer_params") or {}).get("kvferry_load")
+    check(rec is not None and rec["outcome"] == outcome,
+          f"{name}'s load is not {outcome}: {rec}")
+    print(f"  {name} recomputed ({outcome}): {rec['error'][:160]}", flush=True)
+    return rec
+
+
 def case_dtype_mismatch_refused():
     """P's KV is bfloat16, D32's float32: the handshake refuses naming the field, D32
     recomputes, and its answer equals its own colocated answer."""
     body = completion_body(PROMPTS[1], max_tokens=8)
     want = vs.completion_tokens(servers["D32"].post("/v1/completions", body))
-    d = servers["D32"].post("/v1/completions", via_pd("/v1/completions", body))
-    same("D32 after refusal", vs.completion_tokens(d), want)
-    rec = (d.get("kv_transfer_params") or {}).get("kvferry_load")
-    check(rec is not None and rec["outcome"] == "handshake_failed",
-          f"D32 did not refuse P's bfloat16 KV: {rec}")
+    rec = check_recomputed("D32", via_pd("/v1/completions", body), want, "handshake_failed")
     check("dtype" in rec["error"], f"the refusal does not name the field: {rec}")
-    print(f"  D32 refused: {rec['error'][:160]}", flush=True)
 
 
 def case_peer_not_kvferry():
@@ -254,12 +261,7 @@ def case_peer_not_kvferry():
     want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
     d_body = via_pd("/v1/completions", body)
     d_body["kv_transfer_params"] = dict(d_body["kv_transfer_params"], remote_port=C_HTTP)
-    d = servers["D"].post("/v1/completions", d_body)
-    same("D after a non-kvferry peer", vs.completion_tokens(d), want)
-    rec = (d.get("kv_transfer_params") or {}).get("kvferry_load")
-    check(rec is not None and rec["outcome"] == "handshake_failed",
-          f"D did not fail the handshake with a non-kvferry peer: {rec}")
-    print(f"  D refused: {rec['error'][:160]}", flush=True)
+    check_recomputed("D", d_body, want, "handshake_failed")
 
 
 def case_lease_expires():
@@ -275,12 +277,7 @@ def case_lease_expires():
                              P_LEASE_S + 20, interval=0.5)
     check(took is not None, f"P never freed {rid} ({P_LEASE_S} s lease)")
     print(f"  freed {took:.1f} s after the prefill (lease {P_LEASE_S} s)", flush=True)
-    d = servers["D"].post("/v1/completions", d_body)
-    same("D after P's lease expired", vs.completion_tokens(d), want)
-    rec = (d.get("kv_transfer_params") or {}).get("kvferry_load")
-    check(rec is not None and rec["outcome"] == "lease_expired",
-          f"D used blocks whose lease had expired: {rec}")
-    print(f"  D refused the read: {rec['error'][:120]}", flush=True)
+    check_recomputed("D", d_body, want, "lease_expired")
 
 
 def stats_totals(server):

@@ -108,24 +108,42 @@ def case_handshake_refusals():
 
 
 def case_leases():
-    """P's lease table: every way a hold ends, and what D is told about it."""
+    """P's lease table: every way a hold ends, pins, and what D is told about it."""
     from kvferry.vllm import leases
     t = leases.LeaseTable(remember_s=100)
-    check(t.add("r1", "L1", 10, now=0) is False and t.state("r1", "L1") == "held", "held")
-    check(t.state("r1", "other") == "unknown", "another lease of r1 answered")
-    check(t.read("r1", now=1) is True and t.state("r1", "L1") == "read", "read")
+    check(t.add("r1", "L1", 10, now=0) is False and t.pin("r1", "L1", "d1", 5, now=0) == "held",
+          "held")
+    check(t.pin("r1", "other", "d1", 5, now=0) == "unknown", "another lease of r1 answered")
+    check(t.read("r1", "d1", now=1) is True, "read")
+    check(t.pin("r1", "L1", "d1", 5, now=2) == "read", "this D's read")
+    check(t.pin("r1", "L1", "d2", 5, now=2) == "taken", "another D's read")
     t.add("r2", "L2", 10, now=0)
     check(t.expire(now=5) == [] and t.expire(now=11) == ["r2"], "expiry")
-    check(t.state("r2", "L2") == "expired", "expired")
-    check(t.read("r2", now=12) is False and t.state("r2", "L2") == "expired",
+    check(t.pin("r2", "L2", "d1", 5, now=12) == "expired", "expired")
+    check(t.read("r2", "d1", now=12) is False and t.pin("r2", "L2", "d1", 5) == "expired",
           "a notification after expiry made the hold read")
-    # D's notification before P's worker knew the hold: D is told "unknown" (ask again),
-    # and the hold ends read the moment it arrives.
-    check(t.read("r3", now=0) is False and t.state("r3", "L3") == "unknown", "early")
-    check(t.add("r3", "L3", 10, now=1) is True and t.state("r3", "L3") == "read", "early read")
+    # A pin keeps a hold past its lease: asked at 8 for 30 s, it is still held at 20.
+    t.add("r4", "L4", 10, now=0)
+    check(t.pin("r4", "L4", "d1", 30, now=8) == "held", "pin")
+    check(t.expire(now=20) == [] and t.expire(now=39) == ["r4"], "the pin did not hold")
+    # D's notification before P's worker knew the hold: this D is told "read", another
+    # "taken", and the hold ends read the moment it arrives.
+    check(t.read("r3", "d1", now=0) is False and t.pin("r3", "L3", "d1", 5) == "read", "early")
+    check(t.pin("r3", "L3", "d2", 5) == "taken", "early, another D")
+    check(t.add("r3", "L3", 10, now=1) is True and t.pin("r3", "L3", "d1", 5) == "read",
+          "early read")
+    check(t.pin("r9", "L9", "d1", 5) == "unknown", "a hold never added")
     check(t.held() == 0, "holds left")
     t.expire(now=200)
-    check(t.state("r1", "L1") == "unknown", "an ended hold not forgotten after remember_s")
+    check(t.pin("r1", "L1", "d1", 5) == "unknown", "an ended hold not forgotten after remember_s")
+
+
+def case_done_message():
+    from kvferry.vllm.worker import done_message, parse_done_message
+    check(parse_done_message(done_message("ab12", "cmpl-x/y-0")) == ("ab12", "cmpl-x/y-0"),
+          "round trip")
+    check(parse_done_message(b"kvferry-vllm/done/noslash") is None and
+          parse_done_message(b"other") is None, "a foreign notification parsed")
 
 
 def case_side_channel():
@@ -140,14 +158,14 @@ def case_side_channel():
         port = s.getsockname()[1]
     asked = []
 
-    def state(rid, lease):
-        asked.append((rid, lease))
+    def state(rid, lease, reader, pin_s):
+        asked.append((rid, lease, reader, pin_s))
         return "held"
     server = SideChannelServer("127.0.0.1", port, info, state)
     try:
         check(fetch_handshake("127.0.0.1", port, 2000) == info, "handshake")
-        check(query_lease("127.0.0.1", port, "r1", "L1", 2000) == "held" and
-              asked == [("r1", "L1")], f"lease: {asked}")
+        check(query_lease("127.0.0.1", port, "r1", "L1", "d1", 15000, 2000) == "held" and
+              asked == [("r1", "L1", "d1", 15.0)], f"lease: {asked}")
         with socket.create_connection(("127.0.0.1", port), timeout=2) as c:
             c.sendall(b'{"protocol": "kvferry-vllm-handshake", "version": 1}\n')
             check(c.recv(100) == b"", "a version-1 request got an answer")
@@ -294,6 +312,7 @@ def case_stats_and_prometheus():
 runner.run_cases([("config", case_config),
                   ("stats_and_prometheus", case_stats_and_prometheus),
                   ("leases", case_leases),
+                  ("done_message", case_done_message),
                   ("side_channel", case_side_channel),
                   ("scheduler_spans", case_scheduler_spans),
                   ("relayout_matches_per_token_copy", case_relayout_matches_per_token_copy),

@@ -7,11 +7,14 @@ Wire format, version 2: D connects and writes one JSON request line; P answers o
     D: {"protocol": "kvferry-vllm-handshake", "version": 2, "op": "handshake"}
     P: {"protocol": ..., "version": 2, "engine_id": str, "tp_rank": int, "region_id": int,
         "agent_metadata": base64 str, "layout": KvLayout.to_dict()}
-    D: {"protocol": ..., "version": 2, "op": "lease", "request_id": str, "lease": str}
-    P: {"protocol": ..., "version": 2, "lease": "held" | "read" | "expired" | "unknown"}
+    D: {"protocol": ..., "version": 2, "op": "lease", "request_id": str, "lease": str,
+        "reader": str, "pin_ms": int}
+    P: {"protocol": ..., "version": 2, "lease": "held" | "read" | "taken" | "expired" |
+        "unknown"}
 D refuses anything else (a peer that is not kvferry, another version, a layout that differs in
 a MUST_MATCH field) with HandshakeError; the connector turns that into a load failure, so vLLM
-recomputes the prompt. The lease answer is P's view of one hold (worker.py, "leases").
+recomputes the prompt. The lease answer is P's view of one hold, which it pins for pin_ms
+when it is still held (leases.py).
 
 Thread-safety: SideChannelServer serves from its own thread: the bytes it was built with, and
 lease answers from the callback it was given (which must be thread-safe); the client functions
@@ -31,7 +34,7 @@ PROTOCOL = "kvferry-vllm-handshake"
 VERSION = 2
 _MAX_BYTES = 16 << 20
 _MAX_REQUEST_BYTES = 4096
-LEASE_STATES = ("held", "read", "expired", "unknown")
+LEASE_STATES = ("held", "read", "taken", "expired", "unknown")
 
 
 class HandshakeError(RuntimeError):
@@ -108,10 +111,12 @@ def fetch_handshake(host: str, port: int, timeout_ms: int) -> PeerInfo:
     return decode(_exchange(host, port, _request_line("handshake"), timeout_ms))
 
 
-def query_lease(host: str, port: int, request_id: str, lease: str, timeout_ms: int) -> str:
-    """P's state of the hold of request_id under lease (one of LEASE_STATES)."""
-    blob = _exchange(host, port, _request_line("lease", request_id=request_id, lease=lease),
-                     timeout_ms)
+def query_lease(host: str, port: int, request_id: str, lease: str, reader: str, pin_ms: int,
+                timeout_ms: int) -> str:
+    """P's state of the hold of request_id under lease, as `reader` (the id this D puts in its
+    READ notification) sees it; a hold still held is pinned for pin_ms. One of LEASE_STATES."""
+    blob = _exchange(host, port, _request_line("lease", request_id=request_id, lease=lease,
+                                               reader=reader, pin_ms=int(pin_ms)), timeout_ms)
     d = _check_header(blob)
     state = d.get("lease")
     if state not in LEASE_STATES:
@@ -128,10 +133,10 @@ def check_compatible(local: KvLayout, remote: PeerInfo) -> None:
 
 class SideChannelServer:
     """Answers every connection on (host, port) until close(): a handshake request with
-    ``encode(info)``, a lease request with ``lease_state(request_id, lease)``."""
+    ``encode(info)``, a lease request with ``lease_state(request_id, lease, reader, pin_s)``."""
 
     def __init__(self, host: str, port: int, info: PeerInfo,
-                 lease_state: Callable[[str, str], str]):
+                 lease_state: Callable[[str, str, str, float], str]):
         self._blob = encode(info)
         self._lease_state = lease_state
         self._sock = socket.create_server((host, port), reuse_port=False)
@@ -171,7 +176,12 @@ class SideChannelServer:
         if d.get("op") == "handshake":
             return self._blob
         if d.get("op") == "lease":
-            state = self._lease_state(str(d.get("request_id")), str(d.get("lease")))
+            try:
+                pin_s = max(0.0, min(float(d.get("pin_ms", 0)), 3600e3)) / 1e3
+            except (TypeError, ValueError):
+                return None
+            state = self._lease_state(str(d.get("request_id")), str(d.get("lease")),
+                                      str(d.get("reader")), pin_s)
             return (json.dumps({"protocol": PROTOCOL, "version": VERSION, "lease": state}) +
                     "\n").encode()
         return None

@@ -32,8 +32,8 @@ class LoadSpec:
     first_token: int = 0
     num_tokens: int = 0
     remote_block_size: int = 0
-    # P's lease on those blocks (kv_transfer_params' kvferry_lease): after the READ, D asks P
-    # whether it still held them under this lease (worker.py, "leases").
+    # P's lease on those blocks (kv_transfer_params' kvferry_lease): D asks P to pin them
+    # under this lease while it reads (leases.py).
     remote_lease: str = ""
 
 
@@ -55,8 +55,8 @@ class KvferryConnectorMetadata(KVConnectorMetadata):
 @dataclass
 class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
     # request id -> {"outcome": "pulled" | "handshake_failed" | "transfer_failed" |
-    #                "deadline_exceeded" | "lease_expired" | "lease_unconfirmed" |
-    #                "relayout_failed", "bytes": int, "descriptors": int, "ms": float,
+    #                "deadline_exceeded" | "lease_expired" | "lease_taken" |
+    #                "lease_unconfirmed" | "relayout_failed", "bytes": int, "descriptors": int, "ms": float,
     #                "error": str (failures only)}
     records: dict[str, dict] = field(default_factory=dict)
 

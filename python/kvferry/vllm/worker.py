@@ -5,18 +5,20 @@ layout on the side channel, and holds each finished request's blocks until D's n
 names it (then reports it in finished_sending, so vLLM frees them) or its lease runs out
 (leases.py). D: for each load the scheduler ships, handshakes with P once per peer (refusing an
 incompatible KV), plans the read (kvferry.BlockGeometry, runs merged), posts ONE prepared READ
-per request with a deadline. The READ carries a notification naming P's request, delivered once
-every byte is in D. When the READ is done, D asks P's side channel whether it held the blocks
-under the request's lease all through the read (off the model runner's thread); only then does
-it report the request in finished_recving. Any failure (handshake, transfer, deadline, a lease
-that expired or cannot be confirmed) reports the request's blocks through
-get_block_ids_with_load_errors, so vLLM recomputes exactly those tokens.
+per request with a deadline. The READ carries a notification naming the pull and P's request,
+delivered once every byte is in D. As it posts the READ, D asks P's side channel (on a helper
+thread) to pin the hold under the request's lease; once the READ is done and P's answer proves
+the blocks were held all through it, D reports the request in finished_recving. Any failure
+(handshake, transfer, deadline, a lease that expired, was taken or cannot be confirmed) reports
+the request's blocks through get_block_ids_with_load_errors, so vLLM recomputes exactly those
+tokens.
 
 Thread-safety: vLLM calls every method from the model runner's thread; the side channel serves
 from its own thread bytes fixed at registration and lease states from the (locked) LeaseTable;
 D's lease questions run on the `_asker` threads and touch nothing but their arguments.
 """
 
+import secrets
 import time
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -37,11 +39,23 @@ logger = init_logger("vllm.kvferry." + __name__.rsplit(".", 1)[-1])
 
 _DONE_PREFIX = b"kvferry-vllm/done/"
 _LEASE_RETRY_S = 0.02     # D: between questions while P does not know the hold yet
-_LEASE_WAIT_S = 0.005     # D: how long one step waits for P's answer
+_LEASE_WAIT_S = 0.005     # D: how long one step waits for P's answer, once the READ is done
+_PIN_MARGIN_S = 5.0       # D: P pins a hold this much longer than D's load deadline
 
 
-def done_message(remote_request_id: str) -> bytes:
-    return _DONE_PREFIX + remote_request_id.encode()
+def done_message(reader: str, remote_request_id: str) -> bytes:
+    """The READ's notification: which pull (reader, hex) read which of P's requests."""
+    return _DONE_PREFIX + reader.encode() + b"/" + remote_request_id.encode()
+
+
+def parse_done_message(message: bytes) -> tuple[str, str] | None:
+    """(reader, remote request id) of a done_message; None for any other notification."""
+    if not message.startswith(_DONE_PREFIX):
+        return None
+    reader, sep, rid = message[len(_DONE_PREFIX):].partition(b"/")
+    if not sep:
+        return None
+    return reader.decode(errors="replace"), rid.decode(errors="replace")
 
 
 @dataclass
@@ -58,7 +72,8 @@ class _Pull:
     staging_region: object = None
     num_staged_blocks: int = 0
     layout: KvLayout | None = None   # P's
-    # D's question to P about the lease, once the READ is done.
+    # D's question to P about the lease (leases.py), asked as the READ is posted.
+    reader: str = ""
     read_done: bool = False
     confirm: Future | None = None
     ask_again_at: float = 0.0
@@ -101,7 +116,7 @@ class KvferryWorker:
                         self._agent.get_local_metadata(), self._layout)
         port = self._cfg.side_channel_port + self._tp_rank
         self._server = SideChannelServer(self._cfg.side_channel_host, port, info,
-                                         self._leases.state)
+                                         self._leases.pin)
         lay = self._layout
         logger.info("KvferryConnector: registered %d layers, %.1f MiB in %.1f ms; kernel block "
                     "%d tokens (%d B/layer page), logical block %d; side channel %s:%d",
@@ -145,12 +160,13 @@ class KvferryWorker:
             plan = plan_staged_read(info.layout, spec.remote_block_ids)
             staging = torch.empty(plan.total_bytes, dtype=torch.uint8)
             staging_region = local_region = self._agent.register_memory(staging)
+        reader = secrets.token_hex(8)
         try:
             xfer = self._agent.prepare_transfer(
                 kvferry.XferOp.READ, peer,
                 local=[(local_region, off, n) for off, n in plan.local],
                 remote=[(info.region_id, off, n) for off, n in plan.remote],
-                notification=done_message(spec.remote_request_id),
+                notification=done_message(reader, spec.remote_request_id),
                 timeout_ms=self._cfg.load_timeout_ms)
             xfer.post()
         except BaseException:
@@ -158,10 +174,19 @@ class KvferryWorker:
                 self._agent.deregister_memory(staging_region)
             raise
         now = time.monotonic()
-        self._pulls[spec.request_id] = _Pull(
-            spec, xfer, key, now, now + self._cfg.load_timeout_ms / 1000, plan.total_bytes,
-            xfer.info.num_descriptors_merged, staging, staging_region,
-            len(spec.remote_block_ids), info.layout)
+        pull = _Pull(spec, xfer, key, now, now + self._cfg.load_timeout_ms / 1000,
+                     plan.total_bytes, xfer.info.num_descriptors_merged, staging,
+                     staging_region, len(spec.remote_block_ids), info.layout, reader=reader)
+        self._pulls[spec.request_id] = pull
+        self._ask_lease(pull)
+
+    def _ask_lease(self, pull: _Pull) -> None:
+        """Asks P, on a helper thread, to pin the hold this pull reads (leases.py)."""
+        spec = pull.spec
+        pin_ms = self._cfg.load_timeout_ms + _PIN_MARGIN_S * 1e3
+        pull.confirm = self._asker.submit(query_lease, pull.peer_key[0], pull.peer_key[1],
+                                          spec.remote_request_id, spec.remote_lease,
+                                          pull.reader, pin_ms, self._cfg.handshake_timeout_ms)
 
     def _peer(self, key: tuple[str, int]) -> tuple[kvferry.Peer, PeerInfo]:
         if key not in self._peers:
@@ -211,21 +236,17 @@ class KvferryWorker:
                                f"no completion {self._cfg.load_timeout_ms} ms after post")
 
     def _confirm_lease(self, rid: str, pull: _Pull) -> None:
-        """After the READ: asks P (on another thread) whether it held the blocks throughout,
-        then ends the pull by P's answer (leases.py)."""
+        """The READ is done: ends the pull by P's answer about its lease (leases.py), asking
+        again while P does not know the hold yet."""
         now = time.monotonic()
         if pull.confirm is None:
             if now < pull.ask_again_at:
                 return
-            spec = pull.spec
-            pull.confirm = self._asker.submit(query_lease, pull.peer_key[0], pull.peer_key[1],
-                                              spec.remote_request_id, spec.remote_lease,
-                                              self._cfg.handshake_timeout_ms)
-            # A loopback answer takes well under a millisecond: waiting a little for it saves
-            # an engine step; a slow P is left to later steps.
-            wait([pull.confirm], timeout=_LEASE_WAIT_S)
+            self._ask_lease(pull)
         if not pull.confirm.done():
-            return
+            wait([pull.confirm], timeout=_LEASE_WAIT_S)
+            if not pull.confirm.done():
+                return
         try:
             state = pull.confirm.result()
         except HandshakeError as e:
@@ -237,6 +258,9 @@ class KvferryWorker:
         elif state == leases.EXPIRED:
             self._end_pull(rid, "lease_expired", "P's lease on the blocks ran out before the "
                            "read was confirmed; they may have been reused")
+        elif state == leases.TAKEN:
+            self._end_pull(rid, "lease_taken", "another D's read ended P's hold of the blocks; "
+                           "they may have been reused")
         elif now > pull.deadline:
             self._end_pull(rid, "lease_unconfirmed", "P does not know the lease "
                            f"{pull.spec.remote_lease} of {pull.spec.remote_request_id}")
@@ -273,7 +297,7 @@ class KvferryWorker:
                         f", relayout from {pull.layout.block_size_logical}-token blocks"
                         if relayout else "")
             return
-        if outcome != "lease_expired":   # a lease that ran out says nothing against P
+        if outcome not in ("lease_expired", "lease_taken"):   # nothing against P itself
             self._forget_peer(pull.peer_key)
         self._fail(pull.spec, outcome, error)
 
@@ -299,11 +323,9 @@ class KvferryWorker:
 
     def _poll_holds(self) -> None:
         for note in self._agent.get_notifications():
-            if not note.message.startswith(_DONE_PREFIX):
-                continue
-            rid = note.message[len(_DONE_PREFIX):].decode(errors="replace")
-            if self._leases.read(rid):
-                self._note_read(rid)
+            done = parse_done_message(note.message)
+            if done is not None and self._leases.read(done[1], done[0]):
+                self._note_read(done[1])
         for rid in self._leases.expire():
             logger.warning("KvferryConnector: lease of %s expired (%.0f s) without D's "
                            "notification; freeing its blocks", rid, self._cfg.lease_timeout_s)
