@@ -105,15 +105,15 @@ class VllmServer:
     def metrics(self, prefix):
         """Samples of GET /metrics whose name starts with prefix, summed over their labels:
         {name: value}. Histogram buckets and `_created` timestamps are left out."""
+        from prometheus_client.parser import text_string_to_metric_families
         r = web.request("127.0.0.1", self.port, "GET", "/metrics", timeout=10)
         runner.check(r.status == 200, f"{self.name} /metrics: HTTP {r.status}")
         out = {}
-        for line in r.raw.splitlines():
-            if line.startswith(prefix):
-                name, value = line.split("{", 1)[0].split(" ")[0], line.rsplit(" ", 1)[1]
-                if name.endswith(("_bucket", "_created")):
-                    continue
-                out[name] = out.get(name, 0.0) + float(value)
+        for family in text_string_to_metric_families(r.raw):
+            for sample in family.samples:
+                if (sample.name.startswith(prefix) and
+                        not sample.name.endswith(("_bucket", "_created"))):
+                    out[sample.name] = out.get(sample.name, 0.0) + sample.value
         return out
 
     def post_stream(self, path, body, timeout=120):

@@ -82,7 +82,7 @@ class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
 # D: pulls that landed, pulls that failed (vLLM recomputes those blocks), their bytes and
 # descriptors. P: requests whose blocks a D read (its notification came), and requests whose
 # lease ran out unread.
-_COUNTERS = ("pulls", "pull_failures", "bytes_pulled", "descriptors", "sends_read",
+COUNTERS = ("pulls", "pull_failures", "bytes_pulled", "descriptors", "sends_read",
              "leases_expired")
 
 
@@ -91,16 +91,16 @@ class KvferryStats(KVConnectorStats):
     """Counters since the last interval plus each pull's milliseconds."""
 
     def __post_init__(self):
-        for k in _COUNTERS:
+        for k in COUNTERS:
             self.data.setdefault(k, 0)
         self.data.setdefault("pull_ms", [])
 
     def reset(self):
-        self.data = {k: 0 for k in _COUNTERS}
+        self.data = {k: 0 for k in COUNTERS}
         self.data["pull_ms"] = []
 
     def aggregate(self, other: KVConnectorStats) -> "KvferryStats":
-        for k in _COUNTERS:
+        for k in COUNTERS:
             self.data[k] = self.data.get(k, 0) + other.data.get(k, 0)
         self.data["pull_ms"] = list(self.data.get("pull_ms", [])) + list(
             other.data.get("pull_ms", []))
@@ -108,9 +108,9 @@ class KvferryStats(KVConnectorStats):
 
     def reduce(self) -> dict[str, int | float]:
         ms = self.data.get("pull_ms", [])
-        out = {k: self.data.get(k, 0) for k in _COUNTERS}
+        out = {k: self.data.get(k, 0) for k in COUNTERS}
         out["avg_pull_ms"] = round(sum(ms) / len(ms), 3) if ms else 0.0
         return out
 
     def is_empty(self) -> bool:
-        return all(self.data.get(k, 0) == 0 for k in _COUNTERS)
+        return all(self.data.get(k, 0) == 0 for k in COUNTERS)

@@ -9,23 +9,24 @@ label); a Counter named X is exposed as X_total.
 Thread-safety: called from vLLM's stats logger only.
 """
 
+from kvferry.vllm.metadata import COUNTERS
+
 from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorPromMetrics
 from vllm.v1.metrics.utils import create_metric_per_engine
 
-# (stats key, metric name, help text). The keys are KvferryStats' counters.
-_COUNTERS = (
-    ("pulls", "vllm:kvferry_pulls", "KV pulls that landed in this D's blocks."),
-    ("pull_failures", "vllm:kvferry_pull_failures",
-     "KV pulls that failed (handshake, transfer, deadline, relayout); vLLM recomputed those "
-     "blocks."),
-    ("bytes_pulled", "vllm:kvferry_bytes_pulled", "Bytes of KV this D pulled."),
-    ("descriptors", "vllm:kvferry_descriptors",
-     "Transfer descriptors posted for pulls, after coalescing adjacent blocks."),
-    ("sends_read", "vllm:kvferry_sends_read",
-     "Requests whose KV a D read from this P (D's notification arrived)."),
-    ("leases_expired", "vllm:kvferry_leases_expired",
-     "Requests whose KV lease on this P ran out before any D read it; their blocks were freed."),
-)
+# Help text per KvferryStats counter; the metric is "vllm:kvferry_<counter>". Every counter
+# must have one: a counter added to metadata.COUNTERS without it fails at import.
+_HELP = {
+    "pulls": "KV pulls that landed in this D's blocks.",
+    "pull_failures": "KV pulls that failed (handshake, transfer, deadline, lease, relayout); "
+                     "vLLM recomputed those blocks.",
+    "bytes_pulled": "Bytes of KV this D pulled.",
+    "descriptors": "Transfer descriptors posted for pulls, after coalescing adjacent blocks.",
+    "sends_read": "Requests whose KV a D read from this P (D's notification arrived).",
+    "leases_expired": "Requests whose KV lease on this P ran out before any D read it; their "
+                      "blocks were freed.",
+}
+assert set(_HELP) == set(COUNTERS), set(_HELP) ^ set(COUNTERS)
 _PULL_SECONDS_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                          2.5, 5.0, 10.0)
 
@@ -35,9 +36,10 @@ class KvferryPromMetrics(KVConnectorPromMetrics):
         super().__init__(vllm_config, metric_types, labelnames, per_engine_labelvalues)
         self._counters = {
             key: create_metric_per_engine(
-                self._counter_cls(name=name, documentation=doc, labelnames=labelnames),
+                self._counter_cls(name=f"vllm:kvferry_{key}", documentation=_HELP[key],
+                                  labelnames=labelnames),
                 per_engine_labelvalues)
-            for key, name, doc in _COUNTERS}
+            for key in COUNTERS}
         self._pull_seconds = create_metric_per_engine(
             self._histogram_cls(name="vllm:kvferry_pull_seconds",
                                 documentation="Time from posting a pull to its last byte "
