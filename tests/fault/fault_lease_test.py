@@ -119,8 +119,9 @@ def case_slow_reader_lease_expires_during_read():
     time.sleep(0.3)  # D's READ is posted and waits for P
     d.signal(signal.SIGSTOP)
     p.signal(signal.SIGCONT)
-    # Seen once on a loaded CI-like run and not reproduced since: the lease neither expired nor
-    # was counted; the message carries both sides' lease and transfer counters to tell why.
+    # Process.signal(SIGSTOP) returns once every thread of D has stopped: CI once saw D's
+    # transport, still running for a moment after kill(), finish the read and its generation
+    # check before P's lease ran out, so no reuse was there to detect.
     check(wait_until(lambda: expired(p) >= 1, 0.5 + SLACK_S) is not None,
           f"lease never expired: P {lease_counters(p)}")
     for i in range(6):

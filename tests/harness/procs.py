@@ -57,8 +57,29 @@ class Process:
         return self.proc.poll() is None
 
     def signal(self, sig):
+        """Sends `sig`. For SIGSTOP, returns only once every thread of the process has stopped:
+        kill() returns before a busy multi-threaded process has finished its group stop, and a
+        thread still running then can answer what the test meant to freeze."""
         if self.alive():
             os.kill(self.proc.pid, sig)
+            if sig == signal.SIGSTOP:
+                self._wait_stopped()
+
+    def _thread_states(self):
+        states = []
+        for tid in os.listdir(f"/proc/{self.proc.pid}/task"):
+            try:
+                with open(f"/proc/{self.proc.pid}/task/{tid}/stat") as f:
+                    states.append(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:  # the thread ended meanwhile
+                pass
+        return states
+
+    def _wait_stopped(self, timeout_s=10):
+        if runner.wait_until(lambda: all(s in "tT" for s in self._thread_states()),
+                             timeout_s, interval=0.002) is None:
+            raise AssertionError(f"{self.name}: not stopped {timeout_s} s after SIGSTOP: "
+                                 f"thread states {self._thread_states()}")
 
     def kill(self):
         # SIGKILL alone: it ends a stopped process too, and a SIGCONT first would let a
