@@ -104,7 +104,9 @@ void AddProxy(CLI::App& app) {
   sub->add_option("--decode-timeout-ms", o->decode_timeout_ms,
                   "Longest wait for a decode instance's first byte and between streamed chunks")
       ->capture_default_str();
-  sub->add_option("--num-http-threads", o->num_http_threads, "Concurrent client connections")
+  sub->add_option("--max-connections,--num-http-threads", o->max_connections,
+                  "Client connections served at once, a thread each; more wait for one to close")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   kvferry::tools::AddSecurityFlags(sub, &v->security);
   kvferry::tools::AddUpstreamFlags(sub, &v->upstream);

@@ -1,5 +1,6 @@
 #include "kvferry/http/http_listener.h"
 
+#include <sys/resource.h>
 #include <sys/socket.h>
 
 #include <chrono>
@@ -25,10 +26,24 @@ void ReuseAddress(int fd) {
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
 }
 
+// Each open connection is a descriptor. The soft limit is often 1024, below what a front end
+// with --max-connections 1024 plus its upstream and transfer sockets needs; raise it to the hard
+// limit (which only root may raise) so accept() does not fail with EMFILE first.
+void RaiseDescriptorLimit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  const rlim_t was = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (::setrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    KVF_LOG_DEBUG("HTTP listener: open-file limit raised from {} to {}", was, limit.rlim_cur);
+  }
+}
+
 }  // namespace
 
 StatusOr<int> StartHttpListener(httplib::Server& http, const std::string& host, int port,
                                 std::thread* thread) {
+  RaiseDescriptorLimit();
   auto listen_fd = std::make_shared<int>(-1);
   http.set_socket_options([listen_fd](int fd) {
     ReuseAddress(fd);

@@ -7,6 +7,7 @@
 
 #include "kvferry/cluster/cluster.h"
 #include "kvferry/common/logging.h"
+#include "kvferry/http/connection_threads.h"
 #include "kvferry/http/http_error.h"
 #include "kvferry/http/http_listener.h"
 #include "kvferry/proxy/upstream.h"
@@ -49,6 +50,7 @@ struct ProxyServer::Impl {
   FlowOptions flow;
   std::unique_ptr<cluster::Cluster> cluster;  // outlives the handlers (destroyed after http)
   std::unique_ptr<httplib::Server> http;      // plain or TLS (MakeHttpServer)
+  std::shared_ptr<http::ConnectionThreads> connections;  // its task queue
   std::thread thread;
   int bound_port = 0;
 
@@ -107,8 +109,8 @@ Status ProxyServer::Start() {
   KVF_ASSIGN_OR_RETURN(impl->http, http::MakeHttpServer(impl->options.tls));
   httplib::Server& http = *impl->http;
   KVF_RETURN_IF_ERROR(http::RequireApiKeys(http, impl->options.api_keys));
-  const int threads = impl->options.num_http_threads;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  impl->connections = std::make_shared<http::ConnectionThreads>(impl->options.max_connections);
+  http.new_task_queue = [q = impl->connections] { return http::ConnectionThreads::Handle(q); };
   http.set_payload_max_length(64u << 20);
   http.set_tcp_nodelay(true);
   for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
@@ -123,7 +125,9 @@ Status ProxyServer::Start() {
     });
   }
   http.Get("/metrics", [impl](const httplib::Request&, httplib::Response& res) {
-    res.set_content(impl->cluster->RenderMetrics(), "text/plain; version=0.0.4");
+    res.set_content(
+        impl->cluster->RenderMetrics() + http::ConnectionMetricsText(impl->connections->load()),
+        "text/plain; version=0.0.4");
   });
   http.Get("/cluster", [impl](const httplib::Request&, httplib::Response& res) {
     res.set_content(impl->cluster->RenderTable(), "application/json");

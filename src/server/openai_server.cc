@@ -9,6 +9,7 @@
 
 #include "kvferry/common/logging.h"
 #include "kvferry/engine/prompt_limits.h"
+#include "kvferry/http/connection_threads.h"
 #include "kvferry/http/http_error.h"
 #include "kvferry/http/http_listener.h"
 #include "kvferry/server/openai_protocol.h"
@@ -104,6 +105,7 @@ struct OpenAiServer::Impl {
   GenerationService* service;
   ServerMetrics* metrics;
   std::unique_ptr<httplib::Server> http;  // plain or TLS (MakeHttpServer)
+  std::shared_ptr<http::ConnectionThreads> connections;  // its task queue
   std::optional<ChatTemplate> chat;       // set by Start()
   std::thread thread;
   int bound_port = 0;
@@ -423,8 +425,8 @@ Status OpenAiServer::Start() {
   KVF_RETURN_IF_ERROR(http::RequireApiKeys(
       http, impl->options.api_keys,
       [impl](const std::string& path) { impl->metrics->OnHttpResponse(RouteLabel(path), 401); }));
-  const int threads = impl->options.num_http_threads;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  impl->connections = std::make_shared<http::ConnectionThreads>(impl->options.max_connections);
+  http.new_task_queue = [q = impl->connections] { return http::ConnectionThreads::Handle(q); };
   http.set_payload_max_length(64u << 20);
   http.set_tcp_nodelay(true);
   http.Post("/v1/completions", [impl](const httplib::Request& req, httplib::Response& res) {
@@ -449,7 +451,8 @@ Status OpenAiServer::Start() {
   });
   http.Get("/metrics", [impl](const httplib::Request&, httplib::Response& res) {
     res.status = 200;
-    res.set_content(impl->metrics->Render(), "text/plain; version=0.0.4");
+    res.set_content(impl->metrics->Render() + http::ConnectionMetricsText(impl->connections->load()),
+                    "text/plain; version=0.0.4");
   });
   http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

@@ -67,6 +67,7 @@ int Serve(const std::map<std::string, std::string>& args) {
   sopts.port = std::atoi(Get(args, "--port", "0").c_str());
   sopts.request_timeout_ms = std::atoll(Get(args, "--request-timeout-ms", "60000").c_str());
   sopts.first_output_timeout_ms = sopts.request_timeout_ms;
+  sopts.max_connections = std::atoi(Get(args, "--max-connections", "1024").c_str());
   server::OpenAiServer http(sopts, loop->get(), &metrics);
   Status s = http.Start();
   if (!s.ok()) return Fail(s.ToString());

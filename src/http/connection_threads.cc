@@ -1,0 +1,123 @@
+#include "kvferry/http/connection_threads.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+namespace kvferry::http {
+namespace {
+
+constexpr auto kIdleExit = std::chrono::seconds(10);
+constexpr size_t kKeepIdle = 4;
+
+class Forwarding final : public httplib::TaskQueue {
+ public:
+  explicit Forwarding(std::shared_ptr<ConnectionThreads> to) : to_(std::move(to)) {}
+  void enqueue(std::function<void()> fn) override { to_->enqueue(std::move(fn)); }
+  void shutdown() override { to_->shutdown(); }
+
+ private:
+  std::shared_ptr<ConnectionThreads> to_;
+};
+
+}  // namespace
+
+httplib::TaskQueue* ConnectionThreads::Handle(std::shared_ptr<ConnectionThreads> threads) {
+  return new Forwarding(std::move(threads));
+}
+
+std::string ConnectionMetricsText(const ConnectionLoad& load) {
+  return fmt::format(
+      "# HELP kvferry:http_connections HTTP connections, served (open) or waiting for a thread "
+      "past --max-connections.\n"
+      "# TYPE kvferry:http_connections gauge\n"
+      "kvferry:http_connections{{state=\"open\"}} {}\n"
+      "kvferry:http_connections{{state=\"waiting\"}} {}\n"
+      "# HELP kvferry:http_connections_waited_total Connections that waited for a thread.\n"
+      "# TYPE kvferry:http_connections_waited_total counter\n"
+      "kvferry:http_connections_waited_total {}\n",
+      load.open, load.waiting, load.waited_total);
+}
+
+ConnectionThreads::ConnectionThreads(int max_connections)
+    : max_threads_(static_cast<size_t>(std::max(max_connections, 1))) {}
+
+ConnectionThreads::~ConnectionThreads() { shutdown(); }
+
+void ConnectionThreads::enqueue(std::function<void()> fn) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping_) {  // not httplib's order; run it rather than leak its socket
+    lock.unlock();
+    fn();
+    return;
+  }
+  JoinExitedLocked();
+  queue_.push_back(std::move(fn));
+  if (queue_.size() <= idle_) {
+    cv_.notify_one();  // a parked thread takes it
+  } else if (threads_.size() - exited_.size() < max_threads_) {
+    threads_.emplace_back([this] { Run(); });
+  } else {
+    ++waited_total_;  // over the cap: the next thread to finish a connection takes it
+  }
+}
+
+void ConnectionThreads::Run() {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    ++idle_;
+    const bool woken =
+        cv_.wait_for(lock, kIdleExit, [this] { return stopping_ || !queue_.empty(); });
+    --idle_;
+    if (!queue_.empty()) {
+      std::function<void()> fn = std::move(queue_.front());
+      queue_.pop_front();
+      ++busy_;
+      lock.unlock();
+      fn();
+      fn = nullptr;  // the connection's state goes before the count says it closed
+      lock.lock();
+      --busy_;
+      continue;
+    }
+    if (stopping_) return;
+    if (!woken && threads_.size() - exited_.size() > kKeepIdle) {
+      exited_.push_back(std::this_thread::get_id());
+      return;
+    }
+  }
+}
+
+void ConnectionThreads::JoinExitedLocked() {
+  for (const std::thread::id id : exited_) {
+    auto it = std::find_if(threads_.begin(), threads_.end(),
+                           [id](const std::thread& t) { return t.get_id() == id; });
+    if (it != threads_.end()) {
+      it->join();  // it has left Run(): returns at once
+      threads_.erase(it);
+    }
+  }
+  exited_.clear();
+}
+
+void ConnectionThreads::shutdown() {
+  std::list<std::thread> threads;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    threads.swap(threads_);
+    exited_.clear();
+  }
+  cv_.notify_all();
+  for (std::thread& t : threads) t.join();  // each drains the queue before it returns
+}
+
+ConnectionLoad ConnectionThreads::load() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {busy_, static_cast<int64_t>(queue_.size()),
+          static_cast<int64_t>(threads_.size() - exited_.size()), waited_total_};
+}
+
+}  // namespace kvferry::http

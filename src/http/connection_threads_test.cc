@@ -1,0 +1,157 @@
+// ConnectionThreads: every connection up to the cap runs at once; past it they wait in order and
+// are counted; shutdown runs what waits; and, behind a real httplib::Server, clients that hold
+// their connections with half a request do not keep a normal request from its answer.
+#include "kvferry/http/connection_threads.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "kvferry/http/http_listener.h"
+
+namespace kvferry::http {
+namespace {
+
+// A gate the tasks wait on until the test opens it.
+class Gate {
+ public:
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++waiting_;
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return open_; });
+  }
+  void Open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  bool AwaitWaiting(int n) {  // true once n tasks wait at the gate (within 10 s)
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return waiting_ >= n; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int waiting_ = 0;
+  bool open_ = false;
+};
+
+TEST(ConnectionThreadsTest, EveryConnectionUpToTheCapRunsAtOnce) {
+  ConnectionThreads q(64);
+  Gate gate;
+  for (int i = 0; i < 40; ++i) q.enqueue([&] { gate.Wait(); });
+  ASSERT_TRUE(gate.AwaitWaiting(40)) << "not every connection got its own thread";
+  EXPECT_EQ(q.load().open, 40);
+  EXPECT_EQ(q.load().waiting, 0);
+  EXPECT_EQ(q.load().waited_total, 0);
+  gate.Open();
+  q.shutdown();
+  EXPECT_EQ(q.load().open, 0);
+  EXPECT_EQ(q.load().threads, 0);
+}
+
+TEST(ConnectionThreadsTest, PastTheCapConnectionsWaitInOrderAndAreCounted) {
+  ConnectionThreads q(2);
+  Gate gate;
+  std::mutex mu;
+  std::vector<int> order;
+  for (int i = 0; i < 2; ++i) q.enqueue([&] { gate.Wait(); });
+  ASSERT_TRUE(gate.AwaitWaiting(2));
+  for (int i = 0; i < 3; ++i) {
+    q.enqueue([&, i] {
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(i);
+    });
+  }
+  EXPECT_EQ(q.load().waiting, 3);
+  EXPECT_EQ(q.load().waited_total, 3);
+  EXPECT_EQ(q.load().threads, 2);
+  gate.Open();
+  q.shutdown();  // runs what waits before it returns
+  EXPECT_EQ(order, (std::vector<int>{0, 1, 2}));
+}
+
+TEST(ConnectionThreadsTest, ShutdownRunsWhatWaitsAndJoins) {
+  std::atomic<int> ran{0};
+  {
+    ConnectionThreads q(1);
+    Gate gate;
+    q.enqueue([&] { gate.Wait(); });
+    ASSERT_TRUE(gate.AwaitWaiting(1));
+    for (int i = 0; i < 5; ++i) q.enqueue([&] { ++ran; });
+    gate.Open();
+  }  // the destructor shuts down
+  EXPECT_EQ(ran.load(), 5);
+}
+
+int ConnectTo(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void SendAll(int fd, const std::string& s) {
+  (void)::send(fd, s.data(), s.size(), MSG_NOSIGNAL);
+}
+
+// More clients than httplib's ThreadPool of 8 would serve hold their connections with half a
+// request, sending one more header line a second (so no read timeout closes them); a normal
+// request on another connection is answered while they still hold theirs.
+TEST(ConnectionThreadsTest, HalfRequestsDoNotDelayANormalOne) {
+  httplib::Server server;
+  server.new_task_queue = [] { return new ConnectionThreads(64); };
+  server.Get("/ping", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("pong", "text/plain");
+  });
+  std::thread listener;
+  auto port = StartHttpListener(server, "127.0.0.1", 0, &listener);
+  ASSERT_TRUE(port.ok()) << port.status();
+  std::vector<int> idle;
+  for (int i = 0; i < 24; ++i) {
+    const int fd = ConnectTo(*port);
+    ASSERT_GE(fd, 0);
+    SendAll(fd, "POST /ping HTTP/1.1\r\nHost: x\r\n");
+    idle.push_back(fd);
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    while (!stop) {
+      for (int fd : idle) SendAll(fd, "X-Slow: 1\r\n");
+      for (int i = 0; i < 10 && !stop; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      }
+    }
+  });
+  httplib::Client client("127.0.0.1", *port);
+  client.set_read_timeout(std::chrono::seconds(30));
+  auto res = client.Get("/ping");
+  ASSERT_TRUE(res) << "no answer while half requests hold their connections: "
+                   << httplib::to_string(res.error());
+  EXPECT_EQ(res->body, "pong");
+  stop = true;
+  trickle.join();
+  for (int fd : idle) ::close(fd);
+  server.stop();
+  listener.join();
+}
+
+}  // namespace
+}  // namespace kvferry::http

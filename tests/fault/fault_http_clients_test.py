@@ -1,0 +1,127 @@
+"""Slow and idle clients (docs/reliability.md, "Slow and idle clients"): hundreds of connections
+that sent half a request and trickle the rest (one header line a second, so no read timeout
+closes them) must not keep a normal request from its answer, at `serve` and at the proxy; past
+--max-connections a connection waits for one to close and is counted; every connection thread
+ends once its client goes (kvferry:http_connections from /metrics).
+"""
+import socket
+import threading
+import time
+
+from harness.kvferry_api import kv_config, text_of
+from harness.runner import Background, check, run_cases, wait_until
+from harness.fault_node import Node, colocated_text, parse_args
+
+args = None
+IDLE = 300
+BODY = {"prompt": "A normal client among slow ones. " * 2, "max_tokens": 6, "temperature": 0}
+OPEN = 'kvferry:http_connections{state="open"}'
+WAITING = 'kvferry:http_connections{state="waiting"}'
+WAITED = "kvferry:http_connections_waited_total"
+
+
+class SlowClients:
+    """`n` connections to `node`, each with half a request sent, one more header line a second."""
+
+    def __init__(self, node, n):
+        self.socks = []
+        for _ in range(n):
+            s = socket.create_connection((node.host, node.port), timeout=10)
+            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: slow\r\nContent-Length: 100\r\n")
+            self.socks.append(s)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._trickle, daemon=True)
+        self._thread.start()
+
+    def _trickle(self):
+        while not self._stop.wait(1.0):
+            for s in self.socks:
+                try:
+                    s.sendall(b"X-Slow: 1\r\n")
+                except OSError:
+                    pass
+
+    def still_open(self):
+        """How many the server has not closed (a closed one reads EOF, or fails)."""
+        n = 0
+        for s in self.socks:
+            s.setblocking(False)
+            try:
+                n += s.recv(1, socket.MSG_PEEK) != b""
+            except BlockingIOError:
+                n += 1
+            except OSError:
+                pass
+            s.setblocking(True)
+        return n
+
+    def close(self, count=None):
+        self._stop.set()
+        self._thread.join()
+        for s in self.socks[:count]:
+            s.close()
+        del self.socks[:count]
+
+
+def open_connections(node):
+    return node.metric(OPEN) - 1  # less the /metrics request's own
+
+
+def check_normal_request_answered(node, want, what):
+    slow = SlowClients(node, IDLE)
+    check(wait_until(lambda: open_connections(node) >= IDLE, 20) is not None,
+          f"{what}: {IDLE} slow connections not all served at once: {node.metrics().get(OPEN)}")
+    status, resp, _ = node.post(BODY, timeout=60)
+    check(status == 200 and text_of(resp) == want, f"{what}: normal request: {status} {resp}")
+    check(slow.still_open() == IDLE, f"{what}: only {slow.still_open()} of {IDLE} slow "
+          "clients still connected: the normal request was answered because they were dropped")
+    check(node.metric(WAITED) == 0, f"{what}: connections waited under the cap")
+    slow.close()
+    check(wait_until(lambda: open_connections(node) == 0, 20) is not None,
+          f"{what}: connection threads left after the clients went: {node.metrics().get(OPEN)}")
+
+
+def case_serve():
+    want = colocated_text(args.node, BODY)
+    node = Node(args.node, "serve", name="serve")
+    check_normal_request_answered(node, want, "serve")
+
+
+def case_proxy():
+    want = colocated_text(args.node, BODY)
+    p = Node(args.node, "serve", ["--kv-transfer-config", kv_config("p0")], name="P")
+    d = Node(args.node, "serve", ["--kv-transfer-config", kv_config("d0")], name="D")
+    proxy = Node(args.node, "proxy", ["--prefill", p.url, "--decode", d.url], name="proxy")
+    check_normal_request_answered(proxy, want, "proxy")
+
+
+def case_over_the_cap_waits():
+    want = colocated_text(args.node, BODY)
+    cap = 8
+    node = Node(args.node, "serve", ["--max-connections", cap], name="serve")
+    slow = SlowClients(node, cap - 1)  # the /metrics requests below take the last thread
+    check(wait_until(lambda: node.metric(OPEN) == cap, 20) is not None,
+          f"slow clients not served: {node.metrics().get(OPEN)}")
+    slow.socks.append(socket.create_connection((node.host, node.port), timeout=10))
+    slow.socks[-1].sendall(b"POST /v1/completions HTTP/1.1\r\n")  # now every thread is held
+    time.sleep(0.5)
+    answer = Background(lambda: node.post(BODY, timeout=60))
+    time.sleep(1.0)
+    check(answer.finished_at is None, "a request past the cap was answered while every thread "
+          "was held")
+    slow.close(count=1)  # one slow client goes: the waiting connections get its thread
+    status, resp, _ = answer.result(60, "the request that waited")
+    check(status == 200 and text_of(resp) == want, f"after waiting: {status} {resp}")
+    check(node.metric(WAITED) >= 1, f"the wait was not counted: {node.metrics().get(WAITED)}")
+    slow.close()
+    check(wait_until(lambda: node.metric(OPEN) == 1 and node.metric(WAITING) == 0, 20)
+          is not None, f"connections left: {node.metrics()}")
+
+
+if __name__ == "__main__":
+    args = parse_args()
+    run_cases([
+        ("serve", case_serve),
+        ("proxy", case_proxy),
+        ("over_the_cap_waits", case_over_the_cap_waits),
+    ])
