@@ -47,47 +47,50 @@ ConnectionThreads::ConnectionThreads(int max_connections)
 ConnectionThreads::~ConnectionThreads() { shutdown(); }
 
 void ConnectionThreads::enqueue(std::function<void()> fn) {
-  std::unique_lock<std::mutex> lock(mu_);
-  if (stopping_) {  // not httplib's order; run it rather than leak its socket
-    lock.unlock();
-    fn();
-    return;
+  {
+    MutexLock lock(&mu_);
+    if (!stopping_) {
+      JoinExitedLocked();
+      queue_.push_back(std::move(fn));
+      if (queue_.size() <= idle_) {
+        cv_.NotifyOne();  // a parked thread takes it
+      } else if (LiveThreadsLocked() < max_threads_) {
+        threads_.emplace_back([this] { Run(); });
+      } else {
+        ++waited_total_;  // over the cap: the next thread to finish a connection takes it
+      }
+      return;
+    }
   }
-  JoinExitedLocked();
-  queue_.push_back(std::move(fn));
-  if (queue_.size() <= idle_) {
-    cv_.notify_one();  // a parked thread takes it
-  } else if (threads_.size() - exited_.size() < max_threads_) {
-    threads_.emplace_back([this] { Run(); });
-  } else {
-    ++waited_total_;  // over the cap: the next thread to finish a connection takes it
-  }
+  fn();  // after shutdown (not httplib's order): run it rather than leak its socket
 }
 
 void ConnectionThreads::Run() {
-  std::unique_lock<std::mutex> lock(mu_);
+  mu_.Lock();
   for (;;) {
     ++idle_;
-    const bool woken =
-        cv_.wait_for(lock, kIdleExit, [this] { return stopping_ || !queue_.empty(); });
+    const bool woken = cv_.WaitFor(&mu_, kIdleExit, [this]() REQUIRES(mu_) {
+      return stopping_ || !queue_.empty();
+    });
     --idle_;
     if (!queue_.empty()) {
       std::function<void()> fn = std::move(queue_.front());
       queue_.pop_front();
       ++busy_;
-      lock.unlock();
+      mu_.Unlock();
       fn();
       fn = nullptr;  // the connection's state goes before the count says it closed
-      lock.lock();
+      mu_.Lock();
       --busy_;
       continue;
     }
-    if (stopping_) return;
-    if (!woken && threads_.size() - exited_.size() > kKeepIdle) {
+    if (stopping_) break;
+    if (!woken && LiveThreadsLocked() > kKeepIdle) {
       exited_.push_back(std::this_thread::get_id());
-      return;
+      break;
     }
   }
+  mu_.Unlock();
 }
 
 void ConnectionThreads::JoinExitedLocked() {
@@ -105,19 +108,19 @@ void ConnectionThreads::JoinExitedLocked() {
 void ConnectionThreads::shutdown() {
   std::list<std::thread> threads;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     threads.swap(threads_);
     exited_.clear();
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   for (std::thread& t : threads) t.join();  // each drains the queue before it returns
 }
 
 ConnectionLoad ConnectionThreads::load() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return {busy_, static_cast<int64_t>(queue_.size()),
-          static_cast<int64_t>(threads_.size() - exited_.size()), waited_total_};
+  MutexLock lock(&mu_);
+  return {busy_, static_cast<int64_t>(queue_.size()), static_cast<int64_t>(LiveThreadsLocked()),
+          waited_total_};
 }
 
 }  // namespace kvferry::http

@@ -19,16 +19,16 @@
 
 #include <httplib.h>
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <list>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "kvferry/common/thread_annotations.h"
 
 namespace kvferry::http {
 
@@ -50,9 +50,9 @@ class ConnectionThreads final : public httplib::TaskQueue {
   ConnectionThreads(const ConnectionThreads&) = delete;
   ConnectionThreads& operator=(const ConnectionThreads&) = delete;
 
-  void enqueue(std::function<void()> fn) override;
-  void shutdown() override;
-  ConnectionLoad load() const;
+  void enqueue(std::function<void()> fn) override EXCLUDES(mu_);
+  void shutdown() override EXCLUDES(mu_);
+  ConnectionLoad load() const EXCLUDES(mu_);
 
   // httplib deletes what new_task_queue returned once its accept loop ends. A front end that
   // reads load() for /metrics keeps the ConnectionThreads itself and gives httplib this handle,
@@ -60,19 +60,20 @@ class ConnectionThreads final : public httplib::TaskQueue {
   static httplib::TaskQueue* Handle(std::shared_ptr<ConnectionThreads> threads);
 
  private:
-  void Run();
-  void JoinExitedLocked();  // mu_ held
+  void Run() EXCLUDES(mu_);
+  void JoinExitedLocked() REQUIRES(mu_);
+  size_t LiveThreadsLocked() const REQUIRES(mu_) { return threads_.size() - exited_.size(); }
 
   const size_t max_threads_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> queue_;
-  std::list<std::thread> threads_;
-  std::vector<std::thread::id> exited_;  // returned from Run(), not yet joined
-  size_t idle_ = 0;
-  int64_t busy_ = 0;
-  int64_t waited_total_ = 0;
-  bool stopping_ = false;
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);
+  std::list<std::thread> threads_ GUARDED_BY(mu_);
+  std::vector<std::thread::id> exited_ GUARDED_BY(mu_);  // returned from Run(), not yet joined
+  size_t idle_ GUARDED_BY(mu_) = 0;  // threads parked in Run()
+  int64_t busy_ GUARDED_BY(mu_) = 0;
+  int64_t waited_total_ GUARDED_BY(mu_) = 0;
+  bool stopping_ GUARDED_BY(mu_) = false;
 };
 
 }  // namespace kvferry::http
