@@ -69,9 +69,8 @@ void ConnectionThreads::Run() {
   mu_.Lock();
   for (;;) {
     ++idle_;
-    const bool woken = cv_.WaitFor(&mu_, kIdleExit, [this]() REQUIRES(mu_) {
-      return stopping_ || !queue_.empty();
-    });
+    const bool woken = cv_.WaitFor(&mu_, kIdleExit,
+                                   [this]() REQUIRES(mu_) { return stopping_ || !queue_.empty(); });
     --idle_;
     if (!queue_.empty()) {
       std::function<void()> fn = std::move(queue_.front());

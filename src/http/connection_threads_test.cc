@@ -110,9 +110,7 @@ int ConnectTo(int port) {
   return fd;
 }
 
-void SendAll(int fd, const std::string& s) {
-  (void)::send(fd, s.data(), s.size(), MSG_NOSIGNAL);
-}
+void SendAll(int fd, const std::string& s) { (void)::send(fd, s.data(), s.size(), MSG_NOSIGNAL); }
 
 // More clients than httplib's ThreadPool of 8 would serve hold their connections with half a
 // request, sending one more header line a second (so no read timeout closes them); a normal

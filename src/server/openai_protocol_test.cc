@@ -88,6 +88,30 @@ TEST(OpenAiProtocolTest, BadRequestsNameTheField) {
   }
 }
 
+// Each per-token bound refused just past it, accepted at it.
+TEST(OpenAiProtocolTest, StopBoundsAreRefusedJustPastThem) {
+  auto with = [](const nlohmann::json& extra) {
+    nlohmann::json j = {{"prompt", "a"}};
+    j.update(extra);
+    return Completion(j.dump());
+  };
+  auto strings = [](size_t n) {
+    std::vector<std::string> v;
+    for (size_t i = 0; i < n; ++i) v.push_back("s" + std::to_string(i));
+    return v;
+  };
+  EXPECT_TRUE(with({{"stop", strings(kMaxStopStrings)}}).ok());
+  EXPECT_NE(with({{"stop", strings(kMaxStopStrings + 1)}}).status().ToString().find("at most 16"),
+            std::string::npos);
+  EXPECT_TRUE(with({{"stop", std::string(kMaxStopStringBytes, 'z')}}).ok());
+  EXPECT_FALSE(with({{"stop", std::string(kMaxStopStringBytes + 1, 'z')}}).ok());
+  EXPECT_FALSE(with({{"stop", {"a", std::string(kMaxStopStringBytes + 1, 'z')}}}).ok());
+  EXPECT_TRUE(with({{"stop_token_ids", std::vector<int>(kMaxStopTokenIds, 5)}}).ok());
+  auto ids = with({{"stop_token_ids", std::vector<int>(kMaxStopTokenIds + 1, 5)}});
+  EXPECT_EQ(ids.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(ids.status().ToString().find("'stop_token_ids'"), std::string::npos);
+}
+
 TEST(OpenAiProtocolTest, ParsesChatAndKvTransferParams) {
   auto r = ParseOpenAiRequest(ApiKind::kChat, R"({"messages":[
       {"role":"system","content":"be brief"},

@@ -154,17 +154,27 @@ Status ParseChatTemplateFields(std::string_view body, OpenAiRequest* req) {
   return Status::Ok();
 }
 
+Status AddStop(const std::string& s, OpenAiRequest* req) {
+  if (s.size() > kMaxStopStringBytes) {
+    return InvalidArgumentError("'stop': a stop string of " + std::to_string(s.size()) +
+                                " bytes; at most " + std::to_string(kMaxStopStringBytes));
+  }
+  if (!s.empty()) req->stop.push_back(s);
+  return Status::Ok();
+}
+
 Status ParseStop(const json& j, OpenAiRequest* req) {
   const json* s = Field(j, "stop");
   if (s == nullptr) return Status::Ok();
-  if (s->is_string()) {
-    if (!s->get<std::string>().empty()) req->stop.push_back(s->get<std::string>());
-    return Status::Ok();
-  }
+  if (s->is_string()) return AddStop(s->get<std::string>(), req);
   if (!s->is_array()) return TypeError("stop", "a string or an array of strings");
+  if (s->size() > kMaxStopStrings) {
+    return InvalidArgumentError("'stop': " + std::to_string(s->size()) + " stop strings; at most " +
+                                std::to_string(kMaxStopStrings));
+  }
   for (const json& x : *s) {
     if (!x.is_string()) return TypeError("stop", "a string or an array of strings");
-    if (!x.get<std::string>().empty()) req->stop.push_back(x.get<std::string>());
+    KVF_RETURN_IF_ERROR(AddStop(x.get<std::string>(), req));
   }
   return Status::Ok();
 }
@@ -231,6 +241,10 @@ Status ParseLogprobs(const json& j, OpenAiRequest* req) {
 Status ParseTokenControls(const json& j, OpenAiRequest* req) {
   if (const json* st = Field(j, "stop_token_ids")) {
     if (!st->is_array()) return TypeError("stop_token_ids", "an array of token ids");
+    if (st->size() > kMaxStopTokenIds) {
+      return InvalidArgumentError("'stop_token_ids': " + std::to_string(st->size()) +
+                                  " ids; at most " + std::to_string(kMaxStopTokenIds));
+    }
     KVF_RETURN_IF_ERROR(ParseTokenArray(*st, "stop_token_ids", &req->params.stop_token_ids));
   }
   KVF_RETURN_IF_ERROR(GetBool(j, "ignore_eos", &req->params.ignore_eos));

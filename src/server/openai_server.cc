@@ -98,15 +98,28 @@ bool ResumesFromFirstToken(const OpenAiRequest& r) {
          r.kv_transfer_params->first_token.has_value();
 }
 
+// No token stands for more than `longest` bytes of text (TokenBytes), so a prompt of more than
+// max_model_len × longest bytes needs more tokens than the context holds. Four times that, so
+// that a normalizer dropping characters before the model splits the text never refuses a
+// prompt that fits (byte-level BPE and SentencePiece drop none).
+size_t MaxPromptBytes(const tokenizer::Tokenizer& tok, int32_t max_model_len) {
+  size_t longest = 1;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    longest = std::max(longest, tok.TokenBytes(id).size());
+  }
+  return 4 * longest * static_cast<size_t>(max_model_len);
+}
+
 }  // namespace
 
 struct OpenAiServer::Impl {
   ServerOptions options;
   GenerationService* service;
   ServerMetrics* metrics;
-  std::unique_ptr<httplib::Server> http;  // plain or TLS (MakeHttpServer)
+  std::unique_ptr<httplib::Server> http;                 // plain or TLS (MakeHttpServer)
   std::shared_ptr<http::ConnectionThreads> connections;  // its task queue
-  std::optional<ChatTemplate> chat;       // set by Start()
+  std::optional<ChatTemplate> chat;                      // set by Start()
+  size_t max_prompt_bytes = 0;                           // set by Start(): MaxPromptBytes
   std::thread thread;
   int bound_port = 0;
   std::atomic<bool> draining{false};
@@ -173,10 +186,24 @@ struct OpenAiServer::Impl {
   StatusOr<std::vector<int32_t>> EncodePrompt(const OpenAiRequest& r) const {
     const tokenizer::Tokenizer& tok = service->tokenizer();
     if (r.kind == ApiKind::kCompletion) {
+      KVF_RETURN_IF_ERROR(CheckPromptBytes(r.prompt_text.size()));
       return tok.Encode(r.prompt_text, r.add_special_tokens.value_or(true));
     }
     KVF_ASSIGN_OR_RETURN(std::string text, chat->Render(r));
+    KVF_RETURN_IF_ERROR(CheckPromptBytes(text.size()));
     return tok.Encode(text, chat->AddSpecialTokens(r));
+  }
+
+  // Refuses, before the tokenizer runs, a text too long to fit the context whatever it
+  // tokenizes to: docs/reliability.md, "Request limits".
+  Status CheckPromptBytes(size_t bytes) const {
+    if (bytes <= max_prompt_bytes) return Status::Ok();
+    return InvalidArgumentError("This model's maximum context length is " +
+                                std::to_string(service->max_model_len()) +
+                                " tokens. However, your prompt has " + std::to_string(bytes) +
+                                " bytes, more than " + std::to_string(max_prompt_bytes) +
+                                " bytes can hold in that many tokens. Please reduce "
+                                "the length of the prompt.");
   }
 
   static Status ErrorOf(const engine::RequestOutput& out) {
@@ -418,6 +445,8 @@ OpenAiServer::~OpenAiServer() { Stop(); }
 
 Status OpenAiServer::Start() {
   Impl* impl = impl_.get();
+  impl->max_prompt_bytes =
+      MaxPromptBytes(impl->service->tokenizer(), impl->service->max_model_len());
   KVF_ASSIGN_OR_RETURN(
       impl->chat, ChatTemplate::Create(impl->options.chat_template, impl->service->tokenizer()));
   KVF_ASSIGN_OR_RETURN(impl->http, http::MakeHttpServer(impl->options.tls));
@@ -451,8 +480,9 @@ Status OpenAiServer::Start() {
   });
   http.Get("/metrics", [impl](const httplib::Request&, httplib::Response& res) {
     res.status = 200;
-    res.set_content(impl->metrics->Render() + http::ConnectionMetricsText(impl->connections->load()),
-                    "text/plain; version=0.0.4");
+    res.set_content(
+        impl->metrics->Render() + http::ConnectionMetricsText(impl->connections->load()),
+        "text/plain; version=0.0.4");
   });
   http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

@@ -4,6 +4,8 @@ Syntactically valid but unusable kv_transfer_params (unknown engine, unreachable
 out-of-range, duplicated or too few block ids) are load failures: D recomputes and the answer is
 exactly the colocated one.
 """
+import json
+import socket
 import time
 
 from harness.kvferry_api import is_openai_error, kv_config, text_of
@@ -123,9 +125,68 @@ def case_unusable_kv_params():
     check(status == 200 and text_of(resp) == want, f"valid params after bad ones: {resp}")
 
 
+def raw_exchange(node, data, timeout=30):
+    """Sends raw bytes on a new connection; returns (status, body) of the answer (its
+    Content-Length bytes: the connection may stay open)."""
+    with socket.create_connection((node.host, node.port), timeout=timeout) as s:
+        s.sendall(data)
+        answer = b""
+        while b"\r\n\r\n" not in answer and (chunk := s.recv(65536)):
+            answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        while len(body) < length and (chunk := s.recv(65536)):
+            body += chunk
+    status = int(head.split(b" ")[1]) if head.startswith(b"HTTP/1.1 ") else None
+    return status, body
+
+
+def case_request_limits():
+    """docs/reliability.md, "Request limits": each bound refused with its 4xx just past it and
+    accepted at it; the server keeps serving."""
+    d = Node(args.node, "serve", name="serve")
+    ok = {"prompt": "a", "max_tokens": 2}
+    for what, body, fine in [
+        ("17 stop strings", dict(ok, stop=[f"s{i}" for i in range(17)]),
+         dict(ok, stop=[f"s{i}" for i in range(16)])),
+        ("a stop string of 1025 bytes", dict(ok, stop="z" * 1025), dict(ok, stop="z" * 1024)),
+        ("1025 stop_token_ids", dict(ok, stop_token_ids=[5] * 1025),
+         dict(ok, stop_token_ids=[5] * 1024)),
+    ]:
+        msg = expect_4xx(d, body, what=what)
+        check("at most" in msg, f"{what}: {msg}")
+        status, resp, _ = d.post(fine)
+        check(status == 200, f"{what}, at the bound: {status} {resp}")
+    # A prompt too long in bytes for the context, whatever it tokenizes to: refused before the
+    # tokenizer runs, with vLLM's context-length wording (completions and chat).
+    huge = "y" * (4 << 20)
+    msg = expect_4xx(d, {"prompt": huge}, what="4 MiB prompt")
+    check("maximum context length" in msg and "bytes" in msg, f"4 MiB prompt: {msg}")
+    msg = expect_4xx(d, {"messages": [{"role": "user", "content": huge}]},
+                     path="/v1/chat/completions", what="4 MiB chat message")
+    check("bytes" in msg, f"4 MiB chat message: {msg}")
+    # HTTP framing limits (httplib's): a header line over 8 KiB, a URI over 8 KiB, a body over
+    # the 64 MiB payload limit; each an OpenAI error body.
+    request = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+    status, body = raw_exchange(d, request + b"X-Big: " + b"a" * 9000 + b"\r\n\r\n")
+    check(status == 400 and is_openai_error(json.loads(body), status), f"long header: {status}")
+    status, body = raw_exchange(d, b"GET /v1/models?" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n")
+    check(status == 414 and is_openai_error(json.loads(body), status), f"long URI: {status}")
+    big = (64 << 20) + 1
+    status, body = raw_exchange(d, request + b"Content-Length: %d\r\n\r\n" % big + b"0" * big)
+    check(status == 413 and is_openai_error(json.loads(body), status), f"huge body: {status}")
+    status, resp, _ = d.post(BODY)
+    check(status == 200, f"after the limits: {status} {resp}")
+
+
 if __name__ == "__main__":
     args = parse_args()
     run_cases([
         ("malformed_requests", case_malformed_requests),
+        ("request_limits", case_request_limits),
         ("unusable_kv_params", case_unusable_kv_params),
     ])

@@ -70,7 +70,7 @@ class ConnectionThreads final : public httplib::TaskQueue {
   std::deque<std::function<void()>> queue_ GUARDED_BY(mu_);
   std::list<std::thread> threads_ GUARDED_BY(mu_);
   std::vector<std::thread::id> exited_ GUARDED_BY(mu_);  // returned from Run(), not yet joined
-  size_t idle_ GUARDED_BY(mu_) = 0;  // threads parked in Run()
+  size_t idle_ GUARDED_BY(mu_) = 0;                      // threads parked in Run()
   int64_t busy_ GUARDED_BY(mu_) = 0;
   int64_t waited_total_ GUARDED_BY(mu_) = 0;
   bool stopping_ GUARDED_BY(mu_) = false;

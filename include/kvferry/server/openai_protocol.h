@@ -8,8 +8,9 @@
 // either), messages (chat; string content or an array of text parts), max_tokens /
 // max_completion_tokens, temperature, top_p, top_k, seed, n (1 only), stream,
 // stream_options.include_usage, logprobs (completions: 0..20 alternatives; chat: bool with
-// top_logprobs 0..20), stop (string or array), stop_token_ids, ignore_eos, return_token_ids,
-// kv_transfer_params, add_special_tokens; chat only: tools, chat_template_kwargs,
+// top_logprobs 0..20), stop (string or array: at most kMaxStopStrings of at most
+// kMaxStopStringBytes each), stop_token_ids (at most kMaxStopTokenIds), ignore_eos,
+// return_token_ids, kv_transfer_params, add_special_tokens; chat only: tools, chat_template_kwargs,
 // add_generation_prompt (the chat template's inputs, server/chat_template.h). Unknown fields and
 // nulls are ignored, as OpenAI servers do. A wrong type or value is InvalidArgument naming the
 // field (HTTP 400 through http_error.h).
@@ -56,6 +57,12 @@ struct OpenAiRequest {
   std::vector<std::string> stop;  // stop strings, matched on the generated text
   std::optional<connector::KvTransferParams> kv_transfer_params;
 };
+
+// Bounds on what one request may ask of the engine per generated token (each stop string is
+// matched at every token, each stop token id looked up): docs/reliability.md, "Request limits".
+inline constexpr size_t kMaxStopStrings = 16;
+inline constexpr size_t kMaxStopStringBytes = 1024;
+inline constexpr size_t kMaxStopTokenIds = 1024;
 
 // Parses a request body. InvalidArgument naming the field on bad JSON, types or values.
 StatusOr<OpenAiRequest> ParseOpenAiRequest(ApiKind kind, std::string_view body);
