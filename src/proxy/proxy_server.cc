@@ -10,6 +10,8 @@
 #include "kvferry/http/connection_threads.h"
 #include "kvferry/http/http_error.h"
 #include "kvferry/http/http_listener.h"
+#include "kvferry/http/openapi.h"
+#include "kvferry/http/route_errors.h"
 #include "kvferry/proxy/upstream.h"
 #include "proxy/request_flow.h"
 #include "proxy/upstream_auth.h"
@@ -129,16 +131,23 @@ Status ProxyServer::Start() {
         impl->cluster->RenderMetrics() + http::ConnectionMetricsText(impl->connections->load()),
         "text/plain; version=0.0.4");
   });
+  http.Get("/openapi.json", [openapi = http::OpenApiDocument({.proxy = true})](
+                                const httplib::Request&, httplib::Response& res) {
+    res.set_content(openapi, "application/json");
+  });
   http.Get("/cluster", [impl](const httplib::Request&, httplib::Response& res) {
     res.set_content(impl->cluster->RenderTable(), "application/json");
   });
   http.Get("/v1/models",
            [impl](const httplib::Request&, httplib::Response& res) { impl->ForwardModels(res); });
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    res.set_content(OpenAiErrorBody(res.status, "Not found: " + req.method + " " + req.path),
-                    "application/json");
-  });
+  http::InstallErrorHandler(http, {{"POST", "/v1/completions"},
+                                   {"POST", "/v1/chat/completions"},
+                                   {"GET", "/v1/models"},
+                                   {"GET", "/openapi.json"},
+                                   {"GET", "/health"},
+                                   {"GET", "/healthcheck"},
+                                   {"GET", "/metrics"},
+                                   {"GET", "/cluster"}});
   KVF_ASSIGN_OR_RETURN(impl->bound_port, StartHttpListener(http, impl->options.host,
                                                            impl->options.port, &impl->thread));
   return Status::Ok();

@@ -12,6 +12,8 @@
 #include "kvferry/http/connection_threads.h"
 #include "kvferry/http/http_error.h"
 #include "kvferry/http/http_listener.h"
+#include "kvferry/http/openapi.h"
+#include "kvferry/http/route_errors.h"
 #include "kvferry/server/openai_protocol.h"
 #include "server/chat_template.h"
 #include "server/output_assembler.h"
@@ -474,6 +476,12 @@ Status OpenAiServer::Start() {
     impl->Reply(res, "/v1/models", 200,
                 nlohmann::json{{"object", "list"}, {"data", {model}}}.dump());
   });
+  const std::string openapi =
+      http::OpenApiDocument({.vocab_size = impl->service->tokenizer().vocab_size(),
+                             .max_model_len = impl->service->max_model_len()});
+  http.Get("/openapi.json", [openapi](const httplib::Request&, httplib::Response& res) {
+    res.set_content(openapi, "application/json");
+  });
   http.Get("/health", [impl](const httplib::Request&, httplib::Response& res) {
     const bool ok = impl->service->healthy() && !impl->draining.load();
     impl->Reply(res, "/health", ok ? 200 : 503, "", "text/plain");
@@ -484,12 +492,12 @@ Status OpenAiServer::Start() {
         impl->metrics->Render() + http::ConnectionMetricsText(impl->connections->load()),
         "text/plain; version=0.0.4");
   });
-  http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    const std::string msg = res.status == 404 ? "Not found: " + req.method + " " + req.path
-                                              : "HTTP error " + std::to_string(res.status);
-    res.set_content(OpenAiErrorBody(res.status, msg), "application/json");
-  });
+  http::InstallErrorHandler(http, {{"POST", "/v1/completions"},
+                                   {"POST", "/v1/chat/completions"},
+                                   {"GET", "/v1/models"},
+                                   {"GET", "/openapi.json"},
+                                   {"GET", "/health"},
+                                   {"GET", "/metrics"}});
 
   KVF_ASSIGN_OR_RETURN(impl->bound_port, StartHttpListener(http, impl->options.host,
                                                            impl->options.port, &impl->thread));

@@ -179,6 +179,16 @@ def case_request_limits():
     big = (64 << 20) + 1
     status, body = raw_exchange(d, request + b"Content-Length: %d\r\n\r\n" % big + b"0" * big)
     check(status == 413 and is_openai_error(json.loads(body), status), f"huge body: {status}")
+    # A route asked with another method: 405 naming the allowed ones (a method httplib does not
+    # know, QUERY, too), and the connection closed, since the body was not read.
+    for line, allowed in [(b"DELETE /v1/completions", "POST"), (b"QUERY /health", "GET"),
+                          (b"PUT /v1/models?x=1", "GET")]:
+        status, body = raw_exchange(d, line + b" HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+        err = json.loads(body)
+        check(status == 405 and is_openai_error(err, status) and
+              f"allowed: {allowed}" in err["error"]["message"], f"{line}: {status} {body}")
+    status, body = raw_exchange(d, b"GET /nowhere HTTP/1.1\r\nHost: x\r\n\r\n")
+    check(status == 404 and is_openai_error(json.loads(body), status), f"unknown path: {status}")
     status, resp, _ = d.post(BODY)
     check(status == 200, f"after the limits: {status} {resp}")
 

@@ -53,6 +53,7 @@ int Serve(const std::map<std::string, std::string>& args) {
   opts.engine.model = Get(args, "--model", "tiny");
   opts.engine.num_kv_blocks = std::atoi(Get(args, "--num-kv-blocks", "0").c_str());
   opts.engine.num_threads = 1;
+  opts.engine.max_model_len = std::atoi(Get(args, "--max-model-len", "0").c_str());
   std::string kv = Get(args, "--kv-transfer-config", "");
   if (!kv.empty()) {
     auto cfg = connector::ParseKvTransferConfig(kv);
