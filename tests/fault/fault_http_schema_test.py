@@ -15,7 +15,7 @@ requests it allows are refused, correctly, with a 400.
 import argparse
 import re
 import subprocess
-import sys
+import tempfile
 
 from harness.kvferry_api import kv_config
 from harness.runner import check, run_cases, wait_until
@@ -31,7 +31,9 @@ def run_schemathesis(node, what):
            "--exclude-checks", "positive_data_acceptance", "--max-examples", str(EXAMPLES),
            "--seed", str(SEED), "--request-timeout", "60", "--workers", "2", "--no-color",
            "--generation-database", "none", "--phases", "examples,fuzzing"]
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    # In a scratch folder: schemathesis writes its cache (.schemathesis/) where it runs.
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                         cwd=tempfile.mkdtemp(prefix="kvferry-schemathesis-"))
     tail = out.stdout[-6000:] + out.stderr[-2000:]
     check(out.returncode == 0, f"{what}: schemathesis failed (rc {out.returncode}):\n{tail}")
     m = re.search(r"(\d+) generated, (\d+) passed", out.stdout)
