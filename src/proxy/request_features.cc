@@ -46,7 +46,11 @@ Prompt PromptOf(const json& body) {
   if (body.contains("messages") && body["messages"].is_array()) {
     for (const json& m : body["messages"]) {
       if (!m.is_object()) continue;
-      p.text += m.value("role", std::string()) + "\n";
+      // (value("role", "") would throw on a role that is not a string: schemathesis sent one.)
+      if (auto role = m.find("role"); role != m.end() && role->is_string()) {
+        p.text += role->get<std::string>();
+      }
+      p.text += "\n";
       if (m.contains("content")) p.text += MessageText(m["content"]) + "\n";
     }
     return p;

@@ -57,6 +57,15 @@ TEST(RequestFeaturesTest, BodiesWithoutAPromptGiveNothing) {
   }
 }
 
+// Whatever the types inside, reading a body's features never throws (the server refuses it).
+TEST(RequestFeaturesTest, FieldsOfTheWrongTypeAreSkipped) {
+  for (const char* body :
+       {R"({"messages":[{"role":5,"content":"x"}]})", R"({"messages":[{"role":{},"content":7}]})",
+        R"({"messages":[{"content":[{"type":{},"text":3}]}]})", R"({"prompt":[["a"]]})"}) {
+    EXPECT_NO_THROW(RouteRequestOf(body, 1)) << body;
+  }
+}
+
 TEST(RequestFeaturesTest, PromptTokensOfAnAnswer) {
   EXPECT_EQ(PromptTokensOf(R"({"usage":{"prompt_tokens":42,"completion_tokens":1}})"), 42);
   EXPECT_FALSE(PromptTokensOf(R"({"usage":{}})"));
