@@ -20,31 +20,11 @@ constexpr char kDocument[] = R"json({
     "/v1/completions": {"post": {
       "operationId": "createCompletion",
       "requestBody": {"required": true, "content": {"application/json": {
-        "schema": {"$ref": "#/components/schemas/CompletionRequest"}}}},
-      "responses": {
-        "200": {"description": "The completion (a server-sent-event stream when stream is true).",
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Completion"}},
-                            "text/event-stream": {"schema": {}}}},
-        "400": {"$ref": "#/components/responses/Error"},
-        "401": {"$ref": "#/components/responses/Error"},
-        "404": {"$ref": "#/components/responses/Error"},
-        "413": {"$ref": "#/components/responses/Error"},
-        "503": {"$ref": "#/components/responses/Error"},
-        "504": {"$ref": "#/components/responses/Error"}}}},
+        "schema": {"$ref": "#/components/schemas/CompletionRequest"}}}}}},
     "/v1/chat/completions": {"post": {
       "operationId": "createChatCompletion",
       "requestBody": {"required": true, "content": {"application/json": {
-        "schema": {"$ref": "#/components/schemas/ChatRequest"}}}},
-      "responses": {
-        "200": {"description": "The chat completion (a server-sent-event stream when stream is true).",
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Completion"}},
-                            "text/event-stream": {"schema": {}}}},
-        "400": {"$ref": "#/components/responses/Error"},
-        "401": {"$ref": "#/components/responses/Error"},
-        "404": {"$ref": "#/components/responses/Error"},
-        "413": {"$ref": "#/components/responses/Error"},
-        "503": {"$ref": "#/components/responses/Error"},
-        "504": {"$ref": "#/components/responses/Error"}}}},
+        "schema": {"$ref": "#/components/schemas/ChatRequest"}}}}}},
     "/v1/models": {"get": {
       "operationId": "listModels",
       "responses": {
@@ -135,6 +115,18 @@ constexpr char kDocument[] = R"json({
   }
 })json";
 
+// The answers of both generation endpoints (OpenAPI has no reference for a whole set).
+constexpr char kGenerateResponses[] = R"json({
+  "200": {"description": "The completion (a server-sent-event stream when stream is true).",
+          "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Completion"}},
+                      "text/event-stream": {"schema": {}}}},
+  "400": {"$ref": "#/components/responses/Error"},
+  "401": {"$ref": "#/components/responses/Error"},
+  "404": {"$ref": "#/components/responses/Error"},
+  "413": {"$ref": "#/components/responses/Error"},
+  "503": {"$ref": "#/components/responses/Error"},
+  "504": {"$ref": "#/components/responses/Error"}})json";
+
 constexpr char kCluster[] = R"json({"get": {
   "operationId": "cluster",
   "responses": {"200": {"description": "The proxy's view of its members.",
@@ -155,12 +147,14 @@ std::string OpenApiDocument(const OpenApiFront& front) {
     schemas["ChatRequest"]["allOf"][1]["properties"]["max_completion_tokens"]["maximum"] =
         front.max_model_len - 1;
   }
+  ordered_json responses = ordered_json::parse(kGenerateResponses);
   if (front.proxy) {
     doc["info"]["title"] = "kvferry proxy";
     doc["paths"]["/cluster"] = ordered_json::parse(kCluster);
-    for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
-      doc["paths"][path]["post"]["responses"]["502"] = {{"$ref", "#/components/responses/Error"}};
-    }
+    responses["502"] = {{"$ref", "#/components/responses/Error"}};
+  }
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    doc["paths"][path]["post"]["responses"] = responses;
   }
   return doc.dump();
 }
