@@ -5,6 +5,7 @@ a per-page reference copy, and the handshake's refusals.
 Usage: build/venv/bin/python tests/vllm/test_units.py   (PYTHONPATH=tests)
 """
 
+import time
 from types import SimpleNamespace
 
 import torch
@@ -172,6 +173,20 @@ def case_side_channel():
         with socket.create_connection(("127.0.0.1", port), timeout=2) as c:
             c.sendall(b"GET / HTTP/1.1\r\n\r\n")
             check(c.recv(100) == b"", "an HTTP request got an answer")
+        # A client that sends nothing and one that trickles hold their own workers: a D's
+        # handshake (2 s deadline, under P's 5 s per request) is answered meanwhile, and both
+        # are dropped at P's deadline.
+        silent = socket.create_connection(("127.0.0.1", port), timeout=10)
+        trickle = socket.create_connection(("127.0.0.1", port), timeout=10)
+        trickle.sendall(b'{"protocol"')
+        check(fetch_handshake("127.0.0.1", port, 2000) == info, "handshake behind a silent client")
+        for i in range(3):
+            trickle.sendall(b" ")
+            time.sleep(1)
+        check(silent.recv(100) == b"" and trickle.recv(100) == b"",
+              "a silent or trickling client got an answer")
+        silent.close()
+        trickle.close()
     finally:
         server.close()
 

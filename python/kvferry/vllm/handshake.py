@@ -25,7 +25,9 @@ import base64
 import json
 import socket
 import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kvferry.vllm.layout import KvLayout, mismatches
@@ -34,6 +36,8 @@ PROTOCOL = "kvferry-vllm-handshake"
 VERSION = 2
 _MAX_BYTES = 16 << 20
 _MAX_REQUEST_BYTES = 4096
+_WORKERS = 16               # P: connections answered at once
+_REQUEST_DEADLINE_S = 5.0   # P: a connection's whole request line, from its accept
 LEASE_STATES = ("held", "read", "taken", "expired", "unknown")
 
 
@@ -133,7 +137,10 @@ def check_compatible(local: KvLayout, remote: PeerInfo) -> None:
 
 class SideChannelServer:
     """Answers every connection on (host, port) until close(): a handshake request with
-    ``encode(info)``, a lease request with ``lease_state(request_id, lease, reader, pin_s)``."""
+    ``encode(info)``, a lease request with ``lease_state(request_id, lease, reader, pin_s)``.
+    Connections are answered concurrently, up to _WORKERS at once (more wait for one), each
+    within _REQUEST_DEADLINE_S of its accept for the whole request line: a client that connects
+    and sends nothing, or trickles, holds one worker that long and no other D's answer."""
 
     def __init__(self, host: str, port: int, info: PeerInfo,
                  lease_state: Callable[[str, str, str, float], str]):
@@ -142,6 +149,8 @@ class SideChannelServer:
         self._sock = socket.create_server((host, port), reuse_port=False)
         self._sock.settimeout(0.5)
         self._stop = threading.Event()
+        self._workers = ThreadPoolExecutor(max_workers=_WORKERS,
+                                           thread_name_prefix="kvferry-side-channel")
         self._thread = threading.Thread(target=self._serve, name="kvferry-side-channel",
                                         daemon=True)
         self._thread.start()
@@ -154,14 +163,22 @@ class SideChannelServer:
                 continue
             except OSError:
                 return
-            with conn:
-                try:
-                    conn.settimeout(5)
-                    answer = self._answer(_read_line(conn))
-                    if answer is not None:
-                        conn.sendall(answer)
-                except OSError:
-                    pass
+            try:
+                self._workers.submit(self._serve_one, conn, time.monotonic() +
+                                     _REQUEST_DEADLINE_S)
+            except RuntimeError:  # shut down meanwhile
+                conn.close()
+                return
+
+    def _serve_one(self, conn: socket.socket, deadline: float) -> None:
+        with conn:
+            try:
+                answer = self._answer(_read_line(conn, deadline))
+                if answer is not None:
+                    conn.settimeout(max(0.1, deadline - time.monotonic()))
+                    conn.sendall(answer)
+            except OSError:  # socket.timeout included: past the deadline
+                pass
 
     def _answer(self, line: bytes | None) -> bytes | None:
         """The bytes for one request line; None (close without an answer) for anything that
@@ -190,12 +207,18 @@ class SideChannelServer:
         self._stop.set()
         self._thread.join(timeout=2)
         self._sock.close()
+        self._workers.shutdown(wait=False, cancel_futures=True)
 
 
-def _read_line(conn: socket.socket) -> bytes | None:
-    """One request line (without its newline), or None past _MAX_REQUEST_BYTES or at EOF."""
+def _read_line(conn: socket.socket, deadline: float) -> bytes | None:
+    """One request line (without its newline), or None past _MAX_REQUEST_BYTES or at EOF;
+    socket.timeout once `deadline` (monotonic) has passed, however the bytes trickle in."""
     buf = b""
     while b"\n" not in buf:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise socket.timeout("request line not complete by its deadline")
+        conn.settimeout(left)
         chunk = conn.recv(1024)
         if not chunk:
             return None
