@@ -16,12 +16,27 @@ StatusOr<json> ParseObject(std::string_view body, const char* what) {
   return j;
 }
 
+// The proxy drops stream_options from the bodies it sends without streaming (vLLM refuses them
+// there), so it checks their type itself, as the instance would: dropped unchecked, a
+// malformed one would be answered 200 (schemathesis found one).
+Status CheckStreamOptions(const json& j) {
+  auto so = j.find("stream_options");
+  if (so == j.end() || so->is_null()) return Status::Ok();
+  if (!so->is_object()) return InvalidArgumentError("'stream_options' must be an object");
+  auto usage = so->find("include_usage");
+  if (usage != so->end() && !usage->is_null() && !usage->is_boolean()) {
+    return InvalidArgumentError("'include_usage' must be a boolean");
+  }
+  return Status::Ok();
+}
+
 using http::JsonBody;
 
 }  // namespace
 
 StatusOr<std::string> BuildPrefillBody(std::string_view client_body) {
   KVF_ASSIGN_OR_RETURN(json j, ParseObject(client_body, "request body"));
+  KVF_RETURN_IF_ERROR(CheckStreamOptions(j));
   j["kv_transfer_params"] = {{"do_remote_decode", true},    {"do_remote_prefill", false},
                              {"remote_engine_id", nullptr}, {"remote_block_ids", nullptr},
                              {"remote_host", nullptr},      {"remote_port", nullptr}};
@@ -35,6 +50,7 @@ StatusOr<std::string> BuildPrefillBody(std::string_view client_body) {
 
 StatusOr<std::string> BuildWholeOnPrefillBody(std::string_view client_body) {
   KVF_ASSIGN_OR_RETURN(json j, ParseObject(client_body, "request body"));
+  KVF_RETURN_IF_ERROR(CheckStreamOptions(j));
   j["stream"] = false;
   j.erase("stream_options");
   j.erase("kv_transfer_params");

@@ -11,6 +11,17 @@ namespace {
 
 using nlohmann::json;
 
+// stream_options is dropped from the bodies sent without streaming, so its type is checked
+// first: a malformed one is refused as the instance would refuse it, not silently dropped.
+TEST(HandoffTest, MalformedStreamOptionsAreRefusedNotDropped) {
+  for (const char* body : {R"({"prompt":"hi","stream_options":""})",
+                           R"({"prompt":"hi","stream_options":{"include_usage":"yes"}})"}) {
+    EXPECT_EQ(BuildPrefillBody(body).status().code(), StatusCode::kInvalidArgument) << body;
+    EXPECT_EQ(BuildWholeOnPrefillBody(body).status().code(), StatusCode::kInvalidArgument) << body;
+  }
+  EXPECT_TRUE(BuildPrefillBody(R"({"prompt":"hi","stream_options":null})").ok());
+}
+
 TEST(HandoffTest, PrefillBodyIsVllmsProxyRequest) {
   auto b = BuildPrefillBody(
       R"({"prompt":"hi","max_tokens":50,"max_completion_tokens":50,"stream":true,
