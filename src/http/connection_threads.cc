@@ -1,9 +1,15 @@
 #include "kvferry/http/connection_threads.h"
 
+#include <arpa/inet.h>
+#include <dirent.h>
 #include <fmt/format.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <utility>
 
 namespace kvferry::http {
@@ -11,6 +17,31 @@ namespace {
 
 constexpr auto kIdleExit = std::chrono::seconds(10);
 constexpr size_t kKeepIdle = 4;
+constexpr auto kShutdownGrace = std::chrono::seconds(1);
+
+// Port of a TCP socket's local address; 0 for anything else.
+int LocalPort(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
+  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+  return 0;
+}
+
+// Shuts down (both directions) every socket of this process whose local port is `port`: the
+// connections a server accepted on it. A blocked read on one returns at once.
+void ShutDownSocketsOnPort(int port) {
+  DIR* dir = ::opendir("/proc/self/fd");
+  if (dir == nullptr) return;
+  while (const dirent* e = ::readdir(dir)) {
+    const int fd = std::atoi(e->d_name);
+    struct stat st {};
+    if (fd <= 2 || fd == ::dirfd(dir) || ::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    if (LocalPort(fd) == port) ::shutdown(fd, SHUT_RDWR);
+  }
+  ::closedir(dir);
+}
 
 class Forwarding final : public httplib::TaskQueue {
  public:
@@ -106,14 +137,30 @@ void ConnectionThreads::JoinExitedLocked() {
 
 void ConnectionThreads::shutdown() {
   std::list<std::thread> threads;
+  int port = 0;
   {
     MutexLock lock(&mu_);
     stopping_ = true;
     threads.swap(threads_);
     exited_.clear();
+    port = listen_port_;
   }
   cv_.NotifyAll();
+  const auto grace_end = std::chrono::steady_clock::now() + kShutdownGrace;
+  while (port != 0 && std::chrono::steady_clock::now() < grace_end) {
+    {
+      MutexLock lock(&mu_);
+      if (busy_ == 0 && queue_.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  if (port != 0) ShutDownSocketsOnPort(port);
   for (std::thread& t : threads) t.join();  // each drains the queue before it returns
+}
+
+void ConnectionThreads::SetListenPort(int port) {
+  MutexLock lock(&mu_);
+  listen_port_ = port;
 }
 
 ConnectionLoad ConnectionThreads::load() const {

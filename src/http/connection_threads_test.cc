@@ -153,5 +153,41 @@ TEST(ConnectionThreadsTest, HalfRequestsDoNotDelayANormalOne) {
   listener.join();
 }
 
+// Stopping the server does not wait on clients that hold their connections: they are cut
+// after the grace (before, stop() waited for as long as they trickled).
+TEST(ConnectionThreadsTest, StopCutsConnectionsClientsHold) {
+  auto threads = std::make_shared<ConnectionThreads>(64);
+  httplib::Server server;
+  server.new_task_queue = [threads] { return ConnectionThreads::Handle(threads); };
+  std::thread listener;
+  auto port = StartHttpListener(server, "127.0.0.1", 0, &listener);
+  ASSERT_TRUE(port.ok()) << port.status();
+  threads->SetListenPort(*port);
+  std::vector<int> held;
+  for (int i = 0; i < 8; ++i) {
+    const int fd = ConnectTo(*port);
+    ASSERT_GE(fd, 0);
+    SendAll(fd, i % 2 == 0 ? "POST /x HTTP/1.1\r\nHost: x\r\n" : "");
+    held.push_back(fd);
+  }
+  std::atomic<bool> stop{false};
+  std::thread trickle([&] {
+    while (!stop) {
+      for (int fd : held) SendAll(fd, "X-Slow: 1\r\n");
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  });
+  for (int i = 0; i < 100 && threads->load().open < 8; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(threads->load().open, 8);
+  server.stop();
+  listener.join();  // returns: shutdown() cut the held connections
+  EXPECT_EQ(threads->load().open, 0);
+  stop = true;
+  trickle.join();
+  for (int fd : held) ::close(fd);
+}
+
 }  // namespace
 }  // namespace kvferry::http

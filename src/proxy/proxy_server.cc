@@ -150,6 +150,7 @@ Status ProxyServer::Start() {
                                    {"GET", "/cluster"}});
   KVF_ASSIGN_OR_RETURN(impl->bound_port, StartHttpListener(http, impl->options.host,
                                                            impl->options.port, &impl->thread));
+  impl->connections->SetListenPort(impl->bound_port);
   return Status::Ok();
 }
 

@@ -501,6 +501,7 @@ Status OpenAiServer::Start() {
 
   KVF_ASSIGN_OR_RETURN(impl->bound_port, StartHttpListener(http, impl->options.host,
                                                            impl->options.port, &impl->thread));
+  impl->connections->SetListenPort(impl->bound_port);
   return Status::Ok();
 }
 

@@ -2,14 +2,15 @@
 that sent half a request and trickle the rest (one header line a second, so no read timeout
 closes them) must not keep a normal request from its answer, at `serve` and at the proxy; past
 --max-connections a connection waits for one to close and is counted; every connection thread
-ends once its client goes (kvferry:http_connections from /metrics).
+ends once its client goes (kvferry:http_connections from /metrics); SIGTERM stops both while
+slow clients still hold connections.
 """
 import socket
 import threading
 import time
 
 from harness.kvferry_api import kv_config, text_of
-from harness.runner import Background, check, run_cases, wait_until
+from harness.runner import Background, check, measure, run_cases, wait_until
 from harness.fault_node import Node, colocated_text, parse_args
 
 args = None
@@ -95,6 +96,24 @@ def case_proxy():
     check_normal_request_answered(proxy, want, "proxy")
 
 
+def case_sigterm_with_slow_clients():
+    """SIGTERM stops `serve` and the proxy while slow clients hold connections: they are cut
+    after a 1 s grace instead of keeping the process alive for as long as they trickle."""
+    p = Node(args.node, "serve", ["--kv-transfer-config", kv_config("p0")], name="P")
+    d = Node(args.node, "serve", ["--kv-transfer-config", kv_config("d0")], name="D")
+    proxy = Node(args.node, "proxy", ["--prefill", p.url, "--decode", d.url], name="proxy")
+    for node in (proxy, d):
+        slow = SlowClients(node, 50)
+        check(wait_until(lambda: open_connections(node) >= 50, 20) is not None,
+              f"{node.name}: slow clients not served")
+        t0 = time.monotonic()
+        rc = node.stop()  # SIGTERM; an AssertionError past Node.STOP_TIMEOUT_S
+        measure(f"sigterm_with_slow_clients.{node.name}", time.monotonic() - t0,
+                Node.STOP_TIMEOUT_S)
+        check(rc == 0, f"{node.name} exited {rc} on SIGTERM")
+        slow.close()
+
+
 def case_over_the_cap_waits():
     want = colocated_text(args.node, BODY)
     cap = 8
@@ -124,4 +143,5 @@ if __name__ == "__main__":
         ("serve", case_serve),
         ("proxy", case_proxy),
         ("over_the_cap_waits", case_over_the_cap_waits),
+        ("sigterm_with_slow_clients", case_sigterm_with_slow_clients),
     ])

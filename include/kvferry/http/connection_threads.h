@@ -12,9 +12,14 @@
 // (counted in `waited_total`): the cap bounds threads and memory, not who is served first.
 // Threads idle for 10 s exit, down to 4 kept.
 //
-// Thread-safety: enqueue() is httplib's accept thread's; shutdown() is called once, by httplib,
-// after its accept loop ended: it runs what is queued and joins every thread. load() may be
-// called from any thread.
+// Stopping: httplib calls shutdown() once its accept loop ended. What is queued still runs, and
+// the connections get 1 s to finish; then every socket of this process whose local port is the
+// listener's (SetListenPort) is shut down (shutdown(2), not closed: httplib still owns the
+// descriptor), so a client idling on a kept-alive connection or trickling a request cannot keep
+// the server from stopping, then every thread is joined.
+//
+// Thread-safety: enqueue() is httplib's accept thread's; shutdown() is called once, by httplib;
+// SetListenPort() and load() may be called from any thread.
 #pragma once
 
 #include <httplib.h>
@@ -53,6 +58,8 @@ class ConnectionThreads final : public httplib::TaskQueue {
   void enqueue(std::function<void()> fn) override EXCLUDES(mu_);
   void shutdown() override EXCLUDES(mu_);
   ConnectionLoad load() const EXCLUDES(mu_);
+  // The port the server's connections are accepted on (what shutdown() cuts); 0: none.
+  void SetListenPort(int port) EXCLUDES(mu_);
 
   // httplib deletes what new_task_queue returned once its accept loop ends. A front end that
   // reads load() for /metrics keeps the ConnectionThreads itself and gives httplib this handle,
@@ -74,6 +81,7 @@ class ConnectionThreads final : public httplib::TaskQueue {
   int64_t busy_ GUARDED_BY(mu_) = 0;
   int64_t waited_total_ GUARDED_BY(mu_) = 0;
   bool stopping_ GUARDED_BY(mu_) = false;
+  int listen_port_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvferry::http
