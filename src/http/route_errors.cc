@@ -7,11 +7,14 @@
 namespace kvferry::http {
 namespace {
 
-// The methods `path` is served with, comma-separated ("" when no route has that path).
-std::string AllowedMethods(const std::vector<Route>& routes, const std::string& path) {
+// The methods `path` is served with, comma-separated ("" when no route has that path, or when
+// one of them is `method`).
+std::string AllowedMethodsBut(const std::vector<Route>& routes, const std::string& path,
+                              const std::string& method) {
   std::string allow;
   for (const Route& r : routes) {
     if (r.path != path) continue;
+    if (r.method == method) return "";
     if (!allow.empty()) allow += ", ";
     allow += r.method;
   }
@@ -35,9 +38,8 @@ void InstallErrorHandler(httplib::Server& http, std::vector<Route> routes) {
         // connection would be read as the next request. Close the connection instead.
         res.set_header("Connection", "close");
         const std::string path = PathOf(req);
-        const std::string allow = AllowedMethods(routes, path);
-        if ((res.status == 404 || res.status == 400) && !allow.empty() &&
-            allow.find(req.method) == std::string::npos) {
+        const std::string allow = AllowedMethodsBut(routes, path, req.method);
+        if ((res.status == 404 || res.status == 400) && !allow.empty()) {
           res.status = 405;
           res.set_header("Allow", allow);
           res.set_content(OpenAiErrorBody(405, "Method " + req.method + " not allowed on " + path +
