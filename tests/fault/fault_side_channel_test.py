@@ -7,9 +7,9 @@ configured address.
 """
 import subprocess
 
-from harness.kvferry_api import kv_config
+from harness.kvferry_api import decode_body, kv_config, text_of
 from harness.runner import check, run_cases, wait_until
-from harness.fault_node import Node, parse_args, prefill
+from harness.fault_node import Node, colocated_text, parse_args, prefill
 
 args = None
 BODY = {"prompt": "side channel " * 4, "max_tokens": 3, "temperature": 0}
@@ -122,6 +122,34 @@ def case_out_of_range_block_ids_refused():
     still_serving(p)
 
 
+def case_hostile_release():
+    """A side-channel peer that releases a hold it never read (it knows the request id; P has
+    no auth token here): P frees the blocks early, and the D that then reads them, after other
+    prompts reused them, detects it (generation check) and recomputes exactly. Never wrong
+    bytes. A release of a request P never held changes nothing."""
+    want = colocated_text(args.node, BODY)
+    p = Node(args.node, "serve", ["--kv-transfer-config", kv_config("p0", lease_ms=30000),
+                                  "--num-kv-blocks", "16"], name="P")
+    d = Node(args.node, "serve", ["--kv-transfer-config", kv_config("d0")], name="D")
+    check(probe(p, "release:no-such-request") == "OK", "release of an unknown request refused")
+    params = prefill(p, BODY)
+    held = 'kvferry:kv_blocks{state="held_for_transfer"}'
+    check(p.metric(held) > 0, f"P holds nothing after its prefill: {p.metrics()}")
+    check(probe(p, f"release:{params['remote_request_id']}") == "OK", "release refused")
+    check(wait_until(lambda: p.metric(held) == 0, 5) is not None,
+          f"the released hold was not freed: {p.metrics()}")
+    for i in range(6):  # reuse the freed blocks
+        status, resp, _ = p.post({"prompt": f"{i} other text to evict the blocks " * 4,
+                                  "max_tokens": 2})
+        check(status == 200, f"filler {i}: {status} {resp}")
+    status, resp, _ = d.post(decode_body(BODY, params))
+    check(status == 200 and text_of(resp) == want, f"D after the hostile release: {status} {resp}")
+    gen = 'kvferry:kv_transfer_failures_total{kind="generation"}'
+    check(wait_until(lambda: d.metric(gen) == 1, 3) is not None,
+          f"reuse after the hostile release not detected: {d.metrics()}")
+    still_serving(p)
+
+
 if __name__ == "__main__":
     args = parse_args()
     run_cases([
@@ -129,4 +157,5 @@ if __name__ == "__main__":
         ("auth_token", case_auth_token),
         ("binds_only_where_configured", case_binds_only_where_configured),
         ("out_of_range_block_ids_refused", case_out_of_range_block_ids_refused),
+        ("hostile_release", case_hostile_release),
     ])

@@ -10,6 +10,8 @@
 //     multi-frame     a valid request split over three frames
 //     get-meta        a valid request with TOKEN; the reply decoded with P's own compat hash
 //     wrong-hash      a valid request with TOKEN; the reply decoded expecting another hash
+//     release:ID      a release of P's request ID with TOKEN, as a D that will not read it sends
+//                     (prints "RESULT OK" when P accepted it)
 //
 // With the two key files, the fetch (garbage ... wrong-hash) speaks CURVE: this probe's secret
 // key (kvferry keygen's NAME.key) and P's public key (a key list's first key).
@@ -150,6 +152,12 @@ int main(int argc, char** argv) {
     return PrintReply(reply, reply.ok() ? HashOf(*reply) : "");
   }
   if (mode == "wrong-hash") return PrintReply(fetch(valid), "not-the-right-hash");
+  if (mode.rfind("release:", 0) == 0) {
+    auto reply = fetch(EncodeReleaseRequest(mode.substr(8), token));
+    if (!reply.ok()) return Print(reply.status().ToString());
+    const Status ok = DecodeOkReply(*reply);
+    return Print(ok.ok() ? "OK" : ok.ToString());
+  }
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
   return 2;
 }
