@@ -1,5 +1,6 @@
 #include "kvferry/engine/prompt_limits.h"
 
+#include <algorithm>
 #include <string>
 
 namespace kvferry::engine {
@@ -30,6 +31,24 @@ Status CheckRequestLength(int64_t num_prompt_tokens, int64_t max_tokens, int32_t
       " tokens (" + std::to_string(num_prompt_tokens) + " in the prompt, " +
       std::to_string(max_tokens) +
       " for the completion). Please reduce the length of the prompt or the completion.");
+}
+
+size_t MaxPromptBytes(const tokenizer::Tokenizer& tok, int32_t max_model_len) {
+  size_t longest = 1;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+    longest = std::max(longest, tok.TokenBytes(id).size());
+  }
+  return 4 * longest * static_cast<size_t>(std::max(max_model_len, 0));
+}
+
+Status CheckPromptBytes(size_t bytes, size_t max_bytes, int32_t max_model_len) {
+  if (bytes <= max_bytes) return Status::Ok();
+  return InvalidArgumentError("This model's maximum context length is " +
+                              std::to_string(max_model_len) + " tokens. However, your prompt has " +
+                              std::to_string(bytes) + " bytes, more than " +
+                              std::to_string(max_bytes) +
+                              " bytes can hold in that many tokens. Please reduce the length of "
+                              "the prompt.");
 }
 
 }  // namespace kvferry::engine

@@ -37,12 +37,21 @@ int64_t UnixSeconds() {
       .count();
 }
 
+// Every route `serve` answers: the error handler's 405s and the metrics' endpoint labels both
+// read this one list (the handlers are registered in Start()).
+const std::vector<http::Route>& Routes() {
+  static const std::vector<http::Route> routes = {
+      {"POST", "/v1/completions"}, {"POST", "/v1/chat/completions"},
+      {"GET", "/v1/models"},       {"GET", "/openapi.json"},
+      {"GET", "/health"},          {"GET", "/metrics"}};
+  return routes;
+}
+
 // The endpoint label of a refused request: its route, or "other" for paths that are none (a
 // client must not be able to grow the label set).
 std::string RouteLabel(const std::string& path) {
-  for (const char* route :
-       {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"}) {
-    if (path == route) return path;
+  for (const http::Route& route : Routes()) {
+    if (path == route.path) return path;
   }
   return "other";
 }
@@ -100,18 +109,6 @@ bool ResumesFromFirstToken(const OpenAiRequest& r) {
          r.kv_transfer_params->first_token.has_value();
 }
 
-// No token stands for more than `longest` bytes of text (TokenBytes), so a prompt of more than
-// max_model_len × longest bytes needs more tokens than the context holds. Four times that, so
-// that a normalizer dropping characters before the model splits the text never refuses a
-// prompt that fits (byte-level BPE and SentencePiece drop none).
-size_t MaxPromptBytes(const tokenizer::Tokenizer& tok, int32_t max_model_len) {
-  size_t longest = 1;
-  for (int32_t id = 0; id < tok.vocab_size(); ++id) {
-    longest = std::max(longest, tok.TokenBytes(id).size());
-  }
-  return 4 * longest * static_cast<size_t>(max_model_len);
-}
-
 }  // namespace
 
 struct OpenAiServer::Impl {
@@ -121,7 +118,7 @@ struct OpenAiServer::Impl {
   std::unique_ptr<httplib::Server> http;                 // plain or TLS (MakeHttpServer)
   std::shared_ptr<http::ConnectionThreads> connections;  // its task queue
   std::optional<ChatTemplate> chat;                      // set by Start()
-  size_t max_prompt_bytes = 0;                           // set by Start(): MaxPromptBytes
+  size_t max_prompt_bytes = 0;                           // set by Start(): engine::MaxPromptBytes
   std::thread thread;
   int bound_port = 0;
   std::atomic<bool> draining{false};
@@ -196,16 +193,8 @@ struct OpenAiServer::Impl {
     return tok.Encode(text, chat->AddSpecialTokens(r));
   }
 
-  // Refuses, before the tokenizer runs, a text too long to fit the context whatever it
-  // tokenizes to: docs/reliability.md, "Request limits".
   Status CheckPromptBytes(size_t bytes) const {
-    if (bytes <= max_prompt_bytes) return Status::Ok();
-    return InvalidArgumentError("This model's maximum context length is " +
-                                std::to_string(service->max_model_len()) +
-                                " tokens. However, your prompt has " + std::to_string(bytes) +
-                                " bytes, more than " + std::to_string(max_prompt_bytes) +
-                                " bytes can hold in that many tokens. Please reduce "
-                                "the length of the prompt.");
+    return engine::CheckPromptBytes(bytes, max_prompt_bytes, service->max_model_len());
   }
 
   static Status ErrorOf(const engine::RequestOutput& out) {
@@ -448,7 +437,7 @@ OpenAiServer::~OpenAiServer() { Stop(); }
 Status OpenAiServer::Start() {
   Impl* impl = impl_.get();
   impl->max_prompt_bytes =
-      MaxPromptBytes(impl->service->tokenizer(), impl->service->max_model_len());
+      engine::MaxPromptBytes(impl->service->tokenizer(), impl->service->max_model_len());
   KVF_ASSIGN_OR_RETURN(
       impl->chat, ChatTemplate::Create(impl->options.chat_template, impl->service->tokenizer()));
   KVF_ASSIGN_OR_RETURN(impl->http, http::MakeHttpServer(impl->options.tls));
@@ -492,12 +481,7 @@ Status OpenAiServer::Start() {
         impl->metrics->Render() + http::ConnectionMetricsText(impl->connections->load()),
         "text/plain; version=0.0.4");
   });
-  http::InstallErrorHandler(http, {{"POST", "/v1/completions"},
-                                   {"POST", "/v1/chat/completions"},
-                                   {"GET", "/v1/models"},
-                                   {"GET", "/openapi.json"},
-                                   {"GET", "/health"},
-                                   {"GET", "/metrics"}});
+  http::InstallErrorHandler(http, Routes());
 
   KVF_ASSIGN_OR_RETURN(impl->bound_port, StartHttpListener(http, impl->options.host,
                                                            impl->options.port, &impl->thread));

@@ -68,12 +68,18 @@ def open_connections(node):
     return node.metric(OPEN) - 1  # less the /metrics request's own
 
 
-def check_normal_request_answered(node, want, what):
+def check_normal_request_answered(node, want, what, pulled=False):
+    """`pulled`: `node` is a proxy in front of P and D; the answer must also say D pulled the
+    prompt's KV from P (an exact answer is also what a silent recompute gives)."""
     slow = SlowClients(node, IDLE)
     check(wait_until(lambda: open_connections(node) >= IDLE, 20) is not None,
           f"{what}: {IDLE} slow connections not all served at once: {node.metrics().get(OPEN)}")
     status, resp, _ = node.post(BODY, timeout=60)
     check(status == 200 and text_of(resp) == want, f"{what}: normal request: {status} {resp}")
+    if pulled:
+        load = resp.get("kv_load") or {}
+        check(load.get("outcome") == "pulled" and load.get("pulled_bytes", 0) > 0,
+              f"{what}: D did not pull the KV: {load}")
     check(slow.still_open() == IDLE, f"{what}: only {slow.still_open()} of {IDLE} slow "
           "clients still connected: the normal request was answered because they were dropped")
     check(node.metric(WAITED) == 0, f"{what}: connections waited under the cap")
@@ -93,7 +99,7 @@ def case_proxy():
     p = Node(args.node, "serve", ["--kv-transfer-config", kv_config("p0")], name="P")
     d = Node(args.node, "serve", ["--kv-transfer-config", kv_config("d0")], name="D")
     proxy = Node(args.node, "proxy", ["--prefill", p.url, "--decode", d.url], name="proxy")
-    check_normal_request_answered(proxy, want, "proxy")
+    check_normal_request_answered(proxy, want, "proxy", pulled=True)
 
 
 def case_sigterm_with_slow_clients():

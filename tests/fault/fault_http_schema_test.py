@@ -12,14 +12,13 @@ fault_http_bad_input_test.py. And the positive_data_acceptance check. The docume
 server checks (a prompt plus max_tokens within the context, a stop string's bytes), so some
 requests it allows are refused, correctly, with a 400.
 """
-import argparse
 import re
 import subprocess
 import tempfile
 
 from harness.kvferry_api import kv_config
 from harness.runner import check, run_cases, wait_until
-from harness.fault_node import Node
+from harness.fault_node import Node, parse_args
 
 EXAMPLES = 200
 SEED = 20261202
@@ -46,18 +45,26 @@ def run_schemathesis(node, what):
     check(int(m.group(1)) >= 100, f"{what}: only {m.group(1)} requests generated")
 
 
-def check_still_serving(node, baseline, what):
-    status, resp, _ = node.post({"prompt": "still here?", "max_tokens": 2})
-    check(status == 200, f"{what} after schemathesis: {status} {resp}")
-    check(wait_until(lambda: node.blocks_in_use() == baseline, 30) is not None,
-          f"{what}: blocks held after schemathesis: {node.blocks_in_use()} (baseline {baseline})")
+def check_still_serving(front, holders, pulled=False):
+    """`front` answers a normal request (through the proxy: with the KV pulled, not recomputed)
+    and every (instance, baseline) in `holders` is back to its baseline of blocks in use."""
+    status, resp, _ = front.post({"prompt": "still here?", "max_tokens": 2})
+    check(status == 200, f"{front.name} after schemathesis: {status} {resp}")
+    if pulled:
+        load = resp.get("kv_load") or {}
+        check(load.get("outcome") == "pulled" and load.get("pulled_bytes", 0) > 0,
+              f"{front.name} after schemathesis: D did not pull: {load}")
+    for node, baseline in holders:
+        check(wait_until(lambda: node.blocks_in_use() == baseline, 30) is not None,
+              f"{node.name}: blocks held after schemathesis: {node.blocks_in_use()} "
+              f"(baseline {baseline})")
 
 
 def case_serve():
     node = Node(args.node, "serve", ["--max-model-len", 256], name="serve")
     baseline = node.blocks_in_use()
     run_schemathesis(node, "serve")
-    check_still_serving(node, baseline, "serve")
+    check_still_serving(node, [(node, baseline)])
 
 
 def case_proxy():
@@ -66,19 +73,10 @@ def case_proxy():
     d = Node(args.node, "serve", ["--max-model-len", 256, "--kv-transfer-config",
                                   kv_config("d0")], name="D")
     proxy = Node(args.node, "proxy", ["--prefill", p.url, "--decode", d.url], name="proxy")
-    baselines = (p.blocks_in_use(), d.blocks_in_use())
+    holders = [(p, p.blocks_in_use()), (d, d.blocks_in_use())]
     run_schemathesis(proxy, "proxy")
-    status, resp, _ = proxy.post({"prompt": "still here?", "max_tokens": 2})
-    check(status == 200, f"proxy after schemathesis: {status} {resp}")
-    for node, baseline in zip((p, d), baselines):
-        check(wait_until(lambda: node.blocks_in_use() == baseline, 30) is not None,
-              f"{node.name}: blocks held after schemathesis: {node.blocks_in_use()}")
-
+    check_still_serving(proxy, holders, pulled=True)
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--node", required=True)
-    parser.add_argument("--probe")
-    parser.add_argument("--schemathesis", required=True)
-    args = parser.parse_args()
+    args = parse_args("--schemathesis")
     run_cases([("serve", case_serve), ("proxy", case_proxy)])

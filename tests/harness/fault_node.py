@@ -79,9 +79,12 @@ def colocated_text(binary, body):
     return kvferry_api.text_of(resp)
 
 
-def parse_args():
-    """--node kvf_fault_node [--probe kvf_side_probe] (CMake passes both to every script)."""
+def parse_args(*required):
+    """--node kvf_fault_node [--probe kvf_side_probe] (CMake passes both to every script), and
+    the flags a script also requires (`required`, e.g. "--schemathesis")."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--node", required=True)
     ap.add_argument("--probe")
+    for flag in required:
+        ap.add_argument(flag, required=True)
     return ap.parse_args()
