@@ -87,8 +87,8 @@ TEST(ConnectionThreadsTest, PastTheCapConnectionsWaitInOrderAndAreCounted) {
 TEST(ConnectionThreadsTest, ShutdownRunsWhatWaitsAndJoins) {
   std::atomic<int> ran{0};
   {
+    Gate gate;  // declared first: it must outlive the threads the destructor below joins
     ConnectionThreads q(1);
-    Gate gate;
     q.enqueue([&] { gate.Wait(); });
     ASSERT_TRUE(gate.AwaitWaiting(1));
     for (int i = 0; i < 5; ++i) q.enqueue([&] { ++ran; });
