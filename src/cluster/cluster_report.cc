@@ -143,6 +143,7 @@ std::string ClusterState::RenderTable() const {
               {"role", MemberRoleName(r.info.role)},
               {"url", r.info.url},
               {"engine_id", r.info.engine_id},
+              {"engine", EngineKindName(r.engine)},
               {"side_channel", r.info.side_channel},
               {"model", r.info.model},
               {"state", HealthStateName(r.health.state())},

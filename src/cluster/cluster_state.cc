@@ -1,5 +1,7 @@
 #include "cluster/cluster_state.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -102,8 +104,14 @@ StatusOr<std::unique_ptr<Route>> ClusterState::Pick(Leg leg, const RouteRequest&
   MutexLock lock(&mu_);
   std::vector<const std::string*> ids;
   std::vector<Candidate> candidates;
+  const EngineKind want = leg == Leg::kDecode ? EngineOf(avoid) : EngineKind::kUnknown;
+  size_t other_engine = 0;
   for (const auto& [id, r] : members_) {
     if (!Serves(r.info.role, leg)) continue;
+    if (want != EngineKind::kUnknown && r.engine != EngineKind::kUnknown && r.engine != want) {
+      ++other_engine;
+      continue;
+    }
     Candidate c = CandidateOf(leg, id, r);
     c.excluded = std::find(exclude.begin(), exclude.end(), id) != exclude.end();
     c.avoid = id == avoid;
@@ -114,13 +122,8 @@ StatusOr<std::unique_ptr<Route>> ClusterState::Pick(Leg leg, const RouteRequest&
       leg == Leg::kPrefill ? ChoosePrefill(request.affinity_key, candidates, routing_)
                            : ChooseDecode(candidates, routing_);
   if (!choice) {
-    std::string why = candidates.empty()
-                          ? "no " + std::string(LegName(leg)) + " instance in the cluster"
-                          : "every " + std::string(LegName(leg)) + " instance failed this request";
-    if (uses_registry_ && candidates.empty()) {
-      why += registry_connected_ ? " (none registered)" : " (the registry is unreachable)";
-    }
-    return UnavailableError(why);
+    return NoneToPick(leg, candidates.size(), other_engine, want, uses_registry_,
+                      registry_connected_);
   }
   const std::string& id = *ids[choice->index];
   Record& r = members_.at(id);
@@ -134,6 +137,28 @@ StatusOr<std::unique_ptr<Route>> ClusterState::Pick(Leg leg, const RouteRequest&
                                      : std::string("unhealthy"))];
   return std::unique_ptr<Route>(
       new Route(this, leg, id, r.info.url, tokens, choice->reason, choice->routable));
+}
+
+Status ClusterState::NoneToPick(Leg leg, size_t candidates, size_t other_engine, EngineKind want,
+                                bool uses_registry, bool registry_connected) {
+  const std::string leg_name(LegName(leg));
+  if (candidates == 0 && other_engine > 0) {
+    return UnavailableError(fmt::format(
+        "no decode instance runs the prefill instance's engine ({}); {} decode instance(s) run "
+        "another, whose connector cannot read its KV",
+        EngineKindName(want), other_engine));
+  }
+  std::string why = candidates == 0 ? "no " + leg_name + " instance in the cluster"
+                                    : "every " + leg_name + " instance failed this request";
+  if (uses_registry && candidates == 0) {
+    why += registry_connected ? " (none registered)" : " (the registry is unreachable)";
+  }
+  return UnavailableError(why);
+}
+
+EngineKind ClusterState::EngineOf(const std::string& id) const {
+  auto it = members_.find(id);
+  return it == members_.end() ? EngineKind::kUnknown : it->second.engine;
 }
 
 void ClusterState::Finish(const Route& route, Route::Outcome outcome) {
@@ -202,6 +227,11 @@ void ClusterState::OnPoll(const std::string& id, const std::string& url,
   const MemberHealth::State before = r.health.state();
   if (load.ok()) {
     r.load = *load;
+    if (load->engine != EngineKind::kUnknown && load->engine != r.engine) {
+      KVF_LOG_INFO("cluster: member {} ({} at {}) runs {}", id, MemberRoleName(r.info.role), url,
+                   EngineKindName(load->engine));
+      r.engine = load->engine;
+    }
     r.health.OnProbe(true, now);
     if (before != MemberHealth::State::kHealthy) {
       KVF_LOG_INFO("cluster: member {} ({} at {}) is {}; routing to it", id,
@@ -228,8 +258,8 @@ std::vector<ClusterState::MemberView> ClusterState::Members() const {
   std::vector<MemberView> out;
   for (const auto& [id, r] : members_) {
     const Counters& c = counters_.at(id);
-    out.push_back(MemberView{r.info, r.health.state(), r.load, r.inflight[0], r.inflight[1],
-                             c.routed[0], c.routed[1]});
+    out.push_back(MemberView{r.info, r.health.state(), r.engine, r.load, r.inflight[0],
+                             r.inflight[1], c.routed[0], c.routed[1]});
   }
   return out;
 }

@@ -42,7 +42,10 @@ class ClusterState : public RegistryListener {
   void CountRegistryEvent(std::string_view kind) override;
 
   // A member for `leg`, never one in `exclude` (ids tried already), `avoid` (the other leg's
-  // member) only when nothing else is left. Unavailable when no member can take the leg.
+  // member) only when nothing else is left. A D is never one whose engine (learnt from its
+  // /metrics, member_load.h) differs from the engine of `avoid`, the request's P: P's KV is in
+  // its engine's format, behind its engine's connector. An engine not known yet (a member
+  // never polled) matches any. Unavailable when no member can take the leg.
   StatusOr<std::unique_ptr<Route>> Pick(Leg leg, const RouteRequest& request,
                                         const std::vector<std::string>& exclude,
                                         const std::string& avoid);
@@ -69,6 +72,7 @@ class ClusterState : public RegistryListener {
   struct MemberView {
     MemberInfo info;
     MemberHealth::State state;
+    EngineKind engine = EngineKind::kUnknown;
     std::optional<MemberLoad> load;
     int32_t inflight_prefill = 0;
     int32_t inflight_decode = 0;
@@ -87,6 +91,9 @@ class ClusterState : public RegistryListener {
     Record(MemberInfo i, MemberHealth h) : info(std::move(i)), health(h) {}
     MemberInfo info;
     MemberHealth health;
+    // The last engine a poll named: kept when a poll fails (an instance does not change engine
+    // while it keeps its id and URL).
+    EngineKind engine = EngineKind::kUnknown;
     std::optional<MemberLoad> load;
     int32_t inflight[2] = {0, 0};
     int64_t inflight_prefill_tokens = 0;
@@ -106,6 +113,9 @@ class ClusterState : public RegistryListener {
   void Finish(const Route& route, Route::Outcome outcome);
   int64_t EstimateTokens(const RouteRequest& request) const REQUIRES(mu_);
   Candidate CandidateOf(Leg leg, const std::string& id, const Record& r) const REQUIRES(mu_);
+  EngineKind EngineOf(const std::string& id) const REQUIRES(mu_);  // kUnknown: none such
+  static Status NoneToPick(Leg leg, size_t candidates, size_t other_engine, EngineKind want,
+                           bool uses_registry, bool registry_connected);
   void NoteEjected(const std::string& id, const Record& r, std::string_view why) REQUIRES(mu_);
 
   const RoutingConfig routing_;

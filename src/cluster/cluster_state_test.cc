@@ -40,6 +40,11 @@ class ClusterStateTest : public ::testing::Test {
     EXPECT_TRUE(route.ok()) << route.status();
     return route.ok() ? (*route)->member_id() : "";
   }
+  std::string PickD(const std::string& prefill_member) {
+    auto route = state_.Pick(Leg::kDecode, {}, {}, prefill_member);
+    EXPECT_TRUE(route.ok()) << route.status();
+    return route.ok() ? (*route)->member_id() : "";
+  }
   ClusterState::Clock::time_point now_{};
   ClusterState state_;
 };
@@ -157,6 +162,43 @@ TEST_F(ClusterStateTest, NoMemberOfARoleIsUnavailableSayingWhy) {
             std::string::npos);
   EXPECT_NE(state_.Pick(Leg::kPrefill, {}, {"p0"}, "").status().message().find("every prefill"),
             std::string::npos);
+}
+
+// A kvferry-engine pair and a vLLM pair behind one proxy: a D is always of its P's engine.
+TEST_F(ClusterStateTest, ADecodeInstanceRunsItsPrefillInstancesEngine) {
+  state_.SetMembers({Member("p0", MemberRole::kPrefill), Member("p1", MemberRole::kPrefill),
+                     Member("d0", MemberRole::kDecode), Member("d1", MemberRole::kDecode)});
+  auto poll = [&](const std::string& id, EngineKind engine, int32_t running) {
+    MemberLoad l = Load(0, running);
+    l.engine = engine;
+    const MemberRole role = id[0] == 'p' ? MemberRole::kPrefill : MemberRole::kDecode;
+    state_.OnPoll(id, Member(id, role).url, l, now_);
+  };
+  // Not polled yet: nothing is known, so nothing constrains the pair.
+  EXPECT_TRUE(state_.Pick(Leg::kDecode, {}, {}, "p0").ok());
+  poll("p0", EngineKind::kKvferry, 0);
+  poll("p1", EngineKind::kVllm, 0);
+  poll("d0", EngineKind::kKvferry, 5);  // busier: least-loaded routing alone would avoid it
+  poll("d1", EngineKind::kVllm, 0);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(PickD("p0"), "d0");
+    EXPECT_EQ(PickD("p1"), "d1");
+  }
+  // A failed poll keeps the engine it named; with d1 gone, a vLLM P has no D left.
+  state_.OnPoll("d1", Member("d1", MemberRole::kDecode).url,
+                StatusOr<MemberLoad>(UnavailableError("down")), now_);
+  for (const auto& m : state_.Members()) {
+    if (m.info.id == "d1") EXPECT_EQ(m.engine, EngineKind::kVllm);
+  }
+  state_.SetMembers({Member("p0", MemberRole::kPrefill), Member("p1", MemberRole::kPrefill),
+                     Member("d0", MemberRole::kDecode)});
+  auto none = state_.Pick(Leg::kDecode, {}, {}, "p1");
+  EXPECT_EQ(none.status().code(), StatusCode::kUnavailable);
+  EXPECT_NE(none.status().message().find("no decode instance runs the prefill instance's "
+                                         "engine (vllm); 1 decode instance(s) run another"),
+            std::string::npos)
+      << none.status();
+  EXPECT_NE(state_.RenderTable().find("\"engine\":\"vllm\""), std::string::npos);
 }
 
 TEST_F(ClusterStateTest, RegistryStateIsReported) {

@@ -19,17 +19,29 @@ bool SplitSample(std::string_view line, std::string_view* series, double* value)
   return end != v.c_str() && *end == '\0';
 }
 
+// The engine a series' name says the instance runs (the first such series decides).
+void NoteEngine(std::string_view series, MemberLoad* load) {
+  if (load->engine != EngineKind::kUnknown) return;
+  if (series.starts_with("kvferry:")) load->engine = EngineKind::kKvferry;
+  if (series.starts_with("vllm:")) load->engine = EngineKind::kVllm;
+}
+
 void Absorb(std::string_view series, double v, MemberLoad* load) {
+  NoteEngine(series, load);
   const auto i64 = static_cast<int64_t>(v);
   const auto i32 = static_cast<int32_t>(v);
-  if (series == "kvferry:pending_prefill_tokens") {
+  // vLLM's series carry labels (model_name, engine); its request counts are summed over them.
+  const std::string_view name = series.substr(0, series.find('{'));
+  if (name == "vllm:num_requests_running") {
+    load->running += i32;
+  } else if (name == "vllm:num_requests_waiting") {
+    load->waiting += i32;
+  } else if (series == "kvferry:pending_prefill_tokens") {
     load->pending_prefill_tokens = i64;
-  } else if (series == "kvferry:num_requests{state=\"running\"}" ||
-             series == "vllm:num_requests_running") {
+  } else if (series == "kvferry:num_requests{state=\"running\"}") {
     load->running += i32;
   } else if (series == "kvferry:num_requests{state=\"waiting\"}" ||
-             series == "kvferry:num_requests{state=\"waiting_for_remote_kv\"}" ||
-             series == "vllm:num_requests_waiting") {
+             series == "kvferry:num_requests{state=\"waiting_for_remote_kv\"}") {
     load->waiting += i32;
   } else if (series == "kvferry:kv_blocks{state=\"free\"}" ||
              series == "kvferry:kv_blocks{state=\"cached\"}") {
@@ -42,6 +54,18 @@ void Absorb(std::string_view series, double v, MemberLoad* load) {
 }
 
 }  // namespace
+
+std::string_view EngineKindName(EngineKind e) {
+  switch (e) {
+    case EngineKind::kKvferry:
+      return "kvferry";
+    case EngineKind::kVllm:
+      return "vllm";
+    case EngineKind::kUnknown:
+      break;
+  }
+  return "unknown";
+}
 
 MemberLoad ParseMemberLoad(std::string_view text) {
   MemberLoad load;

@@ -20,6 +20,7 @@ TEST(MemberLoadTest, ReadsKvferrySeries) {
       "kvferry:prefix_cache_hit_tokens_total 160\n"
       "kvferry:time_to_first_token_seconds_bucket{le=\"0.1\"} 5\n";
   MemberLoad want;
+  want.engine = EngineKind::kKvferry;
   want.running = 3;
   want.waiting = 3;
   want.free_kv_blocks = 120;
@@ -30,16 +31,27 @@ TEST(MemberLoadTest, ReadsKvferrySeries) {
 }
 
 TEST(MemberLoadTest, ReadsVllmRequestCountsAndSkipsJunk) {
+  // As vLLM 0.32.0 writes them: every series labelled, one label set per engine core.
   const MemberLoad l = ParseMemberLoad(
-      "vllm:num_requests_running{model_name=\"m\"} 9\n"  // labelled: not our series
-      "vllm:num_requests_running 4\r\n"
-      "vllm:num_requests_waiting 5\n"
+      "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+      "vllm:num_requests_running{engine=\"0\",model_name=\"m\"} 9.0\n"
+      "vllm:num_requests_running{engine=\"1\",model_name=\"m\"} 4.0\r\n"
+      "vllm:num_requests_waiting{engine=\"0\",model_name=\"m\"} 5.0\n"
+      "vllm:num_requests_waiting_for_remote_kvs{engine=\"0\",model_name=\"m\"} 7.0\n"
+      "vllm:kvferry_pulls_total{engine=\"0\",model_name=\"m\"} 3.0\n"
       "kvferry:kv_blocks_total notanumber\n"
       "no_value_here\n"
       " \n");
-  EXPECT_EQ(l.running, 4);
+  EXPECT_EQ(l.engine, EngineKind::kVllm);
+  EXPECT_EQ(l.running, 13);
   EXPECT_EQ(l.waiting, 5);
   EXPECT_EQ(l.total_kv_blocks, 0);
+}
+
+TEST(MemberLoadTest, AnInstanceWithoutKnownSeriesRunsAnUnknownEngine) {
+  EXPECT_EQ(ParseMemberLoad("process_cpu_seconds_total 1.5\n").engine, EngineKind::kUnknown);
+  EXPECT_EQ(ParseMemberLoad("").engine, EngineKind::kUnknown);
+  EXPECT_EQ(EngineKindName(EngineKind::kVllm), "vllm");
 }
 
 }  // namespace
