@@ -12,8 +12,8 @@ include_guard(GLOBAL)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(KVFERRY_INSTALLED_LAYERS common formats jinja tokenizer kv transfer connector engine http
-    cluster server proxy)
+set(KVFERRY_INSTALLED_LAYERS common formats jinja tokenizer kv transfer connector_leases connector
+    engine http cluster server proxy)
 
 # Everything the install rules copy, so that `make package` need not build tests and benchmarks.
 set(_kvf_installed_targets kvferry)

@@ -9,6 +9,8 @@ The Python package exposes kvferry's C++ core:
 * :class:`CacheSpec` and :func:`relayout_tokens` — a KV cache's byte geometry (NHD, HND, or
   vLLM's CPU page) and the bit-exact copy of a token range between two caches of different
   layouts or kernel block sizes;
+* :class:`LeaseTable` — P's leases on logical blocks and the generation array a D re-reads
+  after its data, to know no block it read was reused meanwhile;
 * the exceptions in :mod:`kvferry._errors`, one per status code (all :class:`KvferryError`).
 
 Importing kvferry needs nothing but this package; vLLM is not required.
@@ -21,8 +23,8 @@ from kvferry._errors import (
     UnimplementedError,
 )
 from kvferry._kvferry import (
-    BlockGeometry, CacheSpec, KernelBlockId, LogicalBlockId, StatusCode, XferInfo, XferOp,
-    XferState, relayout_tokens,
+    BlockGeometry, CacheSpec, KernelBlockId, LeaseTable, LogicalBlockId, StatusCode, XferInfo,
+    XferOp, XferState, relayout_tokens,
 )
 from kvferry.agent import Agent, Notification, Peer, Region, Transfer
 
@@ -31,6 +33,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent", "Notification", "Peer", "Region", "Transfer",
     "BlockGeometry", "KernelBlockId", "LogicalBlockId", "CacheSpec", "relayout_tokens",
+    "LeaseTable",
     "StatusCode", "XferInfo", "XferOp", "XferState",
     "KvferryError", "AbortedError", "AlreadyExistsError", "DataLossError",
     "DeadlineExceededError", "FailedPreconditionError", "InternalError", "InvalidArgumentError",

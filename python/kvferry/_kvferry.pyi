@@ -1,5 +1,5 @@
 """
-kvferry's C++ core: the transfer agent, the KV block geometry and re-layout.
+kvferry's C++ core: the transfer agent, the KV block geometry and re-layout, P's lease table.
 """
 
 from collections.abc import Sequence
@@ -204,3 +204,43 @@ class XferInfo:
 
     @property
     def by_memcpy(self) -> bool: ...
+
+class LeaseTable:
+    """
+    P's leases on logical blocks and their generations: grant() records a hold and returns the blocks' generations; end() bumps every block no other lease holds. A D that reads a block's generation after its data and finds it unchanged read blocks nobody reused.
+    """
+
+    def __init__(self, num_blocks: int) -> None: ...
+
+    @property
+    def num_blocks(self) -> int: ...
+
+    @property
+    def generations_address(self) -> int:
+        """Address of the uint64 generation array (little endian, one per block)."""
+
+    @property
+    def generations_nbytes(self) -> int: ...
+
+    def grant(self, request_id: str, block_ids: Sequence[LogicalBlockId], lease_s: float | None = None) -> list[int]:
+        """
+        Holds the blocks for request_id; their generations, in order. AlreadyExistsError while request_id holds a lease; OutOfRangeError for a block outside the table.
+        """
+
+    def end(self, request_id: str) -> bool:
+        """
+        Ends request_id's lease (bumping what no other lease holds); False if it had none.
+        """
+
+    def end_expired(self) -> list[str]:
+        """Ends every lease whose lease_s ran out; their request ids."""
+
+    def has(self, request_id: str) -> bool: ...
+
+    def generation(self, block_id: LogicalBlockId) -> int: ...
+
+    @property
+    def blocks_held(self) -> int: ...
+
+    @property
+    def leases(self) -> int: ...

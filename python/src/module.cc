@@ -4,13 +4,17 @@
 
 #include "agent_bindings.h"
 #include "block_bindings.h"
+#include "lease_bindings.h"
 #include "relayout_bindings.h"
 #include "status_error.h"
 
 NB_MODULE(_kvferry, m) {
-  m.doc() = "kvferry's C++ core: the transfer agent, the KV block geometry and re-layout.";
+  m.doc() =
+      "kvferry's C++ core: the transfer agent, the KV block geometry and re-layout, P's lease "
+      "table.";
   kvferry::python::RegisterStatusErrors(m);
   kvferry::python::RegisterBlocks(m);
   kvferry::python::RegisterRelayout(m);
   kvferry::python::RegisterAgent(m);
+  kvferry::python::RegisterLeases(m);
 }

@@ -1,10 +1,10 @@
-#include "connector/lease_table.h"
+#include "kvferry/connector/lease_table.h"
 
 #include <fmt/format.h>
 
 #include <atomic>
 
-namespace kvferry::connector::internal {
+namespace kvferry::connector {
 
 LeaseTable::LeaseTable(int32_t num_blocks_logical, int32_t num_copies)
     : LeaseTable(num_blocks_logical, std::vector<uint64_t*>()) {
@@ -105,4 +105,4 @@ int64_t LeaseTable::leases() const {
   return static_cast<int64_t>(leases_.size());
 }
 
-}  // namespace kvferry::connector::internal
+}  // namespace kvferry::connector

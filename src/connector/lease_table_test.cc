@@ -1,10 +1,10 @@
-#include "connector/lease_table.h"
+#include "kvferry/connector/lease_table.h"
 
 #include <gtest/gtest.h>
 
 #include <vector>
 
-namespace kvferry::connector::internal {
+namespace kvferry::connector {
 namespace {
 
 using kv::LogicalBlockId;
@@ -71,4 +71,4 @@ TEST(LeaseTableTest, OutOfRangeIdRecordsNothing) {
 }
 
 }  // namespace
-}  // namespace kvferry::connector::internal
+}  // namespace kvferry::connector

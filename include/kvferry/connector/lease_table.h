@@ -15,6 +15,13 @@
 // cannot read, and it moves when the pool frees, after finished_sending; the connector must
 // publish the bump itself, at the moment it gives the blocks back.
 //
+// Who uses it: the connector's Registration (P's table, one copy per rank in the agents'
+// memory), and the Python package (`kvferry.LeaseTable`), where vLLM's KvferryConnector keeps
+// two: one in P's worker, in memory its agent registered, and a mirror in P's scheduler
+// process, which grants the same leases first and ends them last, so the generations it puts
+// in kv_transfer_params are never above the worker's (docs/vllm.md, "Leases and
+// generations").
+//
 // Thread-safety: all methods are safe to call from any thread (internal mutex). The generation
 // array is also read remotely by the transport at any time; writes are single aligned 64-bit
 // stores.
@@ -32,7 +39,7 @@
 #include "kvferry/common/thread_annotations.h"
 #include "kvferry/kv/block_id.h"
 
-namespace kvferry::connector::internal {
+namespace kvferry::connector {
 
 class LeaseTable {
  public:
@@ -79,4 +86,4 @@ class LeaseTable {
   int64_t blocks_held_ GUARDED_BY(mu_) = 0;
 };
 
-}  // namespace kvferry::connector::internal
+}  // namespace kvferry::connector
