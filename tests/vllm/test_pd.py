@@ -9,8 +9,9 @@ response's kv_transfer_params.kvferry_load (non-streamed) or its log's pull line
 says outcome "pulled" with bytes > 0. A fourth server, D64, has 64-token blocks (P: 128): it
 pulls through a relayout and must equal its own colocated answer; a fifth, D32, keeps float32
 KV and must refuse P's bfloat16 at the handshake, then recompute exactly, as D must when
-remote_port names something that is not kvferry. P's lease frees blocks no D reads. The last case kills P after its prefill: D must recompute and still answer exactly,
-within a bound.
+remote_port names something that is not kvferry. P's lease frees blocks no D reads, and a D
+that reads them afterwards sees their generations changed and recomputes. The last case kills
+P after its prefill: D must recompute and still answer exactly, within a bound.
 
 The proxy cases put `kvferry proxy` (given as KVFERRY_BIN) in front of P and D unchanged: it
 copies P's kv_transfer_params to D as it does for kvferry's own engine.
@@ -27,14 +28,15 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from harness import procs, runner, web  # noqa: E402
+from harness import kvferry_api, procs, runner, web  # noqa: E402
 from harness.runner import check  # noqa: E402
 import vllm_serve as vs  # noqa: E402
 
 MODEL_DIR, LOG_DIR = sys.argv[1], sys.argv[2]
 KVFERRY_BIN = sys.argv[3] if len(sys.argv) > 3 else None
 P_HTTP, D_HTTP, C_HTTP, PROXY_HTTP, D64_HTTP, D32_HTTP = 18301, 18302, 18303, 18304, 18305, 18306
-P_SIDE, D_SIDE, D64_SIDE, D32_SIDE = 15601, 15611, 15621, 15631
+KP_HTTP, KD_HTTP, MIXED_PROXY_HTTP = 18307, 18308, 18309
+P_SIDE, D_SIDE, D64_SIDE, D32_SIDE, KP_SIDE, KD_SIDE = 15601, 15611, 15621, 15631, 15641, 15651
 P_LEASE_S = 10
 RECOMPUTE_BOUND_S = 30.0
 
@@ -174,25 +176,27 @@ def case_chat_streamed():
 
 
 class Proxy:
-    """`kvferry proxy` in front of P and D (docs/serving.md)."""
+    """`kvferry proxy` in front of P and D (docs/serving.md), or of the given members."""
 
-    def __init__(self):
-        self.log_path = f"{LOG_DIR}/proxy.log"
+    def __init__(self, port=PROXY_HTTP, prefill=None, decode=None, name="proxy"):
+        self.port = port
+        self.log_path = f"{LOG_DIR}/{name}.log"
+        prefill = prefill or [f"http://127.0.0.1:{P_HTTP}"]
+        decode = decode or [f"http://127.0.0.1:{D_HTTP}"]
         self.proc = procs.LoggedProcess(
-            "proxy", [KVFERRY_BIN, "proxy", "--host", "127.0.0.1", "--port", PROXY_HTTP,
-                      "--prefill", f"http://127.0.0.1:{P_HTTP}",
-                      "--decode", f"http://127.0.0.1:{D_HTTP}"], self.log_path)
-        up = runner.wait_until(lambda: web.request("127.0.0.1", PROXY_HTTP, "GET", "/health",
+            name, [KVFERRY_BIN, "proxy", "--host", "127.0.0.1", "--port", port,
+                   "--prefill", *prefill, "--decode", *decode], self.log_path)
+        up = runner.wait_until(lambda: web.request("127.0.0.1", port, "GET", "/health",
                                                    timeout=1).status is not None, 30)
         check(up is not None, f"proxy did not come up: {self.proc.log_text()[-2000:]}")
 
-    def post(self, path, body):
-        r = web.request("127.0.0.1", PROXY_HTTP, "POST", path, body, timeout=120)
+    def post(self, path, body, with_headers=False):
+        r = web.request("127.0.0.1", self.port, "POST", path, body, timeout=120)
         check(r.status == 200, f"proxy {path}: HTTP {r.status}: {r.raw[:500]}")
-        return r.body
+        return (r.body, r.headers) if with_headers else r.body
 
     def post_stream(self, path, body):
-        r = web.request("127.0.0.1", PROXY_HTTP, "POST", path, dict(body, stream=True),
+        r = web.request("127.0.0.1", self.port, "POST", path, dict(body, stream=True),
                         timeout=120)
         check(r.status == 200, f"proxy {path} (stream): HTTP {r.status}: {r.raw[:500]}")
         return [json.loads(line[6:]) for line in r.raw.splitlines()
@@ -218,6 +222,82 @@ def case_proxy():
     same("streamed chat via proxy", got, want)
     check_stream_pulled(before)
     proxy.proc.kill()
+
+
+class KvferryServe(procs.LoggedProcess):
+    """`kvferry serve` of the same model directory, with kvferry's own FerryConnector."""
+
+    def __init__(self, name, port, side_port):
+        kv = kvferry_api.kv_config(name, side_channel_host="127.0.0.1",
+                                   side_channel_port=side_port)
+        super().__init__(name, [KVFERRY_BIN, "serve", "--model", MODEL_DIR, "--host", "127.0.0.1",
+                                "--port", port, "--served-model-name", vs.MODEL_NAME,
+                                "--max-model-len", "1024", "--threads", "1",
+                                "--kv-transfer-config", kv], f"{LOG_DIR}/kvferry_{name}.log")
+        self.port = port
+        up = runner.wait_until(lambda: web.request("127.0.0.1", port, "GET", "/health",
+                                                   timeout=1).status == 200, 120)
+        check(up is not None, f"kvferry serve {name} did not come up: {self.log_text()[-2000:]}")
+
+    def post(self, path, body):
+        r = web.request("127.0.0.1", self.port, "POST", path, body, timeout=120)
+        check(r.status == 200, f"{self.name} {path}: HTTP {r.status}: {r.raw[:500]}")
+        return r.body
+
+
+def case_mixed_engines():
+    """A vLLM pair (P, D: KvferryConnector) and a kvferry-engine pair (KP, KD: FerryConnector)
+    of the same model behind one `kvferry proxy`. The proxy learns each member's engine from its
+    /metrics and pairs a P only with a D of the same engine: the two engines keep their KV in
+    different layouts behind different connectors and compute different numerics (vLLM's
+    bfloat16 CPU attention, kvferry's batch-invariant kernels), so a cross pair could only
+    recompute, and its first token would come from the other engine. Every answer equals its
+    own engine's colocated answer exactly and was pulled, and both pairs served."""
+    if KVFERRY_BIN is None:
+        print("  SKIP: no KVFERRY_BIN given", flush=True)
+        return
+    kp = KvferryServe("kp", KP_HTTP, KP_SIDE)
+    kd = KvferryServe("kd", KD_HTTP, KD_SIDE)
+    vllm_p, vllm_d = f"http://127.0.0.1:{P_HTTP}", f"http://127.0.0.1:{D_HTTP}"
+    proxy = Proxy(MIXED_PROXY_HTTP, [vllm_p, f"http://127.0.0.1:{KP_HTTP}"],
+                  [vllm_d, f"http://127.0.0.1:{KD_HTTP}"], name="proxy_mixed")
+    try:
+        def engines():
+            r = web.request("127.0.0.1", MIXED_PROXY_HTTP, "GET", "/cluster", timeout=5)
+            members = r.body.get("members", []) if isinstance(r.body, dict) else []
+            return {m["url"]: m.get("engine") for m in members}
+        known = runner.wait_until(
+            lambda: sorted(engines().values()) == ["kvferry", "kvferry", "vllm", "vllm"], 30)
+        check(known is not None, f"the proxy never learnt the members' engines: {engines()}")
+        family = {vllm_p: "vllm", vllm_d: "vllm", f"http://127.0.0.1:{KP_HTTP}": "kvferry",
+                  f"http://127.0.0.1:{KD_HTTP}": "kvferry"}
+        served = {"vllm": 0, "kvferry": 0}
+        # Short prompts (no prefix affinity): the least-loaded P, in turns.
+        for i, prompt in enumerate(["A ferry", "The river", "Boats and", "One day the"]):
+            body = {"model": vs.MODEL_NAME, "prompt": prompt, "max_tokens": 8,
+                    "temperature": 0, "logprobs": 1}
+            got, headers = proxy.post("/v1/completions", body, with_headers=True)
+            pair = (headers.get("X-Kvferry-Prefill"), headers.get("X-Kvferry-Decode"))
+            check(family.get(pair[0]) is not None and family.get(pair[0]) == family.get(pair[1]),
+                  f"request {i} crossed engines: P {pair[0]}, D {pair[1]}")
+            engine = family[pair[0]]
+            served[engine] += 1
+            if engine == "vllm":
+                want = servers["C"].post("/v1/completions", body)
+                check_pulled_response(got)
+            else:
+                want = kp.post("/v1/completions", body)   # KP answering on its own: colocated
+                load = got.get("kv_load") or {}
+                check(load.get("outcome") == "pulled" and load.get("pulled_bytes", 0) > 0,
+                      f"kvferry D did not pull: {load}")
+            same(f"mixed {engine} pair, request {i}", vs.completion_tokens(got),
+                 vs.completion_tokens(want))
+        check(served["vllm"] > 0 and served["kvferry"] > 0, f"one pair never served: {served}")
+        print(f"  served by pair: {served}", flush=True)
+    finally:
+        proxy.proc.kill()
+        kp.kill()
+        kd.kill()
 
 
 def case_block_size_relayout():
@@ -265,9 +345,9 @@ def case_peer_not_kvferry():
 
 
 def case_lease_expires():
-    """P's blocks for a request no D read are freed after lease_timeout_s; a D that reads them
-    afterwards is told the lease expired (P may have reused the blocks), throws the bytes away
-    and recomputes, and still answers exactly."""
+    """P's blocks for a request no D read are freed after lease_timeout_s, their generations
+    bumped first; a D that reads them afterwards finds the generations changed (P may have
+    reused the blocks), throws the bytes away and recomputes, and still answers exactly."""
     body = completion_body(PROMPTS[0] + " and then", max_tokens=8)
     want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
     d_body = via_pd("/v1/completions", body)
@@ -277,7 +357,7 @@ def case_lease_expires():
                              P_LEASE_S + 20, interval=0.5)
     check(took is not None, f"P never freed {rid} ({P_LEASE_S} s lease)")
     print(f"  freed {took:.1f} s after the prefill (lease {P_LEASE_S} s)", flush=True)
-    check_recomputed("D", d_body, want, "lease_expired")
+    check_recomputed("D", d_body, want, "generation_changed")
 
 
 def stats_totals(server):
@@ -384,6 +464,7 @@ def main():
              ("chat", case_chat),
              ("chat_streamed", case_chat_streamed),
              ("proxy", case_proxy),
+             ("mixed_engines", case_mixed_engines),
              ("block_size_relayout", case_block_size_relayout),
              ("dtype_mismatch_refused", case_dtype_mismatch_refused),
              ("peer_not_kvferry", case_peer_not_kvferry),

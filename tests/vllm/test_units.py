@@ -1,6 +1,7 @@
-"""kvferry.vllm's pure parts without a vLLM server: the extra-config checks, the KV layout read
-from vLLM-shaped tensors, the read plan (logical -> kernel blocks, runs merged) checked against
-a per-page reference copy, and the handshake's refusals.
+"""kvferry.vllm without a vLLM server: the extra-config checks, the KV layout read from
+vLLM-shaped tensors, the read plan (logical -> kernel blocks, runs merged) checked against a
+per-page reference copy, the handshake's refusals, and P's and D's connector halves driven as
+vLLM drives them, in one process over a real transport (pulls, generation checks, leases).
 
 Usage: build/venv/bin/python tests/vllm/test_units.py   (PYTHONPATH=tests)
 """
@@ -10,6 +11,7 @@ from types import SimpleNamespace
 
 import torch
 
+import kvferry
 from harness import runner
 from harness.runner import check
 from kvferry.vllm.config import ConfigError, parse_config
@@ -98,7 +100,7 @@ def case_handshake_refusals():
     mine = layout_of(caches, 32)
     _, other = kv_caches(2, 8, 1, 32, 64)
     theirs = layout_of(other, 64)   # P with another block size
-    info = PeerInfo("p", 0, 1, b"meta", theirs)
+    info = PeerInfo("p", 0, 1, 2, 8, b"meta", theirs)
     check(decode(encode(info)) == info, "handshake round trip")
     expect_error(lambda: check_compatible(mine, info), HandshakeError, "block_size_logical")
     expect_error(lambda: decode(b"HTTP/1.1 400 Bad Request\r\n"), HandshakeError,
@@ -108,35 +110,177 @@ def case_handshake_refusals():
     expect_error(lambda: decode(encode(info)[:40]), HandshakeError, "not JSON")
 
 
-def case_leases():
-    """P's lease table: every way a hold ends, pins, and what D is told about it."""
-    from kvferry.vllm import leases
-    t = leases.LeaseTable(remember_s=100)
-    check(t.add("r1", "L1", 10, now=0) is False and t.pin("r1", "L1", "d1", 5, now=0) == "held",
-          "held")
-    check(t.pin("r1", "other", "d1", 5, now=0) == "unknown", "another lease of r1 answered")
-    check(t.read("r1", "d1", now=1) is True, "read")
-    check(t.pin("r1", "L1", "d1", 5, now=2) == "read", "this D's read")
-    check(t.pin("r1", "L1", "d2", 5, now=2) == "taken", "another D's read")
-    t.add("r2", "L2", 10, now=0)
-    check(t.expire(now=5) == [] and t.expire(now=11) == ["r2"], "expiry")
-    check(t.pin("r2", "L2", "d1", 5, now=12) == "expired", "expired")
-    check(t.read("r2", "d1", now=12) is False and t.pin("r2", "L2", "d1", 5) == "expired",
-          "a notification after expiry made the hold read")
-    # A pin keeps a hold past its lease: asked at 8 for 30 s, it is still held at 20.
-    t.add("r4", "L4", 10, now=0)
-    check(t.pin("r4", "L4", "d1", 30, now=8) == "held", "pin")
-    check(t.expire(now=20) == [] and t.expire(now=39) == ["r4"], "the pin did not hold")
-    # D's notification before P's worker knew the hold: this D is told "read", another
-    # "taken", and the hold ends read the moment it arrives.
-    check(t.read("r3", "d1", now=0) is False and t.pin("r3", "L3", "d1", 5) == "read", "early")
-    check(t.pin("r3", "L3", "d2", 5) == "taken", "early, another D")
-    check(t.add("r3", "L3", 10, now=1) is True and t.pin("r3", "L3", "d1", 5) == "read",
-          "early read")
-    check(t.pin("r9", "L9", "d1", 5) == "unknown", "a hold never added")
-    check(t.held() == 0, "holds left")
-    t.expire(now=200)
-    check(t.pin("r1", "L1", "d1", 5) == "unknown", "an ended hold not forgotten after remember_s")
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class InProcessPD:
+    """P's and D's scheduler and worker halves as vLLM drives them, in one process: P with
+    32-token blocks, D with d_block_size, 2 layers, P's cache random, D's zero."""
+
+    NUM_BLOCKS = 16
+
+    def __init__(self, backend, d_block_size=32):
+        from kvferry.vllm.scheduler import KvferryScheduler
+        from kvferry.vllm.worker import KvferryWorker
+
+        def worker_config(block_size):
+            return SimpleNamespace(
+                model_config=SimpleNamespace(model="m"),
+                cache_config=SimpleNamespace(block_size=block_size, kv_cache_layout="LBHNC"))
+        self.p_flat, p_caches = kv_caches(2, self.NUM_BLOCKS, 1, 32, 64)
+        self.p_flat.copy_(torch.randn(self.p_flat.shape).to(torch.bfloat16))
+        self.d_flat, d_caches = kv_caches(2, self.NUM_BLOCKS, 1, d_block_size, 64)
+        self.p_caches, self.d_caches = p_caches, d_caches
+        cfg_p = parse_config({"side_channel_port": free_port(), "backend": backend}, 1)
+        cfg_d = parse_config({"side_channel_port": free_port(), "backend": backend,
+                              "load_timeout_ms": 5000}, 1)
+        self.p_sched = KvferryScheduler(fake_config(32), cfg_p, "p", self.NUM_BLOCKS)
+        self.d_sched = KvferryScheduler(fake_config(d_block_size), cfg_d, "d", self.NUM_BLOCKS)
+        self.p_work = KvferryWorker(worker_config(32), cfg_p, "p")
+        self.d_work = KvferryWorker(worker_config(d_block_size), cfg_d, "d")
+        self.p_work.register_kv_caches(p_caches)
+        self.d_work.register_kv_caches(d_caches)
+
+    def close(self):
+        self.p_work.shutdown()
+        self.d_work.shutdown()
+
+    def finish_on_p(self, rid, blocks, ship=True, lease_s=None):
+        """P's request rid finished on `blocks`: its kv_transfer_params; the hold reaches P's
+        worker with the next step's metadata unless ship is False (then: ship_holds)."""
+        from vllm.v1.request import RequestStatus
+        req = SimpleNamespace(request_id=rid, kv_transfer_params={"do_remote_decode": True},
+                              status=RequestStatus.FINISHED_LENGTH_CAPPED,
+                              num_computed_tokens=32 * len(blocks))
+        delay, params = self.p_sched.request_finished(req, [list(blocks)])
+        check(delay is True and params is not None, f"P did not hold {rid}")
+        meta = self.p_sched.build_connector_meta(None)
+        if lease_s is not None:
+            import dataclasses
+            meta.holds = {r: dataclasses.replace(h, lease_s=lease_s) for r, h in meta.holds.items()}
+        self.pending = meta
+        if ship:
+            self.ship_holds()
+        return params
+
+    def ship_holds(self):
+        self.p_work.start_load_kv(self.pending)
+
+    def p_step(self):
+        """One P engine step: what the worker gave back reaches the scheduler (its mirror)."""
+        sending, _ = self.p_work.get_finished()
+        self.p_sched.update_connector_output(
+            SimpleNamespace(finished_sending=sending, kv_connector_worker_meta=None))
+        return sending
+
+    def pull_on_d(self, rid, params, local_blocks):
+        """D's request rid loads P's blocks into local_blocks; (record, failed blocks)."""
+        dreq = SimpleNamespace(request_id=rid, kv_transfer_params=dict(params),
+                               num_prompt_tokens=params["remote_num_tokens"])
+        n, _ = self.d_sched.get_num_new_matched_tokens(dreq, 0)
+        self.d_sched.update_state_after_alloc(
+            dreq, SimpleNamespace(get_block_ids=lambda: (list(local_blocks),)), n)
+        self.d_work.start_load_kv(self.d_sched.build_connector_meta(None))
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            _, recving = self.d_work.get_finished()
+            if rid in recving:
+                return self.d_work.take_records()[rid], self.d_work.take_failed_blocks()
+            time.sleep(0.005)
+        raise runner.CheckFailed(f"D's load of {rid} never finished")
+
+    def p_until_sent(self, rid):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            if rid in self.p_step():
+                return
+            time.sleep(0.005)
+        raise runner.CheckFailed(f"P never gave {rid}'s blocks back")
+
+    def same_pages(self, p_blocks, d_blocks):
+        return all(torch.equal(self.p_caches[n][pb].view(torch.int16),
+                               self.d_caches[n][db].view(torch.int16))
+                   for n in self.p_caches for pb, db in zip(p_blocks, d_blocks))
+
+
+def case_pull_through_relayout():
+    """D with 64-token blocks pulls P's 32-token blocks through the staging buffer and the C++
+    relayout, after the generation check: every token's K and V land where D's page keeps
+    them."""
+    pd = InProcessPD("ucx", d_block_size=64)
+    try:
+        params = pd.finish_on_p("r1", [5, 2, 9])          # 96 tokens
+        rec, failed = pd.pull_on_d("d1", params, [7, 3])
+        check(rec["outcome"] == "pulled" and rec["relayout"] is True and not failed, f"{rec}")
+        for name in pd.p_caches:
+            for t in range(96):
+                kp, vp = token_kv(pd.p_caches[name], [5, 2, 9][t // 32], t % 32, 64)
+                kd, vd = token_kv(pd.d_caches[name], [7, 3][t // 64], t % 64, 64)
+                check(torch.equal(kp, kd) and torch.equal(vp, vd), f"token {t} of {name}")
+        pd.p_until_sent("r1")
+    finally:
+        pd.close()
+
+
+def case_pull_with_generations():
+    """P and D halves over UCX and the socket backend: a pull lands exactly and its
+    notification frees P's hold; the same hold read again, after P gave the blocks back, fails
+    the generation check (so vLLM recomputes); an expired lease the same; a read that reaches
+    P before its hold does ends the hold as soon as it arrives; two holds sharing a block keep
+    it for each other; and the scheduler's mirror ends where P's worker ends."""
+    for backend in ("ucx", "socket"):
+        pd = InProcessPD(backend)
+        try:
+            params = pd.finish_on_p("r1", [1, 2, 3])
+            check(params["remote_block_generations"] == [1, 1, 1], f"{params}")
+            rec, failed = pd.pull_on_d("d1", params, [9, 10, 11])
+            check(rec["outcome"] == "pulled" and rec["bytes"] > 0 and not failed, f"{rec}")
+            check(pd.same_pages([1, 2, 3], [9, 10, 11]), f"{backend}: pulled pages differ")
+            pd.p_until_sent("r1")
+            # The same params again (a retried request): P gave the blocks back, so the
+            # generations moved on and D throws the bytes away.
+            rec, failed = pd.pull_on_d("d1-again", params, [12, 13, 14])
+            check(rec["outcome"] == "generation_changed" and failed == {12, 13, 14} and
+                  "block 1 is at generation 2, granted at 1" in rec["error"], f"{rec}")
+            # An expired lease: P frees the blocks unread; a D that reads them later recomputes.
+            params = pd.finish_on_p("r2", [4, 5], lease_s=0.05)
+            time.sleep(0.1)
+            pd.p_until_sent("r2")
+            rec, failed = pd.pull_on_d("d2", params, [6, 7])
+            check(rec["outcome"] == "generation_changed" and failed == {6, 7}, f"{rec}")
+            # D's read (and its notification) reach P before the hold does.
+            params = pd.finish_on_p("r3", [6, 7], ship=False)
+            rec, _ = pd.pull_on_d("d3", params, [1, 2])
+            check(rec["outcome"] == "pulled" and pd.same_pages([6, 7], [1, 2]), f"{rec}")
+            for _ in range(50):
+                if pd.p_step():
+                    raise runner.CheckFailed("P gave r3 back before its hold arrived")
+                if pd.p_work._early:
+                    break
+                time.sleep(0.01)
+            pd.ship_holds()
+            pd.p_until_sent("r3")
+            # Two holds sharing block 8 (a prefix both requests used): the first read frees
+            # only the first hold's own block.
+            a = pd.finish_on_p("r4", [8, 9])
+            b = pd.finish_on_p("r5", [8, 10])
+            rec, _ = pd.pull_on_d("d4", a, [3, 4])
+            check(rec["outcome"] == "pulled", f"{rec}")
+            pd.p_until_sent("r4")
+            rec, _ = pd.pull_on_d("d5", b, [5, 11])
+            check(rec["outcome"] == "pulled", f"block 8 moved while r5 held it: {rec}")
+            pd.p_until_sent("r5")
+            mirror, worker = pd.p_sched._mirror, pd.p_work._leases
+            check(mirror.leases == worker.leases == 0, f"{mirror.leases} {worker.leases} left")
+            gens = [(mirror.generation(kvferry.LogicalBlockId(i)),
+                     worker.generation(kvferry.LogicalBlockId(i))) for i in range(16)]
+            check(all(m == w for m, w in gens), f"mirror and worker disagree: {gens}")
+        finally:
+            pd.close()
 
 
 def case_done_message():
@@ -148,25 +292,19 @@ def case_done_message():
 
 
 def case_side_channel():
-    """The side channel answers a handshake and a lease question, and closes on anything
-    else (an old, version-1 D that sends nothing gets nothing)."""
+    """The side channel answers a handshake, and closes on anything else (an older D, of
+    version 1 or 2, gets nothing)."""
     import socket
-    from kvferry.vllm.handshake import SideChannelServer, fetch_handshake, query_lease
+    from kvferry.vllm.handshake import SideChannelServer, fetch_handshake
     _, caches = kv_caches(2, 8, 1, 32, 64)
-    info = PeerInfo("p", 0, 1, b"meta", layout_of(caches, 32))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    asked = []
-
-    def state(rid, lease, reader, pin_s):
-        asked.append((rid, lease, reader, pin_s))
-        return "held"
-    server = SideChannelServer("127.0.0.1", port, info, state)
+    info = PeerInfo("p", 0, 1, 2, 8, b"meta", layout_of(caches, 32))
+    port = free_port()
+    server = SideChannelServer("127.0.0.1", port, info)
     try:
         check(fetch_handshake("127.0.0.1", port, 2000) == info, "handshake")
-        check(query_lease("127.0.0.1", port, "r1", "L1", "d1", 15000, 2000) == "held" and
-              asked == [("r1", "L1", "d1", 15.0)], f"lease: {asked}")
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as c:
+            c.sendall(b'{"protocol": "kvferry-vllm-handshake", "version": 2, "op": "lease"}\n')
+            check(c.recv(100) == b"", "a version-2 lease question got an answer")
         with socket.create_connection(("127.0.0.1", port), timeout=2) as c:
             c.sendall(b'{"protocol": "kvferry-vllm-handshake", "version": 1}\n')
             check(c.recv(100) == b"", "a version-1 request got an answer")
@@ -256,7 +394,7 @@ def case_scheduler_spans():
     from kvferry.vllm.scheduler import KvferryScheduler
     cfg = parse_config({"side_channel_port": 5600}, kv_port=14579)
     # P (128-token blocks) finishes a 300-token prompt: flat ids, its block size, a hold.
-    p = KvferryScheduler(fake_config(128), cfg, "engine-p")
+    p = KvferryScheduler(fake_config(128), cfg, "engine-p", 64)
     req = SimpleNamespace(request_id="r1", kv_transfer_params={"do_remote_decode": True},
                           status=RequestStatus.FINISHED_LENGTH_CAPPED, num_computed_tokens=300)
     delay, params = p.request_finished(req, [[5, 6, 7]])
@@ -265,10 +403,11 @@ def case_scheduler_spans():
           params["remote_port"] == 5600 and params["remote_num_tokens"] == 300, f"{params}")
     lease = params["kvferry_lease"]
     check(isinstance(lease, str) and len(lease) >= 16, f"no lease id in P's params: {params}")
-    check(p.build_connector_meta(None).holds == {"r1": Hold(cfg.lease_timeout_s, lease)},
-          "hold not shipped")
+    check(params["remote_block_generations"] == [1, 1, 1], f"generations: {params}")
+    check(p.build_connector_meta(None).holds == {"r1": Hold(cfg.lease_timeout_s, lease,
+                                                            (5, 6, 7))}, "hold not shipped")
     # D (64-token blocks) with its first block a local hit: tokens 64..300 come from P.
-    d = KvferryScheduler(fake_config(64), cfg, "engine-d")
+    d = KvferryScheduler(fake_config(64), cfg, "engine-d", 64)
     dreq = SimpleNamespace(request_id="d1", kv_transfer_params=dict(params),
                            num_prompt_tokens=300)
     check(d.get_num_new_matched_tokens(dreq, 64) == (236, True), "matched tokens")
@@ -277,16 +416,39 @@ def case_scheduler_spans():
     (spec,) = d.build_connector_meta(None).loads
     check(spec.local_block_ids == [12, 13, 14, 15] and spec.remote_block_ids == [5, 6, 7] and
           spec.first_token == 64 and spec.num_tokens == 236 and spec.remote_block_size == 128
-          and spec.remote_lease == lease, f"{spec}")
+          and spec.remote_lease == lease and spec.remote_block_generations == [1, 1, 1],
+          f"{spec}")
+    # D's request aborted while its pull runs (vLLM keeps its blocks until the pull is
+    # reported): the record that comes afterwards is dropped, not kept for ever.
+    from kvferry.vllm.metadata import KvferryWorkerMetadata
+    aborted = SimpleNamespace(request_id="d1", kv_transfer_params=dreq.kv_transfer_params,
+                              status=RequestStatus.FINISHED_ABORTED)
+    check(d.request_finished(aborted, [[11, 12, 13, 14, 15]]) == (False, None), "aborted D")
+    d.update_connector_output(SimpleNamespace(
+        finished_sending=None, kv_connector_worker_meta=KvferryWorkerMetadata(
+            {"d1": {"outcome": "pulled", "bytes": 1, "descriptors": 1}})))
+    check(not d._records and not d._gone and not d._loading,
+          f"an aborted pull's record kept: {d._records} {d._gone} {d._loading}")
     # A second finished request gets a lease of its own.
     req2 = SimpleNamespace(request_id="r2", kv_transfer_params={"do_remote_decode": True},
                            status=RequestStatus.FINISHED_STOPPED, num_computed_tokens=10)
     check(p.request_finished(req2, [[8]])[1]["kvferry_lease"] != lease, "lease reused")
+    # Once P's workers gave r1 back, its blocks' next holds carry the next generation; a
+    # request id P still holds is not held twice.
+    p.update_connector_output(SimpleNamespace(finished_sending={"r1"}))
+    req3 = SimpleNamespace(request_id="r3", kv_transfer_params={"do_remote_decode": True},
+                           status=RequestStatus.FINISHED_STOPPED, num_computed_tokens=10)
+    check(p.request_finished(req3, [[6, 8]])[1]["remote_block_generations"] == [2, 1],
+          "generations after r1 ended")
+    check(p.request_finished(req2, [[9]]) == (False, None), "r2 held twice")
     check(dreq.kv_transfer_params["do_remote_prefill"] is False, "a second load possible")
     # Params without a field D needs: computed locally, no load.
     bad = SimpleNamespace(request_id="d2", num_prompt_tokens=10,
                           kv_transfer_params={"do_remote_prefill": True, "remote_host": "x"})
     check(d.get_num_new_matched_tokens(bad, 0) == (0, False), "incomplete params accepted")
+    short = dict(params, remote_block_generations=[1, 1])
+    bad = SimpleNamespace(request_id="d3", num_prompt_tokens=300, kv_transfer_params=short)
+    check(d.get_num_new_matched_tokens(bad, 0) == (0, False), "2 generations for 3 blocks")
 
 
 def case_stats_and_prometheus():
@@ -326,7 +488,8 @@ def case_stats_and_prometheus():
 
 runner.run_cases([("config", case_config),
                   ("stats_and_prometheus", case_stats_and_prometheus),
-                  ("leases", case_leases),
+                  ("pull_with_generations", case_pull_with_generations),
+                  ("pull_through_relayout", case_pull_through_relayout),
                   ("done_message", case_done_message),
                   ("side_channel", case_side_channel),
                   ("scheduler_spans", case_scheduler_spans),

@@ -33,7 +33,8 @@ class KvferryConnector(KVConnectorBase_V1):
         self._scheduler = self._worker = None
         if role == KVConnectorRole.SCHEDULER:
             from kvferry.vllm.scheduler import KvferryScheduler
-            self._scheduler = KvferryScheduler(vllm_config, cfg, engine_id)
+            self._scheduler = KvferryScheduler(vllm_config, cfg, engine_id,
+                                               _num_blocks(vllm_config, kv_cache_config))
         else:
             from kvferry.vllm.worker import KvferryWorker
             self._worker = KvferryWorker(vllm_config, cfg, engine_id)
@@ -100,3 +101,13 @@ class KvferryConnector(KVConnectorBase_V1):
     def shutdown(self):
         if self._worker is not None:
             self._worker.shutdown()
+
+
+def _num_blocks(vllm_config, kv_cache_config) -> int:
+    """The KV cache's blocks, as the scheduler allocates them (the worker's tensors hold as
+    many)."""
+    n = getattr(kv_cache_config, "num_blocks", None) or vllm_config.cache_config.num_gpu_blocks
+    if not n:
+        raise ValueError("KvferryConnector: the scheduler knows no KV cache size "
+                         "(kv_cache_config.num_blocks, cache_config.num_gpu_blocks)")
+    return int(n)

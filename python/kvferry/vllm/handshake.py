@@ -1,24 +1,20 @@
 """P's side channel: a small TCP endpoint on remote_port that hands D what it needs to read P's
-KV cache (P's kvferry agent metadata and KvLayout) and answers, after a read, whether P still
-held the blocks D read; and D's client for both.
+KV cache and its lease generations (P's kvferry agent metadata, the regions, and KvLayout); and
+D's client for it.
 
-Wire format, version 2: D connects and writes one JSON request line; P answers one JSON line
+Wire format, version 3: D connects and writes one JSON request line; P answers one JSON line
 (UTF-8, terminated by "\\n") and closes.
-    D: {"protocol": "kvferry-vllm-handshake", "version": 2, "op": "handshake"}
-    P: {"protocol": ..., "version": 2, "engine_id": str, "tp_rank": int, "region_id": int,
+    D: {"protocol": "kvferry-vllm-handshake", "version": 3, "op": "handshake"}
+    P: {"protocol": ..., "version": 3, "engine_id": str, "tp_rank": int, "region_id": int,
+        "generations_region_id": int, "num_blocks_logical": int,
         "agent_metadata": base64 str, "layout": KvLayout.to_dict()}
-    D: {"protocol": ..., "version": 2, "op": "lease", "request_id": str, "lease": str,
-        "reader": str, "pin_ms": int}
-    P: {"protocol": ..., "version": 2, "lease": "held" | "read" | "taken" | "expired" |
-        "unknown"}
 D refuses anything else (a peer that is not kvferry, another version, a layout that differs in
 a MUST_MATCH field) with HandshakeError; the connector turns that into a load failure, so vLLM
-recomputes the prompt. The lease answer is P's view of one hold, which it pins for pin_ms
-when it is still held (leases.py).
+recomputes the prompt. Nothing about a lease crosses this channel: D reads P's generations
+itself, one-sided, after its data (worker.py).
 
-Thread-safety: SideChannelServer serves from its own thread: the bytes it was built with, and
-lease answers from the callback it was given (which must be thread-safe); the client functions
-may be called from any thread.
+Thread-safety: SideChannelServer serves from its own threads the bytes it was built with; the
+client function may be called from any thread.
 """
 
 import base64
@@ -26,19 +22,17 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from kvferry.vllm.layout import KvLayout, mismatches
 
 PROTOCOL = "kvferry-vllm-handshake"
-VERSION = 2
+VERSION = 3
 _MAX_BYTES = 16 << 20
 _MAX_REQUEST_BYTES = 4096
 _WORKERS = 16               # P: connections answered at once
 _REQUEST_DEADLINE_S = 5.0   # P: a connection's whole request line, from its accept
-LEASE_STATES = ("held", "read", "taken", "expired", "unknown")
 
 
 class HandshakeError(RuntimeError):
@@ -49,7 +43,9 @@ class HandshakeError(RuntimeError):
 class PeerInfo:
     engine_id: str
     tp_rank: int
-    region_id: int
+    region_id: int              # the KV cache
+    generations_region_id: int  # P's lease generations: a little-endian uint64 per logical block
+    num_blocks_logical: int
     agent_metadata: bytes
     layout: KvLayout
 
@@ -58,6 +54,8 @@ def encode(info: PeerInfo) -> bytes:
     return (json.dumps({
         "protocol": PROTOCOL, "version": VERSION, "engine_id": info.engine_id,
         "tp_rank": info.tp_rank, "region_id": info.region_id,
+        "generations_region_id": info.generations_region_id,
+        "num_blocks_logical": info.num_blocks_logical,
         "agent_metadata": base64.b64encode(info.agent_metadata).decode(),
         "layout": info.layout.to_dict()}) + "\n").encode()
 
@@ -81,6 +79,7 @@ def decode(blob: bytes) -> PeerInfo:
     d = _check_header(blob)
     try:
         return PeerInfo(str(d["engine_id"]), int(d["tp_rank"]), int(d["region_id"]),
+                        int(d["generations_region_id"]), int(d["num_blocks_logical"]),
                         base64.b64decode(d["agent_metadata"]), KvLayout.from_dict(d["layout"]))
     except (KeyError, TypeError, ValueError) as e:
         raise HandshakeError(f"malformed kvferry handshake: {e!r}") from None
@@ -115,19 +114,6 @@ def fetch_handshake(host: str, port: int, timeout_ms: int) -> PeerInfo:
     return decode(_exchange(host, port, _request_line("handshake"), timeout_ms))
 
 
-def query_lease(host: str, port: int, request_id: str, lease: str, reader: str, pin_ms: int,
-                timeout_ms: int) -> str:
-    """P's state of the hold of request_id under lease, as `reader` (the id this D puts in its
-    READ notification) sees it; a hold still held is pinned for pin_ms. One of LEASE_STATES."""
-    blob = _exchange(host, port, _request_line("lease", request_id=request_id, lease=lease,
-                                               reader=reader, pin_ms=int(pin_ms)), timeout_ms)
-    d = _check_header(blob)
-    state = d.get("lease")
-    if state not in LEASE_STATES:
-        raise HandshakeError(f"malformed lease answer from {host}:{port}: {state!r}")
-    return state
-
-
 def check_compatible(local: KvLayout, remote: PeerInfo) -> None:
     """Raises HandshakeError naming every field that differs."""
     diff = mismatches(local, remote.layout)
@@ -137,15 +123,13 @@ def check_compatible(local: KvLayout, remote: PeerInfo) -> None:
 
 class SideChannelServer:
     """Answers every connection on (host, port) until close(): a handshake request with
-    ``encode(info)``, a lease request with ``lease_state(request_id, lease, reader, pin_s)``.
+    ``encode(info)``.
     Connections are answered concurrently, up to _WORKERS at once (more wait for one), each
     within _REQUEST_DEADLINE_S of its accept for the whole request line: a client that connects
     and sends nothing, or trickles, holds one worker that long and no other D's answer."""
 
-    def __init__(self, host: str, port: int, info: PeerInfo,
-                 lease_state: Callable[[str, str, str, float], str]):
+    def __init__(self, host: str, port: int, info: PeerInfo):
         self._blob = encode(info)
-        self._lease_state = lease_state
         self._sock = socket.create_server((host, port), reuse_port=False)
         self._sock.settimeout(0.5)
         self._stop = threading.Event()
@@ -192,15 +176,6 @@ class SideChannelServer:
             return None
         if d.get("op") == "handshake":
             return self._blob
-        if d.get("op") == "lease":
-            try:
-                pin_s = max(0.0, min(float(d.get("pin_ms", 0)), 3600e3)) / 1e3
-            except (TypeError, ValueError):
-                return None
-            state = self._lease_state(str(d.get("request_id")), str(d.get("lease")),
-                                      str(d.get("reader")), pin_s)
-            return (json.dumps({"protocol": PROTOCOL, "version": VERSION, "lease": state}) +
-                    "\n").encode()
         return None
 
     def close(self) -> None:

@@ -32,17 +32,21 @@ class LoadSpec:
     first_token: int = 0
     num_tokens: int = 0
     remote_block_size: int = 0
-    # P's lease on those blocks (kv_transfer_params' kvferry_lease): D asks P to pin them
-    # under this lease while it reads (leases.py).
+    # P's lease on those blocks (kv_transfer_params' kvferry_lease), named in D's notification,
+    # and the generation of each of remote_block_ids when P's scheduler granted it: D reads
+    # P's generations after its data and keeps the bytes only if they are unchanged.
     remote_lease: str = ""
+    remote_block_generations: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class Hold:
-    """P: a finished request's blocks, held for D until its notification or lease_s."""
+    """P: a finished request's blocks (logical ids), held for D until its notification naming
+    `lease` or lease_s; the worker grants them in its LeaseTable."""
 
     lease_s: float
     lease: str
+    block_ids: tuple[int, ...] = ()
 
 
 @dataclass
@@ -55,9 +59,8 @@ class KvferryConnectorMetadata(KVConnectorMetadata):
 @dataclass
 class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
     # request id -> {"outcome": "pulled" | "handshake_failed" | "transfer_failed" |
-    #                "deadline_exceeded" | "lease_expired" | "lease_taken" |
-    #                "lease_unconfirmed" | "relayout_failed", "bytes": int, "descriptors": int, "ms": float,
-    #                "error": str (failures only)}
+    #                "deadline_exceeded" | "generation_changed" | "relayout_failed",
+    #                "bytes": int, "descriptors": int, "ms": float, "error": str (failures)}
     records: dict[str, dict] = field(default_factory=dict)
 
     def aggregate(self, other: "KvferryWorkerMetadata") -> "KvferryWorkerMetadata":

@@ -9,12 +9,23 @@ itself recomputes the last prompt token when the whole prompt arrived
 (Scheduler._update_waiting_for_remote_kv). When a D request finishes, its response carries
 ``kvferry_load``: what the worker pulled for it, or why it did not.
 
+Leases and generations. This process never sees P's KV memory, but it decides which blocks
+are held and, through vLLM, when they are freed. It keeps a mirror kvferry.LeaseTable of P's
+holds: a hold is granted here at request_finished, before P's worker grants it (the hold
+reaches the worker with the next step's metadata), and ended here when the worker reports the
+request in finished_sending, after the worker ended it and bumped its generations. So every
+hold's interval here contains the worker's, the mirror's generations are never above the
+worker's, and the generations it puts in kv_transfer_params (remote_block_generations) are
+ones a D may compare with what it reads from P's worker after its data: equal means no block
+it read had been given back meanwhile (docs/vllm.md, "Leases and generations").
+
 Thread-safety: vLLM calls every method from the EngineCore's scheduler thread.
 """
 
 import math
 import secrets
 
+import kvferry
 from kvferry.vllm.config import ConnectorConfig
 from kvferry.vllm.metadata import Hold, KvferryConnectorMetadata, KvferryWorkerMetadata, LoadSpec
 
@@ -24,11 +35,11 @@ from vllm.logger import init_logger
 logger = init_logger("vllm.kvferry." + __name__.rsplit(".", 1)[-1])
 
 _D_FIELDS = ("remote_engine_id", "remote_request_id", "remote_block_ids", "remote_host",
-             "remote_port", "kvferry_lease")
+             "remote_port", "kvferry_lease", "remote_block_generations")
 
 
 class KvferryScheduler:
-    def __init__(self, vllm_config, cfg: ConnectorConfig, engine_id: str):
+    def __init__(self, vllm_config, cfg: ConnectorConfig, engine_id: str, num_blocks: int):
         self._cfg = cfg
         self._engine_id = engine_id
         self._block_size = vllm_config.cache_config.block_size
@@ -37,16 +48,21 @@ class KvferryScheduler:
         self._loads: list[LoadSpec] = []         # D: to ship with the next metadata
         self._holds: dict[str, Hold] = {}        # P: to ship with the next metadata
         self._records: dict[str, dict] = {}      # D: the worker's outcome per request
+        # D: requests whose load was shipped and not yet reported, and those of them that
+        # finished (aborted) meanwhile: vLLM keeps their blocks until the worker reports the
+        # pull (Scheduler.finish_requests), whose record then has no one to go to.
+        self._loading: set[str] = set()
+        self._gone: set[str] = set()
+        self._mirror = kvferry.LeaseTable(num_blocks)  # P: the worker's leases, granted first
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
         params = request.kv_transfer_params
         if not params or not params.get("do_remote_prefill"):
             return 0, False
-        missing = [f for f in _D_FIELDS if params.get(f) is None]
-        if missing:
-            logger.warning("KvferryConnector: request %s has do_remote_prefill but no %s; "
-                           "computing its prompt locally", request.request_id,
-                           ", ".join(missing))
+        problem = _d_params_problem(params)
+        if problem:
+            logger.warning("KvferryConnector: request %s has do_remote_prefill but %s; "
+                           "computing its prompt locally", request.request_id, problem)
             params["do_remote_prefill"] = False
             return 0, False
         num_prompt = request.num_prompt_tokens
@@ -77,14 +93,18 @@ class KvferryScheduler:
         bl = self._block_size
         br = int(params.get("remote_block_size") or bl)
         remote_ids = _flat(params["remote_block_ids"])
+        first, last = local_hit // br, math.ceil(end_token / br)
+        self._loading.add(request.request_id)
         self._loads.append(LoadSpec(
             request_id=request.request_id, remote_engine_id=str(params["remote_engine_id"]),
             remote_request_id=str(params["remote_request_id"]),
             remote_host=str(params["remote_host"]), remote_port=int(params["remote_port"]),
             local_block_ids=[int(b) for b in local_ids[local_hit // bl:math.ceil(end_token / bl)]],
-            remote_block_ids=remote_ids[local_hit // br:math.ceil(end_token / br)],
+            remote_block_ids=remote_ids[first:last],
             first_token=local_hit, num_tokens=num_external_tokens, remote_block_size=br,
-            remote_lease=str(params["kvferry_lease"])))
+            remote_lease=str(params["kvferry_lease"]),
+            remote_block_generations=[int(g) for g in
+                                      params["remote_block_generations"][first:last]]))
 
     def build_connector_meta(self, scheduler_output) -> KvferryConnectorMetadata:
         meta = KvferryConnectorMetadata(loads=self._loads, holds=self._holds)
@@ -92,9 +112,18 @@ class KvferryScheduler:
         return meta
 
     def update_connector_output(self, connector_output) -> None:
+        # Every rank's worker ended these holds (vLLM reports a request once all ranks did):
+        # the mirror ends them last.
+        for rid in getattr(connector_output, "finished_sending", None) or ():
+            self._mirror.end(rid)
         meta = getattr(connector_output, "kv_connector_worker_meta", None)
         if isinstance(meta, KvferryWorkerMetadata):
-            self._records.update(meta.records)
+            for rid, record in meta.records.items():
+                self._loading.discard(rid)
+                if rid in self._gone:
+                    self._gone.discard(rid)
+                else:
+                    self._records[rid] = record
 
     def request_finished(self, request, block_ids) -> tuple[bool, dict | None]:
         from vllm.v1.request import RequestStatus
@@ -104,15 +133,25 @@ class KvferryScheduler:
             return False, None
         record = self._records.pop(request.request_id, None)
         if not params.get("do_remote_decode"):
+            if request.request_id in self._loading:
+                self._loading.discard(request.request_id)
+                self._gone.add(request.request_id)
             return False, ({"kvferry_load": record} if record is not None else None)
         ids = _flat(block_ids)
         if request.status not in (RequestStatus.FINISHED_LENGTH_CAPPED,
                                   RequestStatus.FINISHED_STOPPED) or not ids:
             return False, None
-        # A lease id per hold, so a D's question about it cannot be answered by another hold
-        # of the same request id.
+        try:
+            generations = self._mirror.grant(request.request_id,
+                                             [kvferry.LogicalBlockId(b) for b in ids])
+        except kvferry.KvferryError as e:   # a request id held twice, or a block outside
+            logger.error("KvferryConnector: cannot hold %s's blocks for a D: %s",
+                         request.request_id, e)
+            return False, None
+        # A lease id per hold, so a notification for another hold of the same request id
+        # cannot end this one.
         lease = secrets.token_hex(8)
-        self._holds[request.request_id] = Hold(self._cfg.lease_timeout_s, lease)
+        self._holds[request.request_id] = Hold(self._cfg.lease_timeout_s, lease, tuple(ids))
         return True, {
             "do_remote_prefill": True, "do_remote_decode": False,
             "remote_engine_id": self._engine_id, "remote_request_id": request.request_id,
@@ -122,9 +161,26 @@ class KvferryScheduler:
             # kvferry's addition: P's block size, so a D of another block size knows which of
             # P's blocks hold which tokens.
             "remote_block_size": self._block_size,
-            # and P's lease on those blocks, which D confirms after its read.
+            # and P's lease on those blocks, which D's notification names, and their
+            # generations, which D compares with P's after its read.
             "kvferry_lease": lease,
+            "remote_block_generations": generations,
         }
+
+
+def _d_params_problem(params: dict) -> str:
+    """What makes a D request's kv_transfer_params unusable ("" when nothing does)."""
+    missing = [f for f in _D_FIELDS if params.get(f) is None]
+    if missing:
+        return "no " + ", ".join(missing)
+    try:
+        n_ids = len(_flat(params["remote_block_ids"]))
+        n_gens = len([int(g) for g in params["remote_block_generations"]])
+    except (TypeError, ValueError) as e:
+        return f"malformed remote_block_ids or remote_block_generations ({e})"
+    if n_ids != n_gens:
+        return f"{n_gens} remote_block_generations for {n_ids} remote_block_ids"
+    return ""
 
 
 def _flat(block_ids) -> list[int]:

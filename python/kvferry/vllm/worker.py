@@ -1,33 +1,34 @@
 """KvferryConnector's worker half (vLLM's Worker process, one per TP rank).
 
-P: registers vLLM's KV storage with a kvferry.Agent, serves the agent's metadata and the KV
-layout on the side channel, and holds each finished request's blocks until D's notification
-names it (then reports it in finished_sending, so vLLM frees them) or its lease runs out
-(leases.py). D: for each load the scheduler ships, handshakes with P once per peer (refusing an
-incompatible KV), plans the read (kvferry.BlockGeometry, runs merged), posts ONE prepared READ
-per request with a deadline. The READ carries a notification naming the pull and P's request,
-delivered once every byte is in D. As it posts the READ, D asks P's side channel (on a helper
-thread) to pin the hold under the request's lease; once the READ is done and P's answer proves
-the blocks were held all through it, D reports the request in finished_recving. Any failure
-(handshake, transfer, deadline, a lease that expired, was taken or cannot be confirmed) reports
-the request's blocks through get_block_ids_with_load_errors, so vLLM recomputes exactly those
-tokens.
+P: registers vLLM's KV storage and its lease generations (a kvferry.LeaseTable, kvferry's C++
+lease table) with a kvferry.Agent, serves the agent's metadata, the regions and the KV layout
+on the side channel, and holds each finished request's blocks until D's notification names
+its lease (then bumps their generations and reports the request in finished_sending, so vLLM
+frees them) or the lease runs out (the same). D: for each load the scheduler ships,
+handshakes with P once per peer (refusing an incompatible KV), plans the read
+(kvferry.BlockGeometry, runs merged), posts ONE prepared READ of the data per request with a
+deadline, then, once every byte is in, a READ of the same blocks' generations in P's table,
+carrying the notification that ends P's hold. The pull lands only if every generation equals
+the one P's scheduler put in kv_transfer_params: then no block was given back (and perhaps
+reused) before the data read completed. Any failure (handshake, transfer, deadline, a changed
+generation) reports the request's blocks through get_block_ids_with_load_errors, so vLLM
+recomputes exactly those tokens.
 
 Thread-safety: vLLM calls every method from the model runner's thread; the side channel serves
-from its own thread bytes fixed at registration and lease states from the (locked) LeaseTable;
-D's lease questions run on the `_asker` threads and touch nothing but their arguments.
+from its own threads bytes fixed at registration; the agent's transport reads the generation
+array at any time (single aligned 64-bit stores, lease_table.h).
 """
 
 import secrets
+import struct
 import time
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 
 import kvferry
-from kvferry.vllm import leases
+from kvferry import LogicalBlockId
 from kvferry.vllm.config import ConnectorConfig
 from kvferry.vllm.handshake import (HandshakeError, PeerInfo, SideChannelServer,
-                                    check_compatible, fetch_handshake, query_lease)
+                                    check_compatible, fetch_handshake)
 from kvferry.vllm.layout import (KvLayout, layout_of_kv_caches, plan_read, plan_staged_read,
                                  same_geometry)
 from kvferry.vllm.metadata import KvferryConnectorMetadata, KvferryStats, LoadSpec
@@ -38,31 +39,33 @@ from vllm.logger import init_logger
 logger = init_logger("vllm.kvferry." + __name__.rsplit(".", 1)[-1])
 
 _DONE_PREFIX = b"kvferry-vllm/done/"
-_LEASE_RETRY_S = 0.02     # D: between questions while P does not know the hold yet
-_LEASE_WAIT_S = 0.005     # D: how long one step waits for P's answer, once the READ is done
-_PIN_MARGIN_S = 5.0       # D: P pins a hold this much longer than D's load deadline
+_GENERATIONS_WAIT_MS = 20  # D: how long a step waits for the generation READ it just posted
+_REMEMBER_S = 600.0        # P: how long an ended hold or an early notification is remembered
 
 
-def done_message(reader: str, remote_request_id: str) -> bytes:
-    """The READ's notification: which pull (reader, hex) read which of P's requests."""
-    return _DONE_PREFIX + reader.encode() + b"/" + remote_request_id.encode()
+def done_message(lease: str, remote_request_id: str) -> bytes:
+    """The generation READ's notification: the hold (lease id, hex) of which of P's requests
+    this D has read."""
+    return _DONE_PREFIX + lease.encode() + b"/" + remote_request_id.encode()
 
 
 def parse_done_message(message: bytes) -> tuple[str, str] | None:
-    """(reader, remote request id) of a done_message; None for any other notification."""
+    """(lease, remote request id) of a done_message; None for any other notification."""
     if not message.startswith(_DONE_PREFIX):
         return None
-    reader, sep, rid = message[len(_DONE_PREFIX):].partition(b"/")
+    lease, sep, rid = message[len(_DONE_PREFIX):].partition(b"/")
     if not sep:
         return None
-    return reader.decode(errors="replace"), rid.decode(errors="replace")
+    return lease.decode(errors="replace"), rid.decode(errors="replace")
 
 
 @dataclass
 class _Pull:
     spec: LoadSpec
-    transfer: kvferry.Transfer
+    transfer: kvferry.Transfer     # the data READ
     peer_key: tuple[str, int]
+    peer: kvferry.Peer
+    info: PeerInfo
     started: float
     deadline: float
     bytes: int
@@ -71,12 +74,10 @@ class _Pull:
     staging: object = None
     staging_region: object = None
     num_staged_blocks: int = 0
-    layout: KvLayout | None = None   # P's
-    # D's question to P about the lease (leases.py), asked as the READ is posted.
-    reader: str = ""
-    read_done: bool = False
-    confirm: Future | None = None
-    ask_again_at: float = 0.0
+    # The READ of P's generations of spec.remote_block_ids, posted once the data is in.
+    generations: bytearray | None = None
+    generations_region: object = None
+    generations_read: kvferry.Transfer | None = None
 
 
 class KvferryWorker:
@@ -99,8 +100,12 @@ class KvferryWorker:
         self._finished_sending: set[str] = set()
         self._failed_blocks: set[int] = set()
         self._records: dict[str, dict] = {}
-        self._leases = leases.LeaseTable()          # P
-        self._asker = ThreadPoolExecutor(max_workers=2, thread_name_prefix="kvferry-lease")
+        # P: the lease table (made at registration, as big as the cache), the lease id of each
+        # live hold, notifications that came before their hold, holds that ended.
+        self._leases: kvferry.LeaseTable | None = None
+        self._hold_leases: dict[str, str] = {}
+        self._early: dict[str, tuple[str, float]] = {}
+        self._ended: dict[str, float] = {}
         self._stats = KvferryStats()
 
     # ---- registration (both roles) --------------------------------------------------------
@@ -110,14 +115,17 @@ class KvferryWorker:
         self._layout, base = layout_of_kv_caches(
             kv_caches, model=self._model, kv_cache_layout=self._kv_cache_layout,
             block_size_logical=self._block_size_logical)
-        t0 = time.perf_counter()
-        self._region = self._agent.register_memory(ptr=base, size=self._layout.region_size)
-        info = PeerInfo(self._engine_id, self._tp_rank, self._region.id,
-                        self._agent.get_local_metadata(), self._layout)
-        port = self._cfg.side_channel_port + self._tp_rank
-        self._server = SideChannelServer(self._cfg.side_channel_host, port, info,
-                                         self._leases.pin)
         lay = self._layout
+        t0 = time.perf_counter()
+        self._region = self._agent.register_memory(ptr=base, size=lay.region_size)
+        num_logical = lay.num_blocks_kernel // lay.geometry.kernel_blocks_per_logical
+        self._leases = kvferry.LeaseTable(num_logical)
+        generations = self._agent.register_memory(ptr=self._leases.generations_address,
+                                                  size=self._leases.generations_nbytes)
+        info = PeerInfo(self._engine_id, self._tp_rank, self._region.id, generations.id,
+                        num_logical, self._agent.get_local_metadata(), lay)
+        port = self._cfg.side_channel_port + self._tp_rank
+        self._server = SideChannelServer(self._cfg.side_channel_host, port, info)
         logger.info("KvferryConnector: registered %d layers, %.1f MiB in %.1f ms; kernel block "
                     "%d tokens (%d B/layer page), logical block %d; side channel %s:%d",
                     len(lay.layer_names), lay.region_size / 2**20,
@@ -140,9 +148,7 @@ class KvferryWorker:
                 self._fail(spec, "transfer_failed", f"{type(e).__name__}: {e}")
             except ValueError as e:  # a plan outside the regions: bad params from the proxy
                 self._fail(spec, "transfer_failed", str(e))
-        for rid, hold in meta.holds.items():
-            if self._leases.add(rid, hold.lease, hold.lease_s):
-                self._note_read(rid)
+        self._grant_holds(meta.holds)
 
     def _peer_key(self, spec: LoadSpec) -> tuple[str, int]:
         return (spec.remote_host, int(spec.remote_port) + self._tp_rank)
@@ -150,6 +156,7 @@ class KvferryWorker:
     def _start_pull(self, spec: LoadSpec) -> None:
         key = self._peer_key(spec)
         peer, info = self._peer(key)
+        _check_generations_spec(spec, info)
         staging = staging_region = None
         if same_geometry(self._layout, info.layout):
             plan = plan_read(self._layout, info.layout, spec.local_block_ids,
@@ -160,13 +167,11 @@ class KvferryWorker:
             plan = plan_staged_read(info.layout, spec.remote_block_ids)
             staging = torch.empty(plan.total_bytes, dtype=torch.uint8)
             staging_region = local_region = self._agent.register_memory(staging)
-        reader = secrets.token_hex(8)
         try:
             xfer = self._agent.prepare_transfer(
                 kvferry.XferOp.READ, peer,
                 local=[(local_region, off, n) for off, n in plan.local],
                 remote=[(info.region_id, off, n) for off, n in plan.remote],
-                notification=done_message(reader, spec.remote_request_id),
                 timeout_ms=self._cfg.load_timeout_ms)
             xfer.post()
         except BaseException:
@@ -174,19 +179,26 @@ class KvferryWorker:
                 self._agent.deregister_memory(staging_region)
             raise
         now = time.monotonic()
-        pull = _Pull(spec, xfer, key, now, now + self._cfg.load_timeout_ms / 1000,
-                     plan.total_bytes, xfer.info.num_descriptors_merged, staging,
-                     staging_region, len(spec.remote_block_ids), info.layout, reader=reader)
-        self._pulls[spec.request_id] = pull
-        self._ask_lease(pull)
+        self._pulls[spec.request_id] = _Pull(
+            spec, xfer, key, peer, info, now, now + self._cfg.load_timeout_ms / 1000,
+            plan.total_bytes, xfer.info.num_descriptors_merged, staging, staging_region,
+            len(spec.remote_block_ids))
 
-    def _ask_lease(self, pull: _Pull) -> None:
-        """Asks P, on a helper thread, to pin the hold this pull reads (leases.py)."""
+    def _post_generations_read(self, pull: _Pull) -> None:
+        """The data is in: READ P's generations of the blocks read, with the notification
+        that ends P's hold (after this READ's last byte)."""
         spec = pull.spec
-        pin_ms = self._cfg.load_timeout_ms + _PIN_MARGIN_S * 1e3
-        pull.confirm = self._asker.submit(query_lease, pull.peer_key[0], pull.peer_key[1],
-                                          spec.remote_request_id, spec.remote_lease,
-                                          pull.reader, pin_ms, self._cfg.handshake_timeout_ms)
+        pull.generations = bytearray(8 * len(spec.remote_block_ids))
+        pull.generations_region = self._agent.register_memory(pull.generations)
+        left_ms = max(1, int((pull.deadline - time.monotonic()) * 1000))
+        pull.generations_read = self._agent.prepare_transfer(
+            kvferry.XferOp.READ, pull.peer,
+            local=[(pull.generations_region, 8 * i, 8)
+                   for i in range(len(spec.remote_block_ids))],
+            remote=[(pull.info.generations_region_id, 8 * b, 8) for b in spec.remote_block_ids],
+            notification=done_message(spec.remote_lease, spec.remote_request_id),
+            timeout_ms=left_ms)
+        pull.generations_read.post()
 
     def _peer(self, key: tuple[str, int]) -> tuple[kvferry.Peer, PeerInfo]:
         if key not in self._peers:
@@ -216,63 +228,45 @@ class KvferryWorker:
 
     def _poll_pulls(self) -> None:
         for rid in list(self._pulls):
-            pull = self._pulls[rid]
-            if pull.read_done:
-                self._confirm_lease(rid, pull)
-                continue
             try:
-                state = pull.transfer.poll()
+                outcome, error = self._advance(self._pulls[rid])
             except kvferry.DeadlineExceededError as e:
-                self._end_pull(rid, "deadline_exceeded", f"{e}")
-                continue
+                outcome, error = "deadline_exceeded", f"{e}"
             except kvferry.KvferryError as e:
-                self._end_pull(rid, "transfer_failed", f"{type(e).__name__}: {e}")
-                continue
-            if state == kvferry.XferState.DONE:
-                pull.read_done = True
-                self._confirm_lease(rid, pull)
-            elif time.monotonic() > pull.deadline + 1.0:
-                self._end_pull(rid, "deadline_exceeded",
-                               f"no completion {self._cfg.load_timeout_ms} ms after post")
+                outcome, error = "transfer_failed", f"{type(e).__name__}: {e}"
+            if outcome is not None:
+                self._end_pull(rid, outcome, error)
 
-    def _confirm_lease(self, rid: str, pull: _Pull) -> None:
-        """The READ is done: ends the pull by P's answer about its lease (leases.py), asking
-        again while P does not know the hold yet."""
-        now = time.monotonic()
-        if pull.confirm is None:
-            if now < pull.ask_again_at:
-                return
-            self._ask_lease(pull)
-        if not pull.confirm.done():
-            wait([pull.confirm], timeout=_LEASE_WAIT_S)
-            if not pull.confirm.done():
-                return
-        try:
-            state = pull.confirm.result()
-        except HandshakeError as e:
-            self._end_pull(rid, "lease_unconfirmed", f"P could not confirm the lease: {e}")
-            return
-        pull.confirm = None
-        if state in (leases.HELD, leases.READ):
-            self._end_pull(rid, "pulled", "")
-        elif state == leases.EXPIRED:
-            self._end_pull(rid, "lease_expired", "P's lease on the blocks ran out before the "
-                           "read was confirmed; they may have been reused")
-        elif state == leases.TAKEN:
-            self._end_pull(rid, "lease_taken", "another D's read ended P's hold of the blocks; "
-                           "they may have been reused")
-        elif now > pull.deadline:
-            self._end_pull(rid, "lease_unconfirmed", "P does not know the lease "
-                           f"{pull.spec.remote_lease} of {pull.spec.remote_request_id}")
-        else:
-            pull.ask_again_at = now + _LEASE_RETRY_S
+    def _advance(self, pull: _Pull) -> tuple[str | None, str]:
+        """Moves a pull on (data READ, then generation READ); its (outcome, error) once it
+        ended, (None, "") while in flight."""
+        if pull.generations_read is None:
+            if pull.transfer.poll() != kvferry.XferState.DONE:
+                return self._overdue(pull)
+            self._post_generations_read(pull)
+            try:
+                pull.generations_read.wait(_GENERATIONS_WAIT_MS)
+            except kvferry.DeadlineExceededError:
+                return None, ""   # not yet: the next step polls it (and sees its own deadline)
+        elif pull.generations_read.poll() != kvferry.XferState.DONE:
+            return self._overdue(pull)
+        return _compare_generations(pull)
+
+    def _overdue(self, pull: _Pull) -> tuple[str | None, str]:
+        if time.monotonic() > pull.deadline + 1.0:
+            return "deadline_exceeded", f"no completion {self._cfg.load_timeout_ms} ms after post"
+        return None, ""
 
     def _end_pull(self, rid: str, outcome: str, error: str) -> None:
         pull = self._pulls.pop(rid)
-        try:
-            pull.transfer.release()
-        except kvferry.KvferryError:
-            pass
+        for xfer in (pull.transfer, pull.generations_read):
+            try:
+                if xfer is not None:
+                    xfer.release()
+            except kvferry.KvferryError:
+                pass
+        if pull.generations_region is not None:
+            self._agent.deregister_memory(pull.generations_region)
         relayout = pull.staging is not None
         if relayout and outcome == "pulled":
             try:
@@ -294,18 +288,18 @@ class KvferryWorker:
             logger.info("KvferryConnector: pulled %s: %d bytes, %d blocks, %d descriptors, "
                         "%.2f ms%s", rid, pull.bytes, len(pull.spec.local_block_ids),
                         pull.descriptors, ms,
-                        f", relayout from {pull.layout.block_size_logical}-token blocks"
+                        f", relayout from {pull.info.layout.block_size_logical}-token blocks"
                         if relayout else "")
             return
-        if outcome not in ("lease_expired", "lease_taken"):   # nothing against P itself
+        if outcome != "generation_changed":   # nothing against P itself
             self._forget_peer(pull.peer_key)
         self._fail(pull.spec, outcome, error)
 
     def _relayout(self, pull: _Pull) -> None:
         from kvferry.vllm.relayout import relayout_into
         spec = pull.spec
-        br = pull.layout.block_size_logical
-        relayout_into(self._kv_caches, self._layout, pull.layout, pull.staging,
+        br = pull.info.layout.block_size_logical
+        relayout_into(self._kv_caches, self._layout, pull.info.layout, pull.staging,
                       pull.num_staged_blocks, (spec.first_token // br) * br,
                       spec.local_block_ids, spec.first_token, spec.num_tokens)
 
@@ -321,20 +315,62 @@ class KvferryWorker:
 
     # ---- P: holds -------------------------------------------------------------------------
 
+    def _grant_holds(self, holds: dict) -> None:
+        now = time.monotonic()
+        for rid, hold in holds.items():
+            early = self._early.pop(rid, None)
+            try:
+                self._leases.grant(rid, [LogicalBlockId(b) for b in hold.block_ids],
+                                   lease_s=hold.lease_s)
+            except kvferry.KvferryError as e:
+                # The scheduler's mirror granted it, so only a cache-size mismatch gets here:
+                # give the blocks back as an ended hold would (bumped first).
+                logger.error("KvferryConnector: cannot hold %s: %s; freeing its blocks", rid, e)
+                self._give_back(hold.block_ids)
+                self._finished_sending.add(rid)
+                continue
+            self._hold_leases[rid] = hold.lease
+            if early is not None and early[0] == hold.lease:  # D read it before it got here
+                self._end_hold(rid, now, expired=False)
+
+    def _give_back(self, block_ids) -> None:
+        """Bumps the generations of block_ids that are in the table, as ending a hold does."""
+        key = "\0give-back-" + secrets.token_hex(8)
+        n = self._leases.num_blocks
+        self._leases.grant(key, [LogicalBlockId(b) for b in block_ids if 0 <= b < n])
+        self._leases.end(key)
+
     def _poll_holds(self) -> None:
+        now = time.monotonic()
         for note in self._agent.get_notifications():
             done = parse_done_message(note.message)
-            if done is not None and self._leases.read(done[1], done[0]):
-                self._note_read(done[1])
-        for rid in self._leases.expire():
+            if done is None:
+                continue
+            lease, rid = done
+            if self._hold_leases.get(rid) == lease:
+                self._end_hold(rid, now, expired=False)
+            elif rid not in self._hold_leases and rid not in self._ended:
+                self._early[rid] = (lease, now)   # its hold reaches this worker later
+        for rid in self._leases.end_expired():
             logger.warning("KvferryConnector: lease of %s expired (%.0f s) without D's "
                            "notification; freeing its blocks", rid, self._cfg.lease_timeout_s)
-            self._stats.data["leases_expired"] += 1
-            self._finished_sending.add(rid)
+            self._end_hold(rid, now, expired=True)
+        self._forget(now)
 
-    def _note_read(self, rid: str) -> None:
-        self._stats.data["sends_read"] += 1
+    def _end_hold(self, rid: str, now: float, expired: bool) -> None:
+        """Ends rid's hold in the table (bumping its generations; already done for an expired
+        one), then tells vLLM it may free the blocks."""
+        self._leases.end(rid)
+        self._hold_leases.pop(rid, None)
+        self._ended[rid] = now
+        self._stats.data["leases_expired" if expired else "sends_read"] += 1
         self._finished_sending.add(rid)
+
+    def _forget(self, now: float) -> None:
+        for rid in [r for r, t in self._ended.items() if now - t > _REMEMBER_S]:
+            del self._ended[rid]
+        for rid in [r for r, (_, t) in self._early.items() if now - t > _REMEMBER_S]:
+            del self._early[rid]
 
     # ---- per step -------------------------------------------------------------------------
 
@@ -361,7 +397,6 @@ class KvferryWorker:
         return out
 
     def shutdown(self) -> None:
-        self._asker.shutdown(wait=False, cancel_futures=True)
         if self._server is not None:
             self._server.close()
             self._server = None
@@ -371,6 +406,30 @@ class KvferryWorker:
             except kvferry.KvferryError:
                 pass
         self._agent.close()
+
+
+def _check_generations_spec(spec: LoadSpec, info: PeerInfo) -> None:
+    """ValueError unless the load names one generation per remote block, all in P's table."""
+    if len(spec.remote_block_generations) != len(spec.remote_block_ids):
+        raise ValueError(f"{len(spec.remote_block_generations)} remote_block_generations for "
+                         f"{len(spec.remote_block_ids)} remote_block_ids")
+    bad = [b for b in spec.remote_block_ids if not 0 <= b < info.num_blocks_logical]
+    if bad:
+        raise ValueError(f"remote block {bad[0]} outside P's {info.num_blocks_logical} blocks")
+
+
+def _compare_generations(pull: _Pull) -> tuple[str, str]:
+    """("pulled", "") when P's generations, read after the data, are the ones its scheduler
+    granted; ("generation_changed", why) otherwise."""
+    spec = pull.spec
+    now = struct.unpack(f"<{len(spec.remote_block_ids)}Q", pull.generations)
+    for block, want, got in zip(spec.remote_block_ids, spec.remote_block_generations, now):
+        if want != got:
+            return ("generation_changed",
+                    f"P's block {block} is at generation {got}, granted at {want}: P gave it "
+                    "back before the read was done (lease ran out or another D read it), so "
+                    "it may have been reused")
+    return "pulled", ""
 
 
 def _tp_rank() -> int:
