@@ -104,8 +104,8 @@ class KvferryWorker:
         # live hold, notifications that came before their hold, holds that ended.
         self._leases: kvferry.LeaseTable | None = None
         self._hold_leases: dict[str, str] = {}
-        self._early: dict[str, tuple[str, float]] = {}
-        self._ended: dict[str, float] = {}
+        self._early: dict[str, tuple[str, float]] = {}   # rid -> (lease, when)
+        self._ended: dict[str, tuple[str, float]] = {}   # rid -> (lease, when)
         self._stats = KvferryStats()
 
     # ---- registration (both roles) --------------------------------------------------------
@@ -349,7 +349,7 @@ class KvferryWorker:
             lease, rid = done
             if self._hold_leases.get(rid) == lease:
                 self._end_hold(rid, now, expired=False)
-            elif rid not in self._hold_leases and rid not in self._ended:
+            elif rid not in self._hold_leases and self._ended.get(rid, ("",))[0] != lease:
                 self._early[rid] = (lease, now)   # its hold reaches this worker later
         for rid in self._leases.end_expired():
             logger.warning("KvferryConnector: lease of %s expired (%.0f s) without D's "
@@ -361,13 +361,12 @@ class KvferryWorker:
         """Ends rid's hold in the table (bumping its generations; already done for an expired
         one), then tells vLLM it may free the blocks."""
         self._leases.end(rid)
-        self._hold_leases.pop(rid, None)
-        self._ended[rid] = now
+        self._ended[rid] = (self._hold_leases.pop(rid, ""), now)
         self._stats.data["leases_expired" if expired else "sends_read"] += 1
         self._finished_sending.add(rid)
 
     def _forget(self, now: float) -> None:
-        for rid in [r for r, t in self._ended.items() if now - t > _REMEMBER_S]:
+        for rid in [r for r, (_, t) in self._ended.items() if now - t > _REMEMBER_S]:
             del self._ended[rid]
         for rid in [r for r, (_, t) in self._early.items() if now - t > _REMEMBER_S]:
             del self._early[rid]
