@@ -11,6 +11,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -36,7 +37,8 @@ Deadline ExpiryOf(std::optional<double> lease_s) {
   if (!(*lease_s >= 0)) {
     throw StatusError(InvalidArgumentError("lease_s must be >= 0 (or None: no expiry)"));
   }
-  return Deadline::AfterMs(static_cast<int64_t>(*lease_s * 1000.0));
+  // Capped at ~31 years, so that the milliseconds fit an int64 (and the clock's range).
+  return Deadline::AfterMs(static_cast<int64_t>(std::min(*lease_s, 1e9) * 1000.0));
 }
 
 std::vector<uint64_t> Grant(LeaseTable& t, const std::string& request_id,

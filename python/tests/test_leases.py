@@ -58,6 +58,8 @@ def test_leases_run_out_and_leases_without_expiry_do_not():
     assert t.end_expired() == ["short"]
     assert [t.generation(b) for b in ids(0, 1)] == [2, 1]
     assert t.has("forever") and not t.has("short")
+    t.grant("very-long", ids(2), lease_s=1e300)   # capped, not an overflow
+    assert t.end_expired() == [] and t.has("very-long")
 
 
 @pytest.mark.parametrize("backend", ["loopback", "socket", "ucx"])
