@@ -188,7 +188,9 @@ TEST_F(ClusterStateTest, ADecodeInstanceRunsItsPrefillInstancesEngine) {
   state_.OnPoll("d1", Member("d1", MemberRole::kDecode).url,
                 StatusOr<MemberLoad>(UnavailableError("down")), now_);
   for (const auto& m : state_.Members()) {
-    if (m.info.id == "d1") EXPECT_EQ(m.engine, EngineKind::kVllm);
+    if (m.info.id == "d1") {
+      EXPECT_EQ(m.engine, EngineKind::kVllm);
+    }
   }
   state_.SetMembers({Member("p0", MemberRole::kPrefill), Member("p1", MemberRole::kPrefill),
                      Member("d0", MemberRole::kDecode)});
