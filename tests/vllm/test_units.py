@@ -429,6 +429,35 @@ def case_scheduler_spans():
             {"d1": {"outcome": "pulled", "bytes": 1, "descriptors": 1}})))
     check(not d._records and not d._gone and not d._loading,
           f"an aborted pull's record kept: {d._records} {d._gone} {d._loading}")
+    # D at TP 2: its ranks may report one pull in different steps; the records merge (bytes
+    # summed, the slowest ms), and after an abort the late rank's record is dropped too.
+    d2 = KvferryScheduler(SimpleNamespace(cache_config=SimpleNamespace(block_size=64),
+                                          parallel_config=SimpleNamespace(
+                                              tensor_parallel_size=2)), cfg, "engine-d2", 64)
+
+    def rank_reports(rid, ms):
+        d2.update_connector_output(SimpleNamespace(
+            finished_sending=None, kv_connector_worker_meta=KvferryWorkerMetadata(
+                {rid: {"outcome": "pulled", "bytes": 100, "descriptors": 2, "ms": ms}})))
+    for rid in ("t1", "t2"):
+        r = SimpleNamespace(request_id=rid, kv_transfer_params=dict(params, tp_size=2),
+                            num_prompt_tokens=300)
+        d2.get_num_new_matched_tokens(r, 0)
+        d2.update_state_after_alloc(r, SimpleNamespace(get_block_ids=lambda: ([1, 2, 3, 4, 5],)),
+                                    300)
+    rank_reports("t1", 3.0)
+    rank_reports("t1", 9.0)
+    done = SimpleNamespace(request_id="t1", kv_transfer_params={"do_remote_decode": False},
+                           status=RequestStatus.FINISHED_STOPPED)
+    rec = d2.request_finished(done, [[1]])[1]["kvferry_load"]
+    check(rec == {"outcome": "pulled", "bytes": 200, "descriptors": 4, "ms": 9.0, "ranks": 2},
+          f"two ranks' records: {rec}")
+    rank_reports("t2", 1.0)
+    d2.request_finished(SimpleNamespace(request_id="t2", kv_transfer_params={"x": 1},
+                                        status=RequestStatus.FINISHED_ABORTED), [[1]])
+    rank_reports("t2", 2.0)
+    check(not d2._records and not d2._gone and not d2._loading,
+          f"TP 2: records kept: {d2._records} {d2._gone} {d2._loading}")
     # A second finished request gets a lease of its own.
     req2 = SimpleNamespace(request_id="r2", kv_transfer_params={"do_remote_decode": True},
                            status=RequestStatus.FINISHED_STOPPED, num_computed_tokens=10)
@@ -446,6 +475,9 @@ def case_scheduler_spans():
     bad = SimpleNamespace(request_id="d2", num_prompt_tokens=10,
                           kv_transfer_params={"do_remote_prefill": True, "remote_host": "x"})
     check(d.get_num_new_matched_tokens(bad, 0) == (0, False), "incomplete params accepted")
+    other_tp = SimpleNamespace(request_id="d4", num_prompt_tokens=300,
+                               kv_transfer_params=dict(params, tp_size=2))
+    check(d.get_num_new_matched_tokens(other_tp, 0) == (0, False), "P at TP 2, D at 1 accepted")
     short = dict(params, remote_block_generations=[1, 1])
     bad = SimpleNamespace(request_id="d3", num_prompt_tokens=300, kv_transfer_params=short)
     check(d.get_num_new_matched_tokens(bad, 0) == (0, False), "2 generations for 3 blocks")

@@ -60,26 +60,33 @@ class KvferryConnectorMetadata(KVConnectorMetadata):
 class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
     # request id -> {"outcome": "pulled" | "handshake_failed" | "transfer_failed" |
     #                "deadline_exceeded" | "generation_changed" | "relayout_failed",
-    #                "bytes": int, "descriptors": int, "ms": float, "error": str (failures)}
+    #                "bytes": int, "descriptors": int, "ms": float, "error": str (failures),
+    #                "ranks": int (TP ranks it merges; see merge_records)}
     records: dict[str, dict] = field(default_factory=dict)
 
     def aggregate(self, other: "KvferryWorkerMetadata") -> "KvferryWorkerMetadata":
-        # TP ranks each pull their own heads; a request's record is the worst outcome, bytes
-        # and descriptors summed.
         out = dict(self.records)
         for rid, rec in other.records.items():
-            mine = out.get(rid)
-            if mine is None:
-                out[rid] = dict(rec)
-                continue
-            merged = dict(mine)
-            merged["bytes"] = mine.get("bytes", 0) + rec.get("bytes", 0)
-            merged["descriptors"] = mine.get("descriptors", 0) + rec.get("descriptors", 0)
-            if rec.get("outcome") != "pulled":
-                merged["outcome"] = rec["outcome"]
-                merged["error"] = rec.get("error", "")
-            out[rid] = merged
+            out[rid] = merge_records(out.get(rid), rec)
         return KvferryWorkerMetadata(out)
+
+
+def merge_records(mine: dict | None, rec: dict) -> dict:
+    """One request's record from two TP ranks' (each pulls its own heads, and they may report
+    in different steps): the worst outcome, bytes and descriptors summed, the slowest ms, and
+    "ranks" how many reported."""
+    if mine is None:
+        return dict(rec, ranks=rec.get("ranks", 1))
+    merged = dict(mine)
+    merged["bytes"] = mine.get("bytes", 0) + rec.get("bytes", 0)
+    merged["descriptors"] = mine.get("descriptors", 0) + rec.get("descriptors", 0)
+    merged["ranks"] = mine.get("ranks", 1) + rec.get("ranks", 1)
+    if "ms" in rec:
+        merged["ms"] = max(mine.get("ms", 0.0), rec["ms"])
+    if rec.get("outcome") != "pulled":
+        merged["outcome"] = rec["outcome"]
+        merged["error"] = rec.get("error", "")
+    return merged
 
 
 # D: pulls that landed, pulls that failed (vLLM recomputes those blocks), their bytes and

@@ -27,7 +27,8 @@ import secrets
 
 import kvferry
 from kvferry.vllm.config import ConnectorConfig
-from kvferry.vllm.metadata import Hold, KvferryConnectorMetadata, KvferryWorkerMetadata, LoadSpec
+from kvferry.vllm.metadata import (Hold, KvferryConnectorMetadata, KvferryWorkerMetadata,
+                                   LoadSpec, merge_records)
 
 from vllm.logger import init_logger
 
@@ -48,18 +49,19 @@ class KvferryScheduler:
         self._loads: list[LoadSpec] = []         # D: to ship with the next metadata
         self._holds: dict[str, Hold] = {}        # P: to ship with the next metadata
         self._records: dict[str, dict] = {}      # D: the worker's outcome per request
-        # D: requests whose load was shipped and not yet reported, and those of them that
-        # finished (aborted) meanwhile: vLLM keeps their blocks until the worker reports the
-        # pull (Scheduler.finish_requests), whose record then has no one to go to.
-        self._loading: set[str] = set()
-        self._gone: set[str] = set()
+        # D: requests whose load was shipped, with the TP ranks' records still to come, and
+        # those of them that finished (aborted) meanwhile: vLLM keeps their blocks until every
+        # rank reported the pull (Scheduler.finish_requests), and the records that come after
+        # have no one to go to.
+        self._loading: dict[str, int] = {}
+        self._gone: dict[str, int] = {}
         self._mirror = kvferry.LeaseTable(num_blocks)  # P: the worker's leases, granted first
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
         params = request.kv_transfer_params
         if not params or not params.get("do_remote_prefill"):
             return 0, False
-        problem = _d_params_problem(params)
+        problem = _d_params_problem(params) or self._tp_problem(params)
         if problem:
             logger.warning("KvferryConnector: request %s has do_remote_prefill but %s; "
                            "computing its prompt locally", request.request_id, problem)
@@ -78,6 +80,15 @@ class KvferryScheduler:
         self._local_hits[request.request_id] = num_computed_tokens
         return count, True
 
+    def _tp_problem(self, params: dict) -> str:
+        """D rank r reads P rank r's heads, so P and D must run the same TP size (a different
+        one also computes different numerics: no P/D answer could equal a colocated one)."""
+        p_tp = params.get("tp_size", 1)
+        if p_tp != self._tp_size:
+            return (f"P's tensor_parallel_size {p_tp} is not D's {self._tp_size} (heterogeneous "
+                    "TP is not supported)")
+        return ""
+
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
         params = request.kv_transfer_params
         if not params or not params.get("do_remote_prefill"):
@@ -94,7 +105,7 @@ class KvferryScheduler:
         br = int(params.get("remote_block_size") or bl)
         remote_ids = _flat(params["remote_block_ids"])
         first, last = local_hit // br, math.ceil(end_token / br)
-        self._loading.add(request.request_id)
+        self._loading[request.request_id] = self._tp_size
         self._loads.append(LoadSpec(
             request_id=request.request_id, remote_engine_id=str(params["remote_engine_id"]),
             remote_request_id=str(params["remote_request_id"]),
@@ -119,11 +130,13 @@ class KvferryScheduler:
         meta = getattr(connector_output, "kv_connector_worker_meta", None)
         if isinstance(meta, KvferryWorkerMetadata):
             for rid, record in meta.records.items():
-                self._loading.discard(rid)
+                ranks = int(record.get("ranks", 1))
                 if rid in self._gone:
-                    self._gone.discard(rid)
-                else:
-                    self._records[rid] = record
+                    _count_down(self._gone, rid, ranks)
+                    continue
+                _count_down(self._loading, rid, ranks)
+                # Ranks that finish in different steps report in different outputs.
+                self._records[rid] = merge_records(self._records.get(rid), record)
 
     def request_finished(self, request, block_ids) -> tuple[bool, dict | None]:
         from vllm.v1.request import RequestStatus
@@ -134,8 +147,7 @@ class KvferryScheduler:
         record = self._records.pop(request.request_id, None)
         if not params.get("do_remote_decode"):
             if request.request_id in self._loading:
-                self._loading.discard(request.request_id)
-                self._gone.add(request.request_id)
+                self._gone[request.request_id] = self._loading.pop(request.request_id)
             return False, ({"kvferry_load": record} if record is not None else None)
         ids = _flat(block_ids)
         if request.status not in (RequestStatus.FINISHED_LENGTH_CAPPED,
@@ -166,6 +178,14 @@ class KvferryScheduler:
             "kvferry_lease": lease,
             "remote_block_generations": generations,
         }
+
+
+def _count_down(pending: dict[str, int], rid: str, n: int) -> None:
+    left = pending.get(rid, 0) - n
+    if left > 0:
+        pending[rid] = left
+    else:
+        pending.pop(rid, None)
 
 
 def _d_params_problem(params: dict) -> str:

@@ -1,0 +1,79 @@
+"""vLLM P/D at tensor_parallel_size 2 through KvferryConnector (docs/vllm.md).
+
+P and D are `vllm serve --tensor-parallel-size 2` of the random-weight Qwen3 directory (vLLM's
+CPU path: gloo and its shared-memory all-reduce; the model's one KV head is replicated on both
+ranks). D rank r reads P rank r's cache. The reference is P answering the same request on its
+own, without kv_transfer_params: a colocated TP 2 answer (TP 2 and TP 1 compute different
+numerics, so a TP 1 server cannot be the reference). D's token ids and logprobs must equal it
+exactly, its kvferry_load must say "pulled" by both ranks, and P must have given back every
+hold on D's notifications (no lease ran out).
+
+Usage: build/venv/bin/python tests/vllm/test_pd_tp.py MODEL_DIR LOG_DIR   (PYTHONPATH=tests)
+"""
+
+import os
+import re
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import runner  # noqa: E402
+from harness.runner import check  # noqa: E402
+import vllm_serve as vs  # noqa: E402
+
+MODEL_DIR, LOG_DIR = sys.argv[1], sys.argv[2]
+P_HTTP, D_HTTP, P_SIDE, D_SIDE = 18321, 18322, 15661, 15671   # side channels: port + rank
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog because",
+    " ".join(f"item {i} is {'red' if i % 3 else 'blue'}," for i in range(90)) + " so item 91 is",
+]
+servers = {}
+
+
+def case_tp2_pd_equals_colocated_tp2():
+    os.makedirs(LOG_DIR, exist_ok=True)
+    tp = ("--tensor-parallel-size", "2")
+    servers["P"] = vs.VllmServer("P", MODEL_DIR, P_HTTP, f"{LOG_DIR}/vllm_P_tp2.log",
+                                 kv_config=vs.kvferry_kv_config(P_SIDE), extra_args=tp)
+    servers["D"] = vs.VllmServer("D", MODEL_DIR, D_HTTP, f"{LOG_DIR}/vllm_D_tp2.log",
+                                 kv_config=vs.kvferry_kv_config(D_SIDE), extra_args=tp)
+    for name, s in servers.items():
+        print(f"MEASURE startup_{name}_tp2: {s.wait_ready():.1f} s", flush=True)
+    for prompt in PROMPTS:
+        body = {"model": vs.MODEL_NAME, "prompt": prompt, "max_tokens": 12, "temperature": 0,
+                "logprobs": 1, "return_tokens_as_token_ids": True}
+        want = vs.completion_tokens(servers["P"].post("/v1/completions", body))
+        p = servers["P"].post("/v1/completions", dict(
+            body, max_tokens=1, kv_transfer_params={"do_remote_decode": True}))
+        params = p.get("kv_transfer_params") or {}
+        check(params.get("tp_size") == 2, f"P's params do not say TP 2: {params}")
+        d = servers["D"].post("/v1/completions", dict(body, kv_transfer_params=params))
+        got = vs.completion_tokens(d)
+        check(got[0] == want[0], f"token ids differ\n  D: {got[0]}\n  P alone: {want[0]}")
+        check(got[1] == want[1], f"logprobs differ\n  D: {got[1]}\n  P alone: {want[1]}")
+        rec = (d.get("kv_transfer_params") or {}).get("kvferry_load") or {}
+        check(rec.get("outcome") == "pulled" and rec.get("ranks") == 2 and rec["bytes"] > 0,
+              f"D did not pull with both ranks: {rec}")
+        print(f"  pulled {rec['bytes']} B by {rec['ranks']} ranks, {rec['ms']} ms", flush=True)
+    # P gives the holds back on D's notifications (vLLM frees a request's blocks once every
+    # rank did), not at the lease's end.
+    def sends_read():
+        return max([int(m) for m in re.findall(r"sends_read=(\d+)", servers["P"].log_text())],
+                   default=0)
+    took = runner.wait_until(lambda: sends_read() >= len(PROMPTS), 30, interval=0.5)
+    check(took is not None, f"P counted {sends_read()} reads of {len(PROMPTS)} holds")
+    check(re.search(r"lease of \S+ expired", servers["P"].log_text()) is None,
+          "a P rank's lease ran out")
+
+
+def main():
+    try:
+        runner.run_cases([("tp2_pd_equals_colocated_tp2", case_tp2_pd_equals_colocated_tp2)])
+    finally:
+        for s in servers.values():
+            s.kill()
+
+
+if __name__ == "__main__":
+    main()
