@@ -40,11 +40,7 @@ P_SIDE, D_SIDE, D64_SIDE, D32_SIDE, KP_SIDE, KD_SIDE = 15601, 15611, 15621, 1563
 P_LEASE_S = 10
 RECOMPUTE_BOUND_S = 30.0
 
-PROMPTS = [
-    "The quick brown fox jumps over the lazy dog because",
-    # Several 128-token blocks, so the pull has more than one block per layer to merge.
-    " ".join(f"item {i} is {'red' if i % 3 else 'blue'}," for i in range(90)) + " so item 91 is",
-]
+PROMPTS = vs.PROMPTS
 
 servers = {}
 

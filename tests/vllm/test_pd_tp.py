@@ -18,7 +18,6 @@ Usage: build/venv/bin/python tests/vllm/test_pd_tp.py MODEL_DIR LOG_DIR   (PYTHO
 import os
 import re
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -28,10 +27,7 @@ import vllm_serve as vs  # noqa: E402
 
 MODEL_DIR, LOG_DIR = sys.argv[1], sys.argv[2]
 P_HTTP, D_HTTP, P_SIDE, D_SIDE = 18321, 18322, 15661, 15671   # side channels: port + rank
-PROMPTS = [
-    "The quick brown fox jumps over the lazy dog because",
-    " ".join(f"item {i} is {'red' if i % 3 else 'blue'}," for i in range(90)) + " so item 91 is",
-]
+PROMPTS = vs.PROMPTS
 servers = {}
 
 

@@ -19,6 +19,12 @@ from harness import procs, runner, web
 
 VENV_BIN = os.path.dirname(sys.executable)
 MODEL_NAME = "qwen3"
+# The prompts the P/D tests send: a short one, and one of several 128-token blocks (so a pull
+# has more than one block per layer to merge).
+PROMPTS = [
+    "The quick brown fox jumps over the lazy dog because",
+    " ".join(f"item {i} is {'red' if i % 3 else 'blue'}," for i in range(90)) + " so item 91 is",
+]
 
 # vLLM on 2 shared cores: no inductor compile, no CPU pinning, a small KV cache, no downloads.
 VLLM_ENV = {
