@@ -100,7 +100,7 @@ def case_handshake_refusals():
     mine = layout_of(caches, 32)
     _, other = kv_caches(2, 8, 1, 32, 64)
     theirs = layout_of(other, 64)   # P with another block size
-    info = PeerInfo("p", 0, 1, 2, 8, b"meta", theirs)
+    info = PeerInfo("p", 0, 1, 2, b"meta", theirs)
     check(decode(encode(info)) == info, "handshake round trip")
     expect_error(lambda: check_compatible(mine, info), HandshakeError, "block_size_logical")
     expect_error(lambda: decode(b"HTTP/1.1 400 Bad Request\r\n"), HandshakeError,
@@ -256,12 +256,13 @@ def case_pull_with_generations():
             params = pd.finish_on_p("r3", [6, 7], ship=False)
             rec, _ = pd.pull_on_d("d3", params, [1, 2])
             check(rec["outcome"] == "pulled" and pd.same_pages([6, 7], [1, 2]), f"{rec}")
-            for _ in range(50):
+            for _ in range(500):
                 if pd.p_step():
                     raise runner.CheckFailed("P gave r3 back before its hold arrived")
                 if pd.p_work._early:
                     break
                 time.sleep(0.01)
+            check("r3" in pd.p_work._early, "D's notification never reached P before its hold")
             pd.ship_holds()
             pd.p_until_sent("r3")
             # Two holds sharing block 8 (a prefix both requests used): the first read frees
@@ -297,7 +298,7 @@ def case_side_channel():
     import socket
     from kvferry.vllm.handshake import SideChannelServer, fetch_handshake
     _, caches = kv_caches(2, 8, 1, 32, 64)
-    info = PeerInfo("p", 0, 1, 2, 8, b"meta", layout_of(caches, 32))
+    info = PeerInfo("p", 0, 1, 2, b"meta", layout_of(caches, 32))
     port = free_port()
     server = SideChannelServer("127.0.0.1", port, info)
     try:

@@ -6,7 +6,7 @@ Wire format, version 3: D connects and writes one JSON request line; P answers o
 (UTF-8, terminated by "\\n") and closes.
     D: {"protocol": "kvferry-vllm-handshake", "version": 3, "op": "handshake"}
     P: {"protocol": ..., "version": 3, "engine_id": str, "tp_rank": int, "region_id": int,
-        "generations_region_id": int, "num_blocks_logical": int,
+        "generations_region_id": int,
         "agent_metadata": base64 str, "layout": KvLayout.to_dict()}
 D refuses anything else (a peer that is not kvferry, another version, a layout that differs in
 a MUST_MATCH field) with HandshakeError; the connector turns that into a load failure, so vLLM
@@ -45,7 +45,6 @@ class PeerInfo:
     tp_rank: int
     region_id: int              # the KV cache
     generations_region_id: int  # P's lease generations: a little-endian uint64 per logical block
-    num_blocks_logical: int
     agent_metadata: bytes
     layout: KvLayout
 
@@ -55,7 +54,6 @@ def encode(info: PeerInfo) -> bytes:
         "protocol": PROTOCOL, "version": VERSION, "engine_id": info.engine_id,
         "tp_rank": info.tp_rank, "region_id": info.region_id,
         "generations_region_id": info.generations_region_id,
-        "num_blocks_logical": info.num_blocks_logical,
         "agent_metadata": base64.b64encode(info.agent_metadata).decode(),
         "layout": info.layout.to_dict()}) + "\n").encode()
 
@@ -79,7 +77,7 @@ def decode(blob: bytes) -> PeerInfo:
     d = _check_header(blob)
     try:
         return PeerInfo(str(d["engine_id"]), int(d["tp_rank"]), int(d["region_id"]),
-                        int(d["generations_region_id"]), int(d["num_blocks_logical"]),
+                        int(d["generations_region_id"]),
                         base64.b64decode(d["agent_metadata"]), KvLayout.from_dict(d["layout"]))
     except (KeyError, TypeError, ValueError) as e:
         raise HandshakeError(f"malformed kvferry handshake: {e!r}") from None

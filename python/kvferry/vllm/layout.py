@@ -43,6 +43,10 @@ class KvLayout:
     def geometry(self) -> BlockGeometry:
         return BlockGeometry(self.block_size_logical, self.block_size_kernel)
 
+    @property
+    def num_blocks_logical(self) -> int:
+        return self.num_blocks_kernel // self.geometry.kernel_blocks_per_logical
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["layer_names"] = list(self.layer_names)

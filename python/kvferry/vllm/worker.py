@@ -19,7 +19,6 @@ from its own threads bytes fixed at registration; the agent's transport reads th
 array at any time (single aligned 64-bit stores, lease_table.h).
 """
 
-import secrets
 import struct
 import time
 from dataclasses import dataclass
@@ -118,12 +117,11 @@ class KvferryWorker:
         lay = self._layout
         t0 = time.perf_counter()
         self._region = self._agent.register_memory(ptr=base, size=lay.region_size)
-        num_logical = lay.num_blocks_kernel // lay.geometry.kernel_blocks_per_logical
-        self._leases = kvferry.LeaseTable(num_logical)
+        self._leases = kvferry.LeaseTable(lay.num_blocks_logical)
         generations = self._agent.register_memory(ptr=self._leases.generations_address,
                                                   size=self._leases.generations_nbytes)
         info = PeerInfo(self._engine_id, self._tp_rank, self._region.id, generations.id,
-                        num_logical, self._agent.get_local_metadata(), lay)
+                        self._agent.get_local_metadata(), lay)
         port = self._cfg.side_channel_port + self._tp_rank
         self._server = SideChannelServer(self._cfg.side_channel_host, port, info)
         logger.info("KvferryConnector: registered %d layers, %.1f MiB in %.1f ms; kernel block "
@@ -319,26 +317,15 @@ class KvferryWorker:
         now = time.monotonic()
         for rid, hold in holds.items():
             early = self._early.pop(rid, None)
-            try:
-                self._leases.grant(rid, [LogicalBlockId(b) for b in hold.block_ids],
-                                   lease_s=hold.lease_s)
-            except kvferry.KvferryError as e:
-                # The scheduler's mirror granted it, so only a cache-size mismatch gets here:
-                # give the blocks back as an ended hold would (bumped first).
-                logger.error("KvferryConnector: cannot hold %s: %s; freeing its blocks", rid, e)
-                self._give_back(hold.block_ids)
-                self._finished_sending.add(rid)
-                continue
+            # The scheduler's mirror granted this hold, so the request id holds nothing here
+            # (the mirror ends a hold only after this table did). A block past this rank's
+            # table cannot be read by a D either (it checks P's layout), so it needs no lease.
+            self._leases.grant(rid, [LogicalBlockId(b) for b in hold.block_ids
+                                     if 0 <= b < self._leases.num_blocks],
+                               lease_s=hold.lease_s)
             self._hold_leases[rid] = hold.lease
             if early is not None and early[0] == hold.lease:  # D read it before it got here
                 self._end_hold(rid, now, expired=False)
-
-    def _give_back(self, block_ids) -> None:
-        """Bumps the generations of block_ids that are in the table, as ending a hold does."""
-        key = "\0give-back-" + secrets.token_hex(8)
-        n = self._leases.num_blocks
-        self._leases.grant(key, [LogicalBlockId(b) for b in block_ids if 0 <= b < n])
-        self._leases.end(key)
 
     def _poll_holds(self) -> None:
         now = time.monotonic()
@@ -412,9 +399,10 @@ def _check_generations_spec(spec: LoadSpec, info: PeerInfo) -> None:
     if len(spec.remote_block_generations) != len(spec.remote_block_ids):
         raise ValueError(f"{len(spec.remote_block_generations)} remote_block_generations for "
                          f"{len(spec.remote_block_ids)} remote_block_ids")
-    bad = [b for b in spec.remote_block_ids if not 0 <= b < info.num_blocks_logical]
+    n = info.layout.num_blocks_logical
+    bad = [b for b in spec.remote_block_ids if not 0 <= b < n]
     if bad:
-        raise ValueError(f"remote block {bad[0]} outside P's {info.num_blocks_logical} blocks")
+        raise ValueError(f"remote block {bad[0]} outside P's {n} blocks")
 
 
 def _compare_generations(pull: _Pull) -> tuple[str, str]:
