@@ -11,6 +11,10 @@ The Python package exposes kvferry's C++ core:
   layouts or kernel block sizes;
 * :class:`LeaseTable` — P's leases on logical blocks and the generation array a D re-reads
   after its data, to know no block it read was reused meanwhile;
+* :class:`ConnectorWorker` — one tensor-parallel rank's worker half of kvferry's C++ connector
+  (side channel, handshakes, leases, pulls, generation checks, re-layout, host buffer) over an
+  engine's own KV memory, for an engine whose scheduler is not kvferry's (vLLM's:
+  :mod:`kvferry.vllm`);
 * the exceptions in :mod:`kvferry._errors`, one per status code (all :class:`KvferryError`).
 
 Importing kvferry needs nothing but this package; vLLM is not required.
@@ -23,7 +27,7 @@ from kvferry._errors import (
     UnimplementedError,
 )
 from kvferry._kvferry import (
-    BlockGeometry, CacheSpec, KernelBlockId, LeaseTable, LogicalBlockId, StatusCode, XferInfo,
+    BlockGeometry, CacheSpec, ConnectorWorker, KernelBlockId, LeaseTable, LogicalBlockId, StatusCode, XferInfo,
     XferOp, XferState, relayout_tokens,
 )
 from kvferry.agent import Agent, Notification, Peer, Region, Transfer
@@ -33,7 +37,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent", "Notification", "Peer", "Region", "Transfer",
     "BlockGeometry", "KernelBlockId", "LogicalBlockId", "CacheSpec", "relayout_tokens",
-    "LeaseTable",
+    "LeaseTable", "ConnectorWorker",
     "StatusCode", "XferInfo", "XferOp", "XferState",
     "KvferryError", "AbortedError", "AlreadyExistsError", "DataLossError",
     "DeadlineExceededError", "FailedPreconditionError", "InternalError", "InvalidArgumentError",

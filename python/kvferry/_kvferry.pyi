@@ -1,5 +1,5 @@
 """
-kvferry's C++ core: the transfer agent, the KV block geometry and re-layout, P's lease table.
+kvferry's C++ core: the transfer agent, the KV block geometry and re-layout, P's lease table, and one TP rank's worker half of the connector.
 """
 
 from collections.abc import Sequence
@@ -244,3 +244,52 @@ class LeaseTable:
 
     @property
     def leases(self) -> int: ...
+
+class ConnectorWorker:
+    """
+    One TP rank's worker half of kvferry's C++ connector, for an engine whose scheduler is not kvferry's (vLLM's). The config is kvferry's --kv-transfer-config JSON (kv_connector FerryConnector); model_name enters the handshake's compatibility hash.
+    """
+
+    def __init__(self, kv_transfer_config: str, model_name: str) -> None: ...
+
+    def register_kv_cache(self, spec: CacheSpec, regions: Sequence[int], block_size_logical: int) -> None:
+        """
+        Borrows the engine's cache (one base address per region of spec, each spec.region_bytes long, 64-byte aligned, alive as long as this object) and registers it; P then serves its side channel. Once.
+        """
+
+    def load(self, request_id: str, kv_transfer_params: str, local_block_ids: Sequence[LogicalBlockId], num_local_computed_tokens: int, num_external_tokens: int) -> None:
+        """
+        D: pull tokens [num_local_computed_tokens, +num_external_tokens) of P's offer (its kv_transfer_params, JSON) into local_block_ids (all of the request's blocks).
+        """
+
+    def save(self, request_id: str, block_ids: Sequence[LogicalBlockId], token_begin: int, token_end: int) -> None:
+        """P, host buffer: stage these computed tokens in after_forward()."""
+
+    def hold(self, request_id: str, block_ids: Sequence[LogicalBlockId], generations: Sequence[int]) -> None:
+        """
+        P: lease a finished request's blocks until D's notification or the lease time; generations are the ones promised to D (ended at once if this table differs).
+        """
+
+    def release(self, kv_transfer_params: str) -> None:
+        """D: P's offer is not needed: tell P to end the lease now."""
+
+    def start_load_kv(self) -> None:
+        """Binds what was queued and starts the pulls (non-blocking)."""
+
+    def after_forward(self) -> None: ...
+
+    def get_finished(self) -> dict:
+        """
+        {'finished_sending', 'finished_recving', 'invalid_block_ids', 'load_reports'} since the last call.
+        """
+
+    def stats(self) -> dict:
+        """The connector's counters since creation."""
+
+    @property
+    def side_channel_port(self) -> int: ...
+
+    @property
+    def engine_id(self) -> str: ...
+
+    def shutdown(self) -> None: ...

@@ -4,6 +4,7 @@
 
 #include "agent_bindings.h"
 #include "block_bindings.h"
+#include "connector_bindings.h"
 #include "lease_bindings.h"
 #include "relayout_bindings.h"
 #include "status_error.h"
@@ -11,10 +12,11 @@
 NB_MODULE(_kvferry, m) {
   m.doc() =
       "kvferry's C++ core: the transfer agent, the KV block geometry and re-layout, P's lease "
-      "table.";
+      "table, and one TP rank's worker half of the connector.";
   kvferry::python::RegisterStatusErrors(m);
   kvferry::python::RegisterBlocks(m);
   kvferry::python::RegisterRelayout(m);
   kvferry::python::RegisterAgent(m);
   kvferry::python::RegisterLeases(m);
+  kvferry::python::RegisterConnector(m);
 }

@@ -43,6 +43,7 @@ LoadReport ReportOf(const std::string& id, const RecvState& r, LoadOutcome outco
     report.bytes += read.data_bytes;
     report.descriptors += read.data_descriptors;
     if (read.data_by_memcpy) report.bytes_by_memcpy += read.data_bytes;
+    report.staged |= !read.plan.direct;
   }
   return report;
 }
@@ -427,7 +428,8 @@ void Consumer::FinishLoad(const std::string& id, RecvState& r) {
   const auto us =
       std::chrono::duration_cast<std::chrono::microseconds>(Deadline::Clock::now() - r.posted_at)
           .count();
-  const LoadReport report = ReportOf(id, r, LoadOutcome::kPulled, reg_->tp_size());
+  LoadReport report = ReportOf(id, r, LoadOutcome::kPulled, reg_->tp_size());
+  report.pull_ms = static_cast<double>(us) / 1000.0;
   ctx_->stats.Update([&](ConnectorStats& s) {
     ++s.transfers;
     s.tokens += static_cast<uint64_t>(r.spec.num_external_tokens);
@@ -459,7 +461,9 @@ void Consumer::FailLoad(const std::string& id, RecvState& r) {
     out_.finished_recving.push_back(id);
     out_.invalid_block_ids.insert(out_.invalid_block_ids.end(), r.invalid_on_failure.begin(),
                                   r.invalid_on_failure.end());
-    out_.load_reports.push_back(ReportOf(id, r, kind, reg_->tp_size()));
+    LoadReport report = ReportOf(id, r, kind, reg_->tp_size());
+    report.error = r.failure_status.ToString();
+    out_.load_reports.push_back(std::move(report));
   }
   recvs_.erase(id);
 }

@@ -195,6 +195,15 @@ Status WorkerHalf::RegisterKvCaches(std::span<kv::KvCache* const> rank_caches,
 
 void WorkerHalf::BindMetadata(const ConnectorMetadata& metadata) {
   c_->consumer_.Bind(metadata.loads);
+  // What a scheduler outside this connector (vLLM's) decided; FerryConnector's own leaves
+  // these empty.
+  for (const SaveSpec& save : metadata.saves) c_->producer_.QueueSave(save);
+  for (const HoldSpec& hold : metadata.holds) c_->producer_.Hold(hold);
+  for (const KvTransferParams& offer : metadata.releases) {
+    if (offer.remote_block_ids.empty()) continue;
+    c_->ctx_.stats.Update([](ConnectorStats& s) { ++s.notify_only; });
+    c_->releaser_.Release(offer);
+  }
 }
 
 void WorkerHalf::StartLoadKv() {
@@ -241,6 +250,7 @@ StatusOr<std::unique_ptr<FerryConnector>> CreateFerryConnector(
     transfer::AgentOptions agent_options;
     agent_options.name = internal::RankAgentName(engine_id, r, options.tp_size);
     agent_options.backend = config.backend;
+    agent_options.ucx.transport = config.ucx_transport;
     // The socket backend listens where the side channel does: the address peers already reach.
     agent_options.socket.listen_host = config.side_channel_host;
     KVF_ASSIGN_OR_RETURN(std::unique_ptr<transfer::Agent> agent,

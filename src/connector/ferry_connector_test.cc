@@ -56,7 +56,7 @@ struct Side {
   KvTransferConfig config;
 
   static Side Make(const std::string& role, const Geometry& g, KvTransferConfig config = {},
-                   bool borrow = false) {
+                   bool borrow = false, bool external_scheduler = false) {
     Side s;
     config.kv_connector = "FerryConnector";
     config.backend = transfer::BackendKind::kLoopback;
@@ -66,7 +66,8 @@ struct Side {
       config.handshake_timeout_ms = 3000;
     }
     s.config = config;
-    auto conn = CreateFerryConnector(config, {.model_name = "test-model"});
+    auto conn = CreateFerryConnector(
+        config, {.model_name = "test-model", .external_scheduler = external_scheduler});
     EXPECT_TRUE(conn.ok()) << conn.status();
     s.conn = std::move(*conn);
     kv::CacheSpec spec;
@@ -582,6 +583,128 @@ TEST(FerryConnectorTest, ShutdownIsIdempotentAndLaterCallsAreHarmless) {
   EXPECT_TRUE(o.finished_sending.empty());
   RequestView view{"s2", prompt, 70, &params};
   EXPECT_FALSE(p.conn->scheduler()->RequestFinished(view, Ids({3})).kv_transfer_params);
+}
+
+// ---------------------------------------------------------------------------------------------
+// A scheduler outside the connector (vLLM's): P's saves and holds, and D's loads and releases,
+// arrive in ConnectorMetadata; the scheduler promises D generations from its own mirror table.
+
+struct External {
+  Side p;
+  Side d;
+  LeaseTable mirror{64};  // P's table size: 64 logical blocks (Side::Make)
+
+  explicit External(bool host_buffer)
+      : p(Side::Make("P", {64, 64, Layout::kHND, host_buffer}, {}, true, true)),
+        d(Side::Make("D", {64, 64, Layout::kHND, false}, {}, true, true)) {}
+
+  // P computes `n` tokens into `blocks` in two chunks, staged after each "forward" as the
+  // scheduler's saves say; the scheduler's mirror grants the hold; the offer D gets.
+  KvTransferParams Prefill(const std::string& id, std::span<const LogicalBlockId> blocks, int32_t n,
+                           uint32_t salt) {
+    std::vector<LogicalBlockId> ids(blocks.begin(), blocks.end());
+    for (auto [begin, end] : {std::pair{0, n / 2}, std::pair{n / 2, n}}) {
+      p.Fill(salt, blocks, begin, end);
+      ConnectorMetadata meta;
+      meta.saves.push_back({id, ids, begin, end});
+      p.conn->worker()->BindMetadata(meta);
+      p.conn->worker()->AfterForward();
+    }
+    KvTransferParams offer;
+    offer.do_remote_prefill = true;
+    offer.remote_engine_id = p.conn->engine_id();
+    offer.remote_request_id = id;
+    offer.remote_block_ids = ids;
+    offer.remote_host = "127.0.0.1";
+    offer.remote_port = p.conn->side_channel_port();
+    offer.remote_block_generations = *mirror.Grant(id, blocks, Deadline::AfterMs(60000));
+    return offer;
+  }
+  void Hold(const KvTransferParams& offer, std::vector<uint64_t> generations) {
+    ConnectorMetadata meta;
+    meta.holds.push_back({offer.remote_request_id, offer.remote_block_ids, std::move(generations)});
+    p.conn->worker()->BindMetadata(meta);
+  }
+  // D loads tokens [0, n - 1) of the offer into `blocks`; its report once the load ended.
+  std::optional<LoadReport> Load(const KvTransferParams& offer,
+                                 std::span<const LogicalBlockId> blocks, int32_t n) {
+    ConnectorMetadata meta;
+    meta.loads.push_back({offer.remote_request_id, offer,
+                          std::vector<LogicalBlockId>(blocks.begin(), blocks.end()), 0, n - 1});
+    d.conn->worker()->BindMetadata(meta);
+    d.conn->worker()->StartLoadKv();
+    Deadline deadline = Deadline::AfterMs(10000);
+    while (!deadline.Expired()) {
+      ConnectorOutput o = d.conn->worker()->GetFinished();
+      if (!o.load_reports.empty()) return o.load_reports[0];
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return std::nullopt;
+  }
+};
+
+TEST(FerryConnectorExternalSchedulerTest, HoldsAndSavesFromMetadataMoveExactBytes) {
+  for (bool host_buffer : {false, true}) {
+    SCOPED_TRACE(host_buffer ? "host buffer" : "direct");
+    External e(host_buffer);
+    auto pblocks = Ids({3, 8});
+    auto dblocks = Ids({10, 11});
+    KvTransferParams offer = e.Prefill("x1", pblocks, 100, 21);
+    e.Hold(offer, offer.remote_block_generations);
+    std::optional<LoadReport> r = e.Load(offer, dblocks, 100);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->outcome, LoadOutcome::kPulled) << r->error;
+    EXPECT_GT(r->bytes, 0u);
+    EXPECT_TRUE(e.d.Holds(21, dblocks, 0, 99));
+    EXPECT_TRUE(WaitSent(e.p, "x1"));  // D's notification ended the hold
+    EXPECT_EQ(e.p.conn->Stats().leases_released_by_notification, 1u);
+    if (host_buffer) EXPECT_GT(e.p.conn->Stats().staged_kernel_blocks, 0u);
+  }
+}
+
+// D's notification comes before P's worker got the hold (vLLM ships it a step later): it is
+// kept, and the hold ends as soon as it arrives instead of at lease end.
+TEST(FerryConnectorExternalSchedulerTest, NotificationBeforeItsHoldEndsTheHoldOnArrival) {
+  External e(false);
+  auto blocks = Ids({5});
+  KvTransferParams offer = e.Prefill("early", blocks, 40, 5);
+  std::optional<LoadReport> r = e.Load(offer, Ids({6}), 40);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->outcome, LoadOutcome::kPulled) << r->error;
+  // Let the notification reach P, which holds nothing yet.
+  for (int i = 0; i < 50; ++i) e.p.conn->worker()->GetFinished();
+  e.Hold(offer, offer.remote_block_generations);
+  EXPECT_TRUE(WaitSent(e.p, "early"));
+  EXPECT_EQ(e.p.conn->Stats().blocks_held, 0);
+}
+
+// The scheduler promised generations P's worker does not hold: the hold ends at once and D,
+// comparing what it read with the promise, recomputes.
+TEST(FerryConnectorExternalSchedulerTest, OtherGenerationsThanPromisedEndTheHold) {
+  External e(false);
+  auto blocks = Ids({2, 4});
+  KvTransferParams offer = e.Prefill("gen", blocks, 100, 9);
+  std::vector<uint64_t> wrong = offer.remote_block_generations;
+  wrong[1] += 5;
+  offer.remote_block_generations = wrong;  // what D was told
+  e.Hold(offer, wrong);
+  EXPECT_TRUE(WaitSent(e.p, "gen"));
+  std::optional<LoadReport> r = e.Load(offer, Ids({7, 8}), 100);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->outcome, LoadOutcome::kFailedGeneration);
+  EXPECT_NE(r->error.find("generation"), std::string::npos) << r->error;
+}
+
+// D's metadata gives an offer back (its own prefix cache held the prompt): P's hold ends now.
+TEST(FerryConnectorExternalSchedulerTest, ReleaseFromMetadataEndsPsHold) {
+  External e(false);
+  KvTransferParams offer = e.Prefill("rel", Ids({1, 2}), 100, 3);
+  e.Hold(offer, offer.remote_block_generations);
+  ConnectorMetadata meta;
+  meta.releases.push_back(offer);
+  e.d.conn->worker()->BindMetadata(meta);
+  EXPECT_TRUE(WaitSent(e.p, "rel"));
+  EXPECT_EQ(e.d.conn->Stats().notify_only, 1u);
 }
 
 }  // namespace

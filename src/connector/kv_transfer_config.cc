@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "connector/json_fields.h"
 
@@ -31,6 +32,25 @@ Status CheckCurveFields(const KvTransferConfig& c, const JsonFields& top) {
                                  KvRoleName(c.kv_role)));
   }
   return Status::Ok();
+}
+
+std::optional<transfer::UcxTransport> ParseUcxTransport(std::string_view name) {
+  if (name == "auto") return transfer::UcxTransport::kAuto;
+  if (name == "tcp") return transfer::UcxTransport::kTcp;
+  if (name == "shm") return transfer::UcxTransport::kShm;
+  return std::nullopt;
+}
+
+std::string_view UcxTransportName(transfer::UcxTransport t) {
+  switch (t) {
+    case transfer::UcxTransport::kTcp:
+      return "tcp";
+    case transfer::UcxTransport::kShm:
+      return "shm";
+    case transfer::UcxTransport::kAuto:
+      break;
+  }
+  return "auto";
 }
 
 }  // namespace
@@ -108,6 +128,16 @@ StatusOr<KvTransferConfig> ParseKvTransferConfig(const nlohmann::json& j) {
       }
       c.backend = *kind;
     }
+    std::string ucx_transport;
+    KVF_RETURN_IF_ERROR(fields.String("ucx_transport", &ucx_transport));
+    if (!ucx_transport.empty()) {
+      std::optional<transfer::UcxTransport> t = ParseUcxTransport(ucx_transport);
+      if (!t.has_value()) {
+        return top.Error("kv_connector_extra_config.ucx_transport",
+                         fmt::format("'{}' is not auto|tcp|shm", ucx_transport));
+      }
+      c.ucx_transport = *t;
+    }
     KVF_RETURN_IF_ERROR(fields.Bool("cache_in_agent_memory", &c.cache_in_agent_memory));
     KVF_RETURN_IF_ERROR(fields.String("auth_token", &c.auth_token));
     KVF_RETURN_IF_ERROR(fields.String("curve_secret_key_file", &c.curve_secret_key_file));
@@ -133,6 +163,7 @@ nlohmann::json ToJson(const KvTransferConfig& c) {
       {"handshake_timeout_ms", c.handshake_timeout_ms},
       {"transfer_timeout_ms", c.transfer_timeout_ms},
       {"backend", std::string(transfer::BackendKindName(c.backend))},
+      {"ucx_transport", std::string(UcxTransportName(c.ucx_transport))},
       {"cache_in_agent_memory", c.cache_in_agent_memory},
   };
   if (!c.auth_token.empty()) extra["auth_token"] = c.auth_token;

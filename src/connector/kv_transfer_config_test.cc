@@ -76,6 +76,16 @@ TEST(KvTransferConfigTest, SocketBackendRoundTrips) {
   EXPECT_EQ(again->backend, transfer::BackendKind::kSocket);
 }
 
+TEST(KvTransferConfigTest, UcxTransportRoundTrips) {
+  auto c = ParseKvTransferConfig(nlohmann::json::parse(
+      R"({"kv_connector": "FerryConnector", "kv_connector_extra_config": {"ucx_transport": "tcp"}})"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ucx_transport, transfer::UcxTransport::kTcp);
+  auto again = ParseKvTransferConfig(ToJson(*c));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(*again, *c);
+}
+
 TEST(KvTransferConfigTest, RejectsBadValuesNamingTheField) {
   struct Case {
     const char* json;
@@ -88,6 +98,7 @@ TEST(KvTransferConfigTest, RejectsBadValuesNamingTheField) {
       {R"({"kv_connector_extra_config": {"side_channel_port": 65536}})", "side_channel_port"},
       {R"({"kv_connector_extra_config": {"lease_ms": 0}})", "lease_ms"},
       {R"({"kv_connector_extra_config": {"backend": "rdma"}})", "backend"},
+      {R"({"kv_connector_extra_config": {"ucx_transport": "rdma"}})", "ucx_transport"},
       {R"({"kv_connector_extra_config": {"cache_in_agent_memory": "yes"}})",
        "cache_in_agent_memory"},
       {R"({"kv_connector_extra_config": {"transfer_timeout_ms": "5s"}})", "transfer_timeout_ms"},

@@ -198,6 +198,11 @@ void Producer::Poll(ConnectorOutput* out) {
       NoteNotification(r, n, out);
     }
   }
+  std::vector<Early> replay = std::move(replay_at_poll_);
+  replay_at_poll_.clear();
+  for (const Early& e : replay) NoteNotification(e.rank, e.notification, out);
+  EndFailedHolds(out);
+  ForgetOldEarly();
   for (std::string& id : reg_->leases().EndExpired()) {
     KVF_LOG_WARN(
         "connector {}: lease of request {} expired after {} ms without every notification; "
@@ -214,6 +219,10 @@ void Producer::Poll(ConnectorOutput* out) {
 void Producer::NoteNotification(int32_t rank, const transfer::Notification& n,
                                 ConnectorOutput* out) {
   StatusOr<PullNotification> parsed = DecodePullNotification(n.message);
+  if (parsed.ok() && ctx_->options.external_scheduler && !reg_->leases().Has(parsed->request_id)) {
+    RememberEarly(rank, parsed->request_id, n);
+    return;
+  }
   if (!parsed.ok() || !reg_->leases().Has(parsed->request_id)) {
     // Late (lease already ended: expired, or released) or not ours: nothing held to free.
     KVF_LOG_WARN("connector {}: notification '{}' from {} to rank {} matches no live lease ({})",
@@ -247,6 +256,69 @@ void Producer::EndLease(const std::string& request_id, ConnectorOutput* out) {
   if (!reg_->leases().End(request_id).ok()) return;  // already ended (expired, released twice)
   out->finished_sending.push_back(request_id);
   ctx_->stats.Update([](ConnectorStats& s) { ++s.leases_released_by_notification; });
+}
+
+void Producer::QueueSave(const SaveSpec& save) {
+  if (!ctx_->config.use_host_buffer() || save.token_end <= save.token_begin) return;
+  pending_saves_.push_back({save.request_id, save.block_ids, save.token_begin, save.token_end});
+}
+
+void Producer::Hold(const HoldSpec& hold) {
+  const std::string& id = hold.request_id;
+  if (!reg_->registered() || hold.block_ids.empty()) return;
+  StagePendingSaves(&id);  // normally staged in AfterForward already
+  if (stage_failed_from_.erase(id) != 0) {
+    // Some of these bytes never reached the host buffer: never let a D take them.
+    KVF_LOG_ERROR("connector {}: request {}: staging failed, its hold ends at once",
+                  ctx_->engine_id, id);
+    hold_failed_.push_back(id);
+  }
+  StatusOr<std::vector<uint64_t>> gens =
+      reg_->leases().Grant(id, hold.block_ids, Deadline::AfterMs(ctx_->config.lease_ms));
+  if (!gens.ok()) {
+    KVF_LOG_ERROR("connector {}: cannot hold blocks of {}: {}", ctx_->engine_id, id,
+                  gens.status().ToString());
+    return;
+  }
+  const int64_t held = reg_->leases().blocks_held();
+  ctx_->stats.Update([held](ConnectorStats& s) {
+    ++s.leases_granted;
+    s.blocks_held = held;
+  });
+  if (!hold.generations.empty() && *gens != hold.generations) {
+    KVF_LOG_ERROR(
+        "connector {}: request {}: the scheduler promised other generations than this rank's "
+        "lease table holds; the hold ends at once (D recomputes)",
+        ctx_->engine_id, id);
+    hold_failed_.push_back(id);
+  }
+  if (auto e = early_.find(id); e != early_.end()) {
+    replay_at_poll_.push_back(std::move(e->second));
+    early_.erase(e);
+  }
+}
+
+void Producer::RememberEarly(int32_t rank, const std::string& request_id,
+                             const transfer::Notification& n) {
+  if (early_.size() >= kMaxEarly) ForgetOldEarly();
+  if (early_.size() >= kMaxEarly) {
+    KVF_LOG_WARN("connector {}: {} notifications wait for their holds; dropping '{}'",
+                 ctx_->engine_id, early_.size(), n.message);
+    return;
+  }
+  early_.insert_or_assign(request_id, Early{rank, n, Deadline::AfterMs(ctx_->config.lease_ms)});
+}
+
+void Producer::ForgetOldEarly() {
+  std::erase_if(early_, [](const auto& kv) { return kv.second.forget_at.Expired(); });
+}
+
+void Producer::EndFailedHolds(ConnectorOutput* out) {
+  for (const std::string& id : hold_failed_) {
+    heard_.erase(id);
+    if (reg_->leases().End(id).ok()) out->finished_sending.push_back(id);
+  }
+  hold_failed_.clear();
 }
 
 bool Producer::TokenMatches(const std::string& presented) const {

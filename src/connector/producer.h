@@ -11,7 +11,8 @@
 // Per step (FerryConnectorImpl dispatches): OnTokensComputed after the forward pass, Finish at
 // RequestFinished (which stages the request's outstanding chunks first, so D never reads a host
 // block P has not written), StageSaves in AfterForward, Poll in GetFinished, TakeHolds in
-// BuildConnectorMeta.
+// BuildConnectorMeta. With a scheduler outside this connector (vLLM's), the worker's
+// BindMetadata brings the saves (QueueSave) and the holds (Hold) that scheduler decided instead.
 //
 // Thread-safety: engine thread only, except HandleSideChannel (the side channel's server
 // thread: it reads what Registration fixed and appends to the release mailbox under its mutex).
@@ -26,7 +27,9 @@
 #include <vector>
 
 #include "connector/connector_context.h"
+#include "connector/handshake_wire.h"
 #include "connector/registration.h"
+#include "kvferry/common/deadline.h"
 #include "kvferry/common/thread_annotations.h"
 #include "kvferry/connector/connector.h"
 
@@ -57,6 +60,14 @@ class Producer {
   std::vector<std::string> TakeHolds();
   // The side channel's handler (server thread).
   std::string HandleSideChannel(std::string_view request);
+
+  // --- when the scheduler is not this connector's (vLLM's; ConnectorMetadata::saves, holds) ---
+  // Remembers tokens [token_begin, token_end) of a request to stage (host buffer only).
+  void QueueSave(const SaveSpec& save);
+  // Leases a finished request's blocks now; the lease ends as FerryConnector's own do (Poll).
+  // A notification that came before its hold (remembered by NoteNotification) ends it at the
+  // next Poll; generations other than the ones promised end it there too.
+  void Hold(const HoldSpec& hold);
 
  private:
   struct PendingSave {
@@ -93,6 +104,12 @@ class Producer {
   void NoteNotification(int32_t rank, const transfer::Notification& n, ConnectorOutput* out);
   void EndLease(const std::string& request_id, ConnectorOutput* out);
   bool TokenMatches(const std::string& presented) const;
+  // A notification for no live lease: with an outside scheduler, its hold may still be on the
+  // way (the hold reaches this worker a step after the kv_transfer_params left); remembered
+  // until the lease time has passed, at most kMaxEarly of them.
+  void RememberEarly(int32_t rank, const std::string& request_id, const transfer::Notification& n);
+  void ForgetOldEarly();
+  void EndFailedHolds(ConnectorOutput* out);
 
   ConnectorContext* const ctx_;
   Registration* const reg_;
@@ -105,6 +122,19 @@ class Producer {
   std::map<std::string, int32_t> stage_failed_from_;
   std::map<std::string, Heard> heard_;
   std::vector<std::string> pending_holds_;
+  // Outside scheduler: notifications that came before their hold (by P request id), and holds
+  // Hold ended at once (early notification, or generations not the promised ones), for Poll.
+  struct Early {
+    int32_t rank = 0;
+    transfer::Notification notification;
+    Deadline forget_at;
+  };
+  static constexpr size_t kMaxEarly = 4096;
+  std::map<std::string, Early> early_;
+  std::vector<Early> replay_at_poll_;  // early notifications whose hold has come
+  // Holds to end at the next Poll: granted at other generations than promised, or with bytes
+  // whose staging failed.
+  std::vector<std::string> hold_failed_;
 
   // Request ids D released over the side channel (server thread -> engine thread).
   Mutex released_mu_;

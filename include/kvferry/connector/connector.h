@@ -106,8 +106,10 @@ struct LoadSpec {
 
 // Host-buffer staging on P: after this step's forward pass, copy the kernel blocks covering
 // tokens [token_begin, token_end) of the request into the registered host buffer.
-// (FerryConnector stages from OnTokensComputed directly — in AfterForward, or at the latest in
-// RequestFinished before the lease is granted — and leaves ConnectorMetadata::saves empty.)
+// (FerryConnector's own scheduler half stages from OnTokensComputed directly — in AfterForward,
+// or at the latest in RequestFinished before the lease is granted — and leaves
+// ConnectorMetadata::saves empty; a scheduler outside it, vLLM's, ships them here, and the
+// worker stages them in AfterForward.)
 struct SaveSpec {
   std::string request_id;
   std::vector<kv::LogicalBlockId> block_ids;  // all of the request's blocks on P
@@ -115,10 +117,27 @@ struct SaveSpec {
   int32_t token_end = 0;
 };
 
+// P, when the scheduler is not this connector's (vLLM's, python/kvferry/vllm): lease a finished
+// request's blocks now. `generations` are the ones that scheduler promised D in the
+// kv_transfer_params (its mirror of this lease table, granted first): the worker's grant must
+// give the same, else it ends the lease at once, so that D's generation check fails and D
+// recomputes instead of trusting blocks whose generation it cannot vouch for.
+struct HoldSpec {
+  std::string request_id;
+  std::vector<kv::LogicalBlockId> block_ids;
+  std::vector<uint64_t> generations;  // one per block_ids entry, or empty: not checked
+};
+
 struct ConnectorMetadata {
   std::vector<LoadSpec> loads;
   std::vector<SaveSpec> saves;
   std::vector<std::string> requests_to_hold;  // P: finished requests whose blocks are now leased
+  // Filled only by a scheduler outside this connector (vLLM's); FerryConnector's own scheduler
+  // half grants leases at RequestFinished and sends releases itself.
+  std::vector<HoldSpec> holds;  // P: lease these blocks now (see HoldSpec)
+  // D: P's offers this engine needs nothing of (its own prefix cache held every token): tell P
+  // to end the lease now, over the side channel, rather than at lease end.
+  std::vector<KvTransferParams> releases;
 };
 
 // D: what one tensor-parallel rank of D read for a request.
@@ -140,6 +159,9 @@ struct LoadReport {
   // Of `bytes`, those read by one memcpy from P's memory mapped into D (same host, P's cache or
   // host buffer allocated by its transfer agent); the rest went through the transport.
   uint64_t bytes_by_memcpy = 0;
+  double pull_ms = 0.0;         // from the first read's post to the load's end (when kPulled)
+  bool staged = false;          // read into staging and re-laid out (P's geometry differs)
+  std::string error;            // why the load failed (empty when kPulled)
   std::vector<RankLoad> ranks;  // per D rank (when kPulled)
 };
 

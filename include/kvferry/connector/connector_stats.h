@@ -45,6 +45,11 @@ struct FerryConnectorOptions {
   // Tensor-parallel ranks of this instance (the engine's tensor_parallel_size): one transfer
   // agent each; RegisterKvCaches must then bring that many caches.
   int32_t tp_size = 1;
+  // The engine's scheduler is not this connector's scheduler half (vLLM's, python/kvferry/vllm):
+  // P's holds and host-buffer saves arrive in ConnectorMetadata (holds, saves), a step after
+  // the kv_transfer_params left, so a D's notification may come before its hold and is kept
+  // for it.
+  bool external_scheduler = false;
 };
 
 }  // namespace kvferry::connector

@@ -5,8 +5,9 @@
 //    "engine_id": "prefill-0", "kv_load_failure_policy": "recompute",
 //    "kv_connector_extra_config": {"side_channel_host": "127.0.0.1", "side_channel_port": 5600,
 //        "lease_ms": 30000, "handshake_timeout_ms": 5000, "transfer_timeout_ms": 30000,
-//        "backend": "ucx", "auth_token": "...", "curve_secret_key_file": "/etc/kvferry/p0.key",
-//        "curve_client_keys_file": "/etc/kvferry/clients", "curve_server_keys_file": "..."}}
+//        "backend": "ucx", "ucx_transport": "auto", "auth_token": "...", "curve_secret_key_file":
+//        "/etc/kvferry/p0.key", "curve_client_keys_file": "/etc/kvferry/clients",
+//        "curve_server_keys_file": "..."}}
 //
 // Thread-safety: values.
 #pragma once
@@ -46,6 +47,9 @@ struct KvTransferConfig {
   int64_t handshake_timeout_ms = 5000;
   int64_t transfer_timeout_ms = 30000;                          // one pull, from post to completion
   transfer::BackendKind backend = transfer::BackendKind::kUcx;  // the agent's data plane
+  // With backend ucx, which transports the agent's UCX context may use ("auto", "tcp", "shm";
+  // UCX_TLS in the environment wins).
+  transfer::UcxTransport ucx_transport = transfer::UcxTransport::kAuto;
   // Direct mode: the KV cache is allocated by the transfer agent, so a same-host peer maps it
   // and a pull is one memcpy (docs/connector.md, "One-copy pulls"). false: from the heap, as
   // user memory the transport registers (two copies over UCX shared memory); for comparison,
