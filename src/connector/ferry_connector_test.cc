@@ -658,7 +658,9 @@ TEST(FerryConnectorExternalSchedulerTest, HoldsAndSavesFromMetadataMoveExactByte
     EXPECT_TRUE(e.d.Holds(21, dblocks, 0, 99));
     EXPECT_TRUE(WaitSent(e.p, "x1"));  // D's notification ended the hold
     EXPECT_EQ(e.p.conn->Stats().leases_released_by_notification, 1u);
-    if (host_buffer) EXPECT_GT(e.p.conn->Stats().staged_kernel_blocks, 0u);
+    if (host_buffer) {
+      EXPECT_GT(e.p.conn->Stats().staged_kernel_blocks, 0u);
+    }
   }
 }
 
@@ -693,6 +695,20 @@ TEST(FerryConnectorExternalSchedulerTest, OtherGenerationsThanPromisedEndTheHold
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->outcome, LoadOutcome::kFailedGeneration);
   EXPECT_NE(r->error.find("generation"), std::string::npos) << r->error;
+}
+
+// A chunk whose copy into the host buffer failed: the hold ends at once, and D recomputes.
+TEST(FerryConnectorExternalSchedulerTest, AHoldWhoseStagingFailedEndsAtOnce) {
+  External e(true);
+  static_cast<internal::FerryConnectorImpl*>(e.p.conn.get())->stage_fault_for_test =
+      [](const std::string&, int32_t token_begin) { return token_begin > 0; };
+  KvTransferParams offer = e.Prefill("stage", Ids({1, 2}), 100, 4);
+  e.Hold(offer, offer.remote_block_generations);
+  EXPECT_TRUE(WaitSent(e.p, "stage"));
+  EXPECT_EQ(e.p.conn->Stats().stage_failures, 1u);
+  std::optional<LoadReport> r = e.Load(offer, Ids({3, 4}), 100);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->outcome, LoadOutcome::kFailedGeneration);
 }
 
 // D's metadata gives an offer back (its own prefix cache held the prompt): P's hold ends now.

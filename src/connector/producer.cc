@@ -267,12 +267,7 @@ void Producer::Hold(const HoldSpec& hold) {
   const std::string& id = hold.request_id;
   if (!reg_->registered() || hold.block_ids.empty()) return;
   StagePendingSaves(&id);  // normally staged in AfterForward already
-  if (stage_failed_from_.erase(id) != 0) {
-    // Some of these bytes never reached the host buffer: never let a D take them.
-    KVF_LOG_ERROR("connector {}: request {}: staging failed, its hold ends at once",
-                  ctx_->engine_id, id);
-    hold_failed_.push_back(id);
-  }
+  const bool stage_failed = stage_failed_from_.erase(id) != 0;
   StatusOr<std::vector<uint64_t>> gens =
       reg_->leases().Grant(id, hold.block_ids, Deadline::AfterMs(ctx_->config.lease_ms));
   if (!gens.ok()) {
@@ -285,7 +280,12 @@ void Producer::Hold(const HoldSpec& hold) {
     ++s.leases_granted;
     s.blocks_held = held;
   });
-  if (!hold.generations.empty() && *gens != hold.generations) {
+  if (stage_failed) {
+    // Some of these bytes never reached the host buffer: never let a D take them.
+    KVF_LOG_ERROR("connector {}: request {}: staging failed, its hold ends at once",
+                  ctx_->engine_id, id);
+    hold_failed_.push_back(id);
+  } else if (!hold.generations.empty() && *gens != hold.generations) {
     KVF_LOG_ERROR(
         "connector {}: request {}: the scheduler promised other generations than this rank's "
         "lease table holds; the hold ends at once (D recomputes)",

@@ -9,7 +9,8 @@ response's kv_transfer_params.kvferry_load (non-streamed) or its log's pull line
 says outcome "pulled" with bytes > 0. A fourth server, D64, has 64-token blocks (P: 128): it
 pulls through a relayout and must equal its own colocated answer; a fifth, D32, keeps float32
 KV and must refuse P's bfloat16 at the handshake, then recompute exactly, as D must when
-remote_port names something that is not kvferry. P's lease frees blocks no D reads, and a D
+remote_port names something that is not kvferry. A sixth, PHB, is a P with the host buffer: D
+pulls the copy PHB staged and equals C. P's lease frees blocks no D reads, and a D
 that reads them afterwards sees their generations changed and recomputes. The last case kills
 P after its prefill: D must recompute and still answer exactly, within a bound.
 
@@ -36,7 +37,9 @@ MODEL_DIR, LOG_DIR = sys.argv[1], sys.argv[2]
 KVFERRY_BIN = sys.argv[3] if len(sys.argv) > 3 else None
 P_HTTP, D_HTTP, C_HTTP, PROXY_HTTP, D64_HTTP, D32_HTTP = 18301, 18302, 18303, 18304, 18305, 18306
 KP_HTTP, KD_HTTP, MIXED_PROXY_HTTP = 18307, 18308, 18310  # 18309: test_bad_config
+PHB_HTTP = 18311
 P_SIDE, D_SIDE, D64_SIDE, D32_SIDE, KP_SIDE, KD_SIDE = 15601, 15611, 15621, 15631, 15641, 15651
+PHB_SIDE = 15681
 P_LEASE_S = 10
 RECOMPUTE_BOUND_S = 30.0
 
@@ -62,6 +65,9 @@ def start_all():
     servers["D32"] = vs.VllmServer("D32", MODEL_DIR, D32_HTTP, f"{LOG_DIR}/vllm_D32.log",
                                    kv_config=vs.kvferry_kv_config(D32_SIDE),
                                    extra_args=("--dtype", "float32"))
+    # A P that stages every computed chunk into its host buffer; D reads the staged copy.
+    servers["PHB"] = vs.VllmServer("PHB", MODEL_DIR, PHB_HTTP, f"{LOG_DIR}/vllm_PHB.log",
+                                   kv_config=vs.kvferry_kv_config(PHB_SIDE, host_buffer=True))
     for name in servers:
         took = servers[name].wait_ready()
         print(f"MEASURE startup_{name}: {took:.1f} s ({len(servers)} started together)",
@@ -69,11 +75,12 @@ def start_all():
     print(f"MEASURE startup_all: {time.monotonic() - t0:.1f} s", flush=True)
 
 
-def via_pd(path, body):
-    """P (max_tokens=1, do_remote_decode), then D with P's kv_transfer_params; D's response."""
+def via_pd(path, body, p="P"):
+    """P (max_tokens=1, do_remote_decode), then the body D sends, with P's
+    kv_transfer_params."""
     p_body = dict(body, max_tokens=1, stream=False, kv_transfer_params={"do_remote_decode": True})
     p_body.pop("max_completion_tokens", None)
-    p = servers["P"].post(path, p_body)
+    p = servers[p].post(path, p_body)
     params = p.get("kv_transfer_params")
     check(params and params.get("do_remote_prefill") is True,
           f"P returned no kvferry kv_transfer_params: {params}")
@@ -309,6 +316,19 @@ def case_block_size_relayout():
         check(rec.get("relayout") is True, f"D64 pulled without a relayout: {rec}")
 
 
+def case_host_buffer():
+    """PHB stages each computed chunk into its host buffer after the forward pass (the
+    scheduler ships the chunks); D pulls the staged copy, and its answers equal C's."""
+    for prompt in PROMPTS:
+        body = completion_body(prompt, max_tokens=8)
+        want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
+        d = servers["D"].post("/v1/completions", via_pd("/v1/completions", body, p="PHB"))
+        same("D from PHB's host buffer", vs.completion_tokens(d), want)
+        check_pulled_response(d)
+    check(re.search(r"staged|host buffer", servers["PHB"].log_text()) is not None,
+          "PHB's log does not say it runs the host buffer")
+
+
 def check_recomputed(name, d_body, want, outcome):
     """Sends D `name` d_body: its answer must equal `want` and its kvferry_load say `outcome`
     (a load that failed on purpose, so vLLM recomputed). The record."""
@@ -326,18 +346,20 @@ def case_dtype_mismatch_refused():
     recomputes, and its answer equals its own colocated answer."""
     body = completion_body(PROMPTS[1], max_tokens=8)
     want = vs.completion_tokens(servers["D32"].post("/v1/completions", body))
-    rec = check_recomputed("D32", via_pd("/v1/completions", body), want, "handshake_failed")
+    rec = check_recomputed("D32", via_pd("/v1/completions", body), want, "failed_handshake")
     check("dtype" in rec["error"], f"the refusal does not name the field: {rec}")
 
 
 def case_peer_not_kvferry():
-    """remote_port names something that is not a kvferry side channel (C's HTTP port): the
-    handshake fails within handshake_timeout_ms and D recomputes exactly."""
+    """The params name an engine D has not met at something that is not a kvferry side channel
+    (C's HTTP port): the handshake fails within handshake_timeout_ms and D recomputes exactly.
+    (D knows its Ps by engine id: P's own id at another port is still P, already met.)"""
     body = completion_body(PROMPTS[0], max_tokens=8)
     want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
     d_body = via_pd("/v1/completions", body)
-    d_body["kv_transfer_params"] = dict(d_body["kv_transfer_params"], remote_port=C_HTTP)
-    check_recomputed("D", d_body, want, "handshake_failed")
+    d_body["kv_transfer_params"] = dict(d_body["kv_transfer_params"], remote_port=C_HTTP,
+                                        remote_engine_id="not-kvferry")
+    check_recomputed("D", d_body, want, "failed_handshake")
 
 
 def case_lease_expires():
@@ -348,12 +370,12 @@ def case_lease_expires():
     want = vs.completion_tokens(servers["C"].post("/v1/completions", body))
     d_body = via_pd("/v1/completions", body)
     rid = d_body["kv_transfer_params"]["remote_request_id"]
-    pattern = rf"lease of {re.escape(rid)} expired"
+    pattern = rf"lease of request {re.escape(rid)} expired"
     took = runner.wait_until(lambda: re.search(pattern, servers["P"].log_text()),
                              P_LEASE_S + 20, interval=0.5)
     check(took is not None, f"P never freed {rid} ({P_LEASE_S} s lease)")
     print(f"  freed {took:.1f} s after the prefill (lease {P_LEASE_S} s)", flush=True)
-    check_recomputed("D", d_body, want, "generation_changed")
+    check_recomputed("D", d_body, want, "failed_generation")
 
 
 def stats_totals(server):
@@ -462,6 +484,7 @@ def main():
              ("proxy", case_proxy),
              ("mixed_engines", case_mixed_engines),
              ("block_size_relayout", case_block_size_relayout),
+             ("host_buffer", case_host_buffer),
              ("dtype_mismatch_refused", case_dtype_mismatch_refused),
              ("peer_not_kvferry", case_peer_not_kvferry),
              ("lease_expires", case_lease_expires),

@@ -63,7 +63,7 @@ def case_tp2_pd_equals_colocated_tp2():
                    default=0)
     took = runner.wait_until(lambda: sends_read() >= len(PROMPTS), 30, interval=0.5)
     check(took is not None, f"P counted {sends_read()} reads of {len(PROMPTS)} holds")
-    check(re.search(r"lease of \S+ expired", servers["P"].log_text()) is None,
+    check(re.search(r"lease of request \S+ expired", servers["P"].log_text()) is None,
           "a P rank's lease ran out")
 
 

@@ -26,9 +26,19 @@ class ConnectorConfig:
     load_timeout_ms: int = 10_000
     # D's deadline to connect to P's side channel and read the handshake.
     handshake_timeout_ms: int = 5_000
-    # kvferry.Agent's backend and UCX transport (docs/python.md).
+    # The transfer agent's backend and UCX transport (docs/python.md).
     backend: str = "ucx"
     ucx_transport: str = "auto"
+    # P stages every computed chunk into a host buffer registered with the agent (its own
+    # memory: a D on this host maps it), and D reads that instead of P's cache; D reads into
+    # staging and copies into its cache. Off: the caches themselves are registered.
+    host_buffer: bool = False
+    # The side channel's access control, as kvferry's connector has it (docs/deploy.md,
+    # "Side-channel keys"): a shared token (plaintext: loopback only), or CURVE key files.
+    auth_token: str = ""
+    curve_secret_key_file: str = ""
+    curve_client_keys_file: str = ""
+    curve_server_keys_file: str = ""
 
 
 _BACKENDS = ("ucx", "socket")
@@ -52,7 +62,7 @@ def parse_config(extra: dict | None, kv_port: int) -> ConnectorConfig:
     values = {}
     for name, value in extra.items():
         want = type(known[name].default)
-        ok = isinstance(value, want) and not isinstance(value, bool)
+        ok = isinstance(value, want) and (want is bool or not isinstance(value, bool))
         if want is float and isinstance(value, int) and not isinstance(value, bool):
             ok, value = True, float(value)
         if not ok:

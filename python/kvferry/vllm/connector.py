@@ -1,4 +1,4 @@
-"""KvferryConnector: vLLM's KVConnectorBase_V1 over kvferry's transfer agent.
+"""KvferryConnector: vLLM's KVConnectorBase_V1 over kvferry's C++ connector.
 
     --kv-transfer-config '{"kv_connector":"KvferryConnector",
                            "kv_connector_module_path":"kvferry.vllm","kv_role":"kv_both",
@@ -6,9 +6,11 @@
                            "kv_connector_extra_config":{"side_channel_port":5600}}'
 
 vLLM builds one instance per process: role SCHEDULER in the EngineCore (kvferry.vllm.scheduler)
-and role WORKER in each Worker (kvferry.vllm.worker). This class only routes vLLM's hooks to
-the half that owns them. Layer-wise hooks do nothing: a pull lands before the request is
-scheduled (async load), and P's blocks are read in place after the request finished.
+and role WORKER in each Worker (kvferry.vllm.worker, which runs kvferry.ConnectorWorker, the
+C++ connector's worker half). This class only routes vLLM's hooks to the half that owns them.
+Layer-wise hooks do nothing: a pull lands before the request is scheduled (async load), and
+P's blocks are read in place after the request finished (or from the host buffer, staged in
+wait_for_save).
 
 Thread-safety: as vLLM drives connectors, each half from its process's engine thread.
 """
@@ -73,7 +75,7 @@ class KvferryConnector(KVConnectorBase_V1):
         pass
 
     def wait_for_save(self):
-        pass
+        self._worker.wait_for_save()
 
     def get_finished(self, finished_req_ids):
         sending, recving = self._worker.get_finished()

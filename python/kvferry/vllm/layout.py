@@ -1,29 +1,27 @@
-"""Where vLLM's CPU KV cache keeps each block, and the read plan between two such caches.
+"""Where vLLM's CPU KV cache keeps each block: checked at registration, and handed to kvferry's
+C++ connector as a cache spec.
 
 vLLM 0.32.0's CPU attention (CPU_ATTN, layout LBHNC) hands a connector one tensor per layer,
 shaped ``[num_blocks_kernel, num_kv_heads, block_size_kernel, 2 * head_size]``, all layers views
 of one storage (layer-outermost). A kernel block of one layer is one dense page: per head, the K
-tile (stored transposed, [head_size, block_size_kernel]) then the V tile. So between two engines
-of the same geometry a block moves as whole pages, never token by token.
+tile (stored transposed, [head_size, block_size_kernel]) then the V tile: kvferry's layout
+``VLLM_CPU`` (include/kvferry/kv/cache_spec.h). Each layer is one region of that cache.
 
-The scheduler's block ids (kv_transfer_params' remote_block_ids, request_finished's block_ids)
-are LOGICAL: ``cache_config.block_size`` tokens each. The tensors' first dimension counts KERNEL
-blocks of ``shape[2]`` tokens. kvferry.BlockGeometry is the one mapping between them; every
-offset below is computed from a KernelBlockId it returned, so a logical id cannot index the
-tensor by mistake.
+The scheduler's block ids are LOGICAL (``cache_config.block_size`` tokens); the tensors' first
+dimension counts KERNEL blocks of ``shape[2]`` tokens. The mapping between them is the C++
+connector's (kv::BlockGeometry), so a logical id never indexes a tensor.
 
 Thread-safety: values and pure functions.
 """
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
-from kvferry import BlockGeometry, KernelBlockId, LogicalBlockId
+from kvferry import CacheSpec
 
 
 @dataclass(frozen=True)
 class KvLayout:
-    """One engine's (one TP rank's) KV cache: what a peer must know to read its blocks, and what
-    must match for the bytes to mean the same thing on both sides."""
+    """One TP rank's KV cache as vLLM's tensors hold it (checked by layout_of_kv_caches)."""
 
     model: str
     dtype: str                     # torch dtype name, e.g. "torch.bfloat16"
@@ -33,58 +31,10 @@ class KvLayout:
     block_size_logical: int        # cache_config.block_size
     block_size_kernel: int         # the tensors' shape[2]
     bytes_per_kernel_block: int    # one layer's page of one kernel block
-    kernel_block_stride_bytes: int  # distance between kernel blocks of one layer
     num_blocks_kernel: int
     layer_names: tuple[str, ...]   # sorted
-    layer_offsets: tuple[int, ...]  # byte offset of each layer's block 0 in the region
-    region_size: int
-
-    @property
-    def geometry(self) -> BlockGeometry:
-        return BlockGeometry(self.block_size_logical, self.block_size_kernel)
-
-    @property
-    def num_blocks_logical(self) -> int:
-        return self.num_blocks_kernel // self.geometry.kernel_blocks_per_logical
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["layer_names"] = list(self.layer_names)
-        d["layer_offsets"] = list(self.layer_offsets)
-        return d
-
-    @staticmethod
-    def from_dict(d: dict) -> "KvLayout":
-        d = dict(d)
-        d["layer_names"] = tuple(d["layer_names"])
-        d["layer_offsets"] = tuple(int(x) for x in d["layer_offsets"])
-        return KvLayout(**d)
-
-
-# Fields that must be equal on P and D for their bytes to mean the same thing at all.
-MUST_MATCH = ("model", "dtype", "kv_cache_layout", "num_kv_heads", "head_size", "layer_names")
-# Fields that decide whether pages copy as they are (equal) or through a relayout (relayout.py).
-GEOMETRY = ("block_size_logical", "block_size_kernel", "bytes_per_kernel_block")
-
-
-def mismatches(local: KvLayout, remote: KvLayout) -> list[str]:
-    """The MUST_MATCH fields that differ, and the GEOMETRY fields unless a relayout can bridge
-    them, as "field: local X, remote Y" (empty: compatible)."""
-    names = MUST_MATCH if can_relayout(local, remote) else MUST_MATCH + GEOMETRY
-    return [f"{name}: local {getattr(local, name)!r}, remote {getattr(remote, name)!r}"
-            for name in names if getattr(local, name) != getattr(remote, name)]
-
-
-def same_geometry(local: KvLayout, remote: KvLayout) -> bool:
-    return all(getattr(local, n) == getattr(remote, n) for n in GEOMETRY)
-
-
-def can_relayout(local: KvLayout, remote: KvLayout) -> bool:
-    """Different block sizes are bridged when each side's kernel block is its logical block
-    (vLLM's CPU backend today) and the layout is the CPU page relayout.py knows."""
-    return (local.kv_cache_layout == remote.kv_cache_layout == "LBHNC"
-            and local.block_size_kernel == local.block_size_logical
-            and remote.block_size_kernel == remote.block_size_logical)
+    layer_offsets: tuple[int, ...]  # byte offset of each layer's block 0 in the storage
+    region_size: int               # the storage's bytes
 
 
 def layout_of_kv_caches(kv_caches: dict, *, model: str, kv_cache_layout: str,
@@ -110,9 +60,9 @@ def layout_of_kv_caches(kv_caches: dict, *, model: str, kv_cache_layout: str,
                              f"like {tuple(first.shape)} {first.dtype}")
         if t.untyped_storage().data_ptr() != base:
             raise ValueError(f"KvferryConnector: layer {name} is not in the first layer's storage")
-        if not t[0].is_contiguous():
-            raise ValueError(f"KvferryConnector: layer {name}'s kernel block is not one dense "
-                             f"page (strides {t.stride()})")
+        if not t.is_contiguous():
+            raise ValueError(f"KvferryConnector: layer {name} is not dense kernel pages one "
+                             f"after another (strides {t.stride()})")
         offsets.append(t.data_ptr() - base)
     num_blocks, num_heads, block_size_kernel, two_d = (int(x) for x in first.shape)
     elem = first.element_size()
@@ -126,78 +76,24 @@ def layout_of_kv_caches(kv_caches: dict, *, model: str, kv_cache_layout: str,
         num_kv_heads=num_heads, head_size=two_d // 2, block_size_logical=block_size_logical,
         block_size_kernel=block_size_kernel,
         bytes_per_kernel_block=num_heads * block_size_kernel * two_d * elem,
-        kernel_block_stride_bytes=int(first.stride(0)) * elem, num_blocks_kernel=num_blocks,
+        num_blocks_kernel=num_blocks,
         layer_names=names, layer_offsets=tuple(offsets), region_size=region_size)
     return layout, base
 
 
-@dataclass(frozen=True)
-class ReadPlan:
-    """Descriptors of one pull: ``local[i]`` <- ``remote[i]``, each (offset, length) in the
-    region of its side, runs of consecutive pages already merged."""
-
-    local: list[tuple[int, int]]
-    remote: list[tuple[int, int]]
-    num_pages: int          # layer pages before merging
-    total_bytes: int
+# torch dtype names (KvLayout.dtype) as kvferry dtype names.
+_DTYPES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16"}
 
 
-def plan_read(local: KvLayout, remote: KvLayout, local_blocks: list[int],
-              remote_blocks: list[int]) -> ReadPlan:
-    """Plans the read of P's logical blocks ``remote_blocks[i]`` into D's ``local_blocks[i]``,
-    every layer. Needs ``mismatches(local, remote) == []`` (same geometry on both sides)."""
-    if len(local_blocks) != len(remote_blocks):
-        raise ValueError(f"plan_read: {len(local_blocks)} local blocks for "
-                         f"{len(remote_blocks)} remote blocks")
-    geo_l, geo_r = local.geometry, remote.geometry
-    pages = []  # (layer, local kernel block, remote kernel block)
-    for lb, rb in zip(local_blocks, remote_blocks):
-        kl = geo_l.kernel_blocks_of(LogicalBlockId(int(lb)))
-        kr = geo_r.kernel_blocks_of(LogicalBlockId(int(rb)))
-        for a, b in zip(kl, kr):
-            _check_in_range(local, a, "local")
-            _check_in_range(remote, b, "remote")
-            pages.append((a, b))
-    page = local.bytes_per_kernel_block
-    offsets = ((local.layer_offsets[li] + a.value * local.kernel_block_stride_bytes,
-                remote.layer_offsets[li] + b.value * remote.kernel_block_stride_bytes)
-               for li in range(len(local.layer_names)) for a, b in pages)
-    return _coalesced_plan(offsets, page)
-
-
-def _coalesced_plan(offsets, page: int) -> ReadPlan:
-    """A ReadPlan of one page per (local, remote) offset pair, in order, with runs adjacent on
-    both sides merged into one descriptor."""
-    out_l, out_r = [], []
-    n = 0
-    for off_l, off_r in offsets:
-        n += 1
-        if out_l and out_l[-1][0] + out_l[-1][1] == off_l and \
-                out_r[-1][0] + out_r[-1][1] == off_r:
-            out_l[-1] = (out_l[-1][0], out_l[-1][1] + page)
-            out_r[-1] = (out_r[-1][0], out_r[-1][1] + page)
-        else:
-            out_l.append((off_l, page))
-            out_r.append((off_r, page))
-    return ReadPlan(out_l, out_r, n, n * page)
-
-
-def _check_in_range(layout: KvLayout, block: KernelBlockId, side: str) -> None:
-    if not 0 <= block.value < layout.num_blocks_kernel:
-        raise ValueError(f"plan_read: {side} kernel block {block.value} outside "
-                         f"0..{layout.num_blocks_kernel - 1}")
-
-
-def plan_staged_read(remote: KvLayout, remote_blocks: list[int]) -> ReadPlan:
-    """Plans the read of P's logical blocks ``remote_blocks``, every layer, into a staging
-    region laid out [layer][i-th block][P's page] (relayout.py rewrites it into D's blocks).
-    Local offsets are into the staging region."""
-    geo = remote.geometry
-    page = remote.bytes_per_kernel_block
-    kernel = [k for rb in remote_blocks for k in geo.kernel_blocks_of(LogicalBlockId(int(rb)))]
-    for k in kernel:
-        _check_in_range(remote, k, "remote")
-    offsets = (((li * len(kernel) + j) * page,
-                remote.layer_offsets[li] + k.value * remote.kernel_block_stride_bytes)
-               for li in range(len(remote.layer_names)) for j, k in enumerate(kernel))
-    return _coalesced_plan(offsets, page)
+def cache_spec_of(layout: KvLayout) -> CacheSpec:
+    """The cache spec kvferry's connector registers: one VLLM_CPU region per layer, in
+    layer_names order (P and D of one model name the same layers). ValueError for a dtype
+    kvferry does not know."""
+    dtype = _DTYPES.get(layout.dtype)
+    if dtype is None:
+        raise ValueError(f"KvferryConnector: KV dtype {layout.dtype} is not one of "
+                         f"{sorted(_DTYPES)}")
+    return CacheSpec(num_layers=len(layout.layer_names), num_kv_heads=layout.num_kv_heads,
+                     head_dim=layout.head_size, dtype=dtype, layout="VLLM_CPU",
+                     block_size_kernel=layout.block_size_kernel,
+                     num_blocks_kernel=layout.num_blocks_kernel)

@@ -1,6 +1,7 @@
 """What KvferryConnector's two halves tell each other, and its stats.
 
-    scheduler --KvferryConnectorMetadata (per step)--> worker : pulls to start, P's holds
+    scheduler --KvferryConnectorMetadata (per step)--> worker : pulls to start, P's holds,
+                                                                host-buffer saves, releases
     worker --KvferryWorkerMetadata (per step)--> scheduler    : each finished pull's record
     worker --KvferryStats--> vLLM's stats logger              : counts of pulls, bytes, failures
 
@@ -17,36 +18,39 @@ from vllm.distributed.kv_transfer.kv_connector.v1.metrics import KVConnectorStat
 
 @dataclass
 class LoadSpec:
-    """One D request's pull: P's logical blocks ``remote_block_ids[i]`` into D's
-    ``local_block_ids[i]`` (both logical, each in its engine's block size)."""
+    """One D request's pull, as kvferry's connector takes it (LoadSpec in
+    include/kvferry/connector/connector.h): tokens [num_local_computed_tokens,
+    + num_external_tokens) of P's offer ``params`` (its kv_transfer_params: P's logical blocks,
+    their generations, where P is) into ``local_block_ids``, all of the request's blocks on D
+    (logical ids). Each side's block size is its own; the connector maps tokens to blocks."""
 
     request_id: str
-    remote_engine_id: str
-    remote_request_id: str
-    remote_host: str
-    remote_port: int
+    params: dict
     local_block_ids: list[int]
-    remote_block_ids: list[int]
-    # The tokens loaded: [first_token, first_token + num_tokens). local_block_ids[0] and
-    # remote_block_ids[0] are the blocks holding first_token, each in its own block size.
-    first_token: int = 0
-    num_tokens: int = 0
-    remote_block_size: int = 0
-    # P's lease on those blocks (kv_transfer_params' kvferry_lease), named in D's notification,
-    # and the generation of each of remote_block_ids when P's scheduler granted it: D reads
-    # P's generations after its data and keeps the bytes only if they are unchanged.
-    remote_lease: str = ""
-    remote_block_generations: list[int] = field(default_factory=list)
+    num_local_computed_tokens: int
+    num_external_tokens: int
 
 
 @dataclass(frozen=True)
 class Hold:
-    """P: a finished request's blocks (logical ids), held for D until its notification naming
-    `lease` or lease_s; the worker grants them in its LeaseTable."""
+    """P: a finished request's blocks (logical ids), held for D until D's notification, D's
+    release or the lease time, and the generations the scheduler's mirror granted them at
+    (what D was promised; the worker checks its own table gives the same)."""
 
-    lease_s: float
-    lease: str
     block_ids: tuple[int, ...] = ()
+    generations: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Save:
+    """P with the host buffer: tokens [token_begin, token_end) of a request were computed this
+    step, in ``block_ids`` (all of its blocks so far); the worker stages them after the
+    forward pass, before the request can finish."""
+
+    request_id: str
+    block_ids: tuple[int, ...]
+    token_begin: int
+    token_end: int
 
 
 @dataclass
@@ -54,14 +58,19 @@ class KvferryConnectorMetadata(KVConnectorMetadata):
     loads: list[LoadSpec] = field(default_factory=list)
     # P: finished requests whose blocks stay until D's notification or the lease runs out.
     holds: dict[str, Hold] = field(default_factory=dict)
+    saves: list[Save] = field(default_factory=list)
+    # D: P's offers this D needs nothing of (its prefix cache held the prompt): P is told to
+    # end their leases now.
+    releases: list[dict] = field(default_factory=list)
 
 
 @dataclass
 class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
-    # request id -> {"outcome": "pulled" | "handshake_failed" | "transfer_failed" |
-    #                "deadline_exceeded" | "generation_changed" | "relayout_failed",
-    #                "bytes": int, "descriptors": int, "ms": float, "error": str (failures),
-    #                "ranks": int (TP ranks it merges; see merge_records)}
+    # request id -> {"outcome": "pulled" | "failed_handshake" | "failed_transfer" |
+    #                "failed_deadline" | "failed_generation" (kvferry's LoadOutcome names),
+    #                "bytes": int, "descriptors": int, "ms": float and "relayout": bool
+    #                (pulled), "error": str (failures), "ranks": int (TP ranks it merges;
+    #                see merge_records)}
     records: dict[str, dict] = field(default_factory=dict)
 
     def aggregate(self, other: "KvferryWorkerMetadata") -> "KvferryWorkerMetadata":

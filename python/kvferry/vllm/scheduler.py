@@ -6,8 +6,11 @@ kv_transfer_params (include/kvferry/connector/kv_transfer_params.h; vLLM's field
 remote_block_ids a FLAT list of P's logical ids). A request with ``do_remote_prefill`` is a D
 request: the prompt tokens P holds beyond the local prefix hit are loaded asynchronously; vLLM
 itself recomputes the last prompt token when the whole prompt arrived
-(Scheduler._update_waiting_for_remote_kv). When a D request finishes, its response carries
-``kvferry_load``: what the worker pulled for it, or why it did not.
+(Scheduler._update_waiting_for_remote_kv); a D request whose prompt D's prefix cache already
+holds gives P's offer back (a release). When a D request finishes, its response carries
+``kvferry_load``: what the worker pulled for it, or why it did not. With ``host_buffer``, each
+remote-decode request's chunk computed in a step is shipped as a save, which the worker stages
+after that step's forward pass (so before the request can finish and its params leave).
 
 Leases and generations. This process never sees P's KV memory, but it decides which blocks
 are held and, through vLLM, when they are freed. It keeps a mirror kvferry.LeaseTable of P's
@@ -22,13 +25,10 @@ it read had been given back meanwhile (docs/vllm.md, "Leases and generations").
 Thread-safety: vLLM calls every method from the EngineCore's scheduler thread.
 """
 
-import math
-import secrets
-
 import kvferry
 from kvferry.vllm.config import ConnectorConfig
 from kvferry.vllm.metadata import (Hold, KvferryConnectorMetadata, KvferryWorkerMetadata,
-                                   LoadSpec, merge_records)
+                                   LoadSpec, Save, merge_records)
 
 from vllm.logger import init_logger
 
@@ -36,7 +36,7 @@ from vllm.logger import init_logger
 logger = init_logger("vllm.kvferry." + __name__.rsplit(".", 1)[-1])
 
 _D_FIELDS = ("remote_engine_id", "remote_request_id", "remote_block_ids", "remote_host",
-             "remote_port", "kvferry_lease", "remote_block_generations")
+             "remote_port", "remote_block_generations")
 
 
 class KvferryScheduler:
@@ -56,6 +56,12 @@ class KvferryScheduler:
         self._loading: dict[str, int] = {}
         self._gone: dict[str, int] = {}
         self._mirror = kvferry.LeaseTable(num_blocks)  # P: the worker's leases, granted first
+        self._releases: list[dict] = []          # D: offers to give back, next metadata
+        self._no_load: dict[str, dict] = {}      # D: offers whose tokens D's cache already holds
+        # P with the host buffer: the remote-decode requests being computed, their blocks so far,
+        # and the chunks to stage with the next metadata.
+        self._staging: dict[str, list[int]] = {}
+        self._saves: list[Save] = []
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens: int):
         params = request.kv_transfer_params
@@ -76,6 +82,7 @@ class KvferryScheduler:
                    len(_flat(params["remote_block_ids"])) * remote_block_size)
         count = held - num_computed_tokens
         if count <= 0:
+            self._no_load[request.request_id] = params
             return 0, False
         self._local_hits[request.request_id] = num_computed_tokens
         return count, True
@@ -91,36 +98,59 @@ class KvferryScheduler:
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
         params = request.kv_transfer_params
+        if params and params.get("do_remote_decode") and self._cfg.host_buffer:
+            self._staging[request.request_id] = []   # its blocks come with the schedule
         if not params or not params.get("do_remote_prefill"):
             return
         params["do_remote_prefill"] = False   # one load per request
         local_hit = self._local_hits.pop(request.request_id, 0)
+        no_load = self._no_load.pop(request.request_id, None)
         if num_external_tokens <= 0:
+            if no_load is not None and _flat(no_load["remote_block_ids"]):
+                self._releases.append(_offer(no_load))
             return
         (local_ids, *_rest) = blocks.get_block_ids()
-        # Tokens [local_hit, end_token) come from P; each side's blocks cover them in its own
-        # block size (different sizes: the worker relayouts, relayout.py).
-        end_token = local_hit + num_external_tokens
-        bl = self._block_size
-        br = int(params.get("remote_block_size") or bl)
-        remote_ids = _flat(params["remote_block_ids"])
-        first, last = local_hit // br, math.ceil(end_token / br)
         self._loading[request.request_id] = self._tp_size
+        # Tokens [local_hit, local_hit + num_external_tokens) come from P; the connector maps
+        # them to each side's blocks in its own block size.
         self._loads.append(LoadSpec(
-            request_id=request.request_id, remote_engine_id=str(params["remote_engine_id"]),
-            remote_request_id=str(params["remote_request_id"]),
-            remote_host=str(params["remote_host"]), remote_port=int(params["remote_port"]),
-            local_block_ids=[int(b) for b in local_ids[local_hit // bl:math.ceil(end_token / bl)]],
-            remote_block_ids=remote_ids[first:last],
-            first_token=local_hit, num_tokens=num_external_tokens, remote_block_size=br,
-            remote_lease=str(params["kvferry_lease"]),
-            remote_block_generations=[int(g) for g in
-                                      params["remote_block_generations"][first:last]]))
+            request_id=request.request_id, params=_offer(params),
+            local_block_ids=[int(b) for b in local_ids],
+            num_local_computed_tokens=local_hit, num_external_tokens=num_external_tokens))
 
     def build_connector_meta(self, scheduler_output) -> KvferryConnectorMetadata:
-        meta = KvferryConnectorMetadata(loads=self._loads, holds=self._holds)
-        self._loads, self._holds = [], {}
+        if self._staging:
+            self._queue_saves(scheduler_output)
+        meta = KvferryConnectorMetadata(loads=self._loads, holds=self._holds, saves=self._saves,
+                                        releases=self._releases)
+        self._loads, self._holds, self._saves, self._releases = [], {}, [], []
         return meta
+
+    def _queue_saves(self, scheduler_output) -> None:
+        """Host buffer: each remote-decode request's chunk computed in this step, to stage
+        after its forward pass; from token 0 when it was (re)admitted (tokens P's prefix cache
+        gave it were computed by a request that may never have been staged)."""
+        scheduled = scheduler_output.num_scheduled_tokens
+        for new in scheduler_output.scheduled_new_reqs:
+            if new.req_id in self._staging:
+                self._staging[new.req_id] = _flat(new.block_ids)
+                self._queue_save(new.req_id, 0, new.num_computed_tokens + scheduled[new.req_id])
+        cached = scheduler_output.scheduled_cached_reqs
+        for i, rid in enumerate(cached.req_ids):
+            if rid not in self._staging:
+                continue
+            new_ids, computed = cached.new_block_ids[i], cached.num_computed_tokens[i]
+            if rid in cached.resumed_req_ids:   # preempted and back: its blocks are all new
+                self._staging[rid] = _flat(new_ids)
+                self._queue_save(rid, 0, computed + scheduled[rid])
+                continue
+            if new_ids is not None:
+                self._staging[rid].extend(_flat(new_ids))
+            self._queue_save(rid, computed, computed + scheduled[rid])
+
+    def _queue_save(self, rid: str, begin: int, end: int) -> None:
+        if end > begin:
+            self._saves.append(Save(rid, tuple(self._staging[rid]), begin, end))
 
     def update_connector_output(self, connector_output) -> None:
         # Every rank's worker ended these holds (vLLM reports a request once all ranks did):
@@ -149,6 +179,7 @@ class KvferryScheduler:
             if request.request_id in self._loading:
                 self._gone[request.request_id] = self._loading.pop(request.request_id)
             return False, ({"kvferry_load": record} if record is not None else None)
+        self._staging.pop(request.request_id, None)
         ids = _flat(block_ids)
         if request.status not in (RequestStatus.FINISHED_LENGTH_CAPPED,
                                   RequestStatus.FINISHED_STOPPED) or not ids:
@@ -160,22 +191,16 @@ class KvferryScheduler:
             logger.error("KvferryConnector: cannot hold %s's blocks for a D: %s",
                          request.request_id, e)
             return False, None
-        # A lease id per hold, so a notification for another hold of the same request id
-        # cannot end this one.
-        lease = secrets.token_hex(8)
-        self._holds[request.request_id] = Hold(self._cfg.lease_timeout_s, lease, tuple(ids))
+        self._holds[request.request_id] = Hold(tuple(ids), tuple(generations))
         return True, {
             "do_remote_prefill": True, "do_remote_decode": False,
             "remote_engine_id": self._engine_id, "remote_request_id": request.request_id,
             "remote_block_ids": ids, "remote_host": self._cfg.side_channel_host,
             "remote_port": self._cfg.side_channel_port, "tp_size": self._tp_size,
             "remote_num_tokens": int(request.num_computed_tokens),
-            # kvferry's addition: P's block size, so a D of another block size knows which of
-            # P's blocks hold which tokens.
+            # kvferry's additions: P's block size, so that D's scheduler knows how many tokens
+            # P's blocks hold, and their generations, which D compares with P's after its read.
             "remote_block_size": self._block_size,
-            # and P's lease on those blocks, which D's notification names, and their
-            # generations, which D compares with P's after its read.
-            "kvferry_lease": lease,
             "remote_block_generations": generations,
         }
 
@@ -213,3 +238,16 @@ def _flat(block_ids) -> list[int]:
                              "supported")
         ids = list(ids[0])
     return [int(b) for b in ids]
+
+
+# What D's connector needs of P's offer (include/kvferry/connector/kv_transfer_params.h).
+_OFFER_FIELDS = ("remote_engine_id", "remote_request_id", "remote_block_ids", "remote_host",
+                 "remote_port", "tp_size", "remote_block_generations", "remote_num_tokens")
+
+
+def _offer(params: dict) -> dict:
+    """P's kv_transfer_params as kvferry's connector parses them (block ids flat)."""
+    out = {k: params[k] for k in _OFFER_FIELDS if params.get(k) is not None}
+    out["remote_block_ids"] = _flat(params["remote_block_ids"])
+    out["do_remote_prefill"] = True
+    return out
