@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "engine/kernels/matmul.h"
-#include "engine/kernels/simd.h"
 #include "engine/thread_pool.h"
 #include "kvferry/engine/engine.h"
+#include "tools/bench_ceilings.h"
 #include "tools/command_registry.h"
 
 #ifdef KVF_HAVE_OPENBLAS
@@ -40,11 +40,15 @@ struct EngineBenchOptions {
   std::vector<int> tp_sizes = {1};
   int prompt_len = 128;
   int decode_tokens = 16;
+  int decode_context = 16;  // the prompt before the decode steps (its tokens are in the KV)
+  int kv_cache_mib = 512;
   int threads = 2;
   double min_seconds = 0.3;
   bool json = false;
   bool matmul = true;        // the matmul shapes beside OpenBLAS
   bool memory_read = false;  // the memory-read ceiling (GB/s) of `threads` threads
+  bool fma_peak = false;     // the FMA peak (GFLOP/s) of `threads` threads
+  bool prefill = true;       // the prefill runs (off: decode only)
 };
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -69,7 +73,7 @@ struct EngineResult {
 
 // `threads` is the budget of the whole engine: each of the `tp` ranks gets threads / tp.
 std::unique_ptr<Engine> MakeEngine(const std::string& model, int batch, int prompt_len, int threads,
-                                   int tp) {
+                                   int tp, int kv_cache_mib) {
   EngineConfig c;
   c.model = model;
   c.tensor_parallel_size = tp;
@@ -77,7 +81,7 @@ std::unique_ptr<Engine> MakeEngine(const std::string& model, int batch, int prom
   c.enable_prefix_caching = false;
   c.max_num_batched_tokens = batch * prompt_len;
   c.max_num_seqs = batch;
-  c.kv_cache_memory_bytes = 512ll << 20;
+  c.kv_cache_memory_bytes = int64_t{kv_cache_mib} << 20;
   auto e = Engine::Create(c);
   if (!e.ok()) {
     std::fprintf(stderr, "error: %s\n", e.status().ToString().c_str());
@@ -92,8 +96,8 @@ EngineResult BenchEngine(const std::string& model, int batch, int tp, const Engi
   r.batch = batch;
   r.tp = tp;
   // Prefill: `batch` prompts of prompt_len tokens in one step, max_tokens 1.
-  {
-    auto e = MakeEngine(model, batch, o.prompt_len, o.threads, tp);
+  if (o.prefill) {
+    auto e = MakeEngine(model, batch, o.prompt_len, o.threads, tp, o.kv_cache_mib);
     if (!e) return r;
     SamplingParams p;
     p.max_tokens = 1;
@@ -112,9 +116,10 @@ EngineResult BenchEngine(const std::string& model, int batch, int tp, const Engi
     }
     r.prefill_tok_s = tokens / elapsed;
   }
-  // Decode: `batch` requests with 16-token prompts; time the steps after the prefill step.
+  // Decode: `batch` requests with decode_context-token prompts; time the steps after the
+  // prefill step.
   {
-    auto e = MakeEngine(model, batch, 16, o.threads, tp);
+    auto e = MakeEngine(model, batch, o.decode_context, o.threads, tp, o.kv_cache_mib);
     if (!e) return r;
     SamplingParams p;
     p.max_tokens = o.decode_tokens + 1;
@@ -124,7 +129,7 @@ EngineResult BenchEngine(const std::string& model, int batch, int tp, const Engi
     for (int rep = 0; elapsed < o.min_seconds || rep < 1; ++rep) {
       for (int b = 0; b < batch; ++b) {
         (void)e->AddRequest("d" + std::to_string(rep) + "_" + std::to_string(b),
-                            SyntheticPrompt(16, rep * batch + b), p);
+                            SyntheticPrompt(o.decode_context, rep * batch + b), p);
       }
       e->Step();  // prefill + first token
       const auto t0 = Clock::now();
@@ -135,46 +140,6 @@ EngineResult BenchEngine(const std::string& model, int batch, int tp, const Engi
     r.decode_tok_s = tokens / elapsed;
   }
   return r;
-}
-
-// Sum of n floats (n a multiple of 32) with four independent 8-wide accumulators, so that the
-// loop is bound by loads, not by the latency of one chain of adds.
-double SumFloats(const float* p, size_t n) {
-  using kvferry::engine::kernels::Load8;
-  using kvferry::engine::kernels::V8;
-  V8 a = {}, b = {}, c = {}, d = {};
-  for (size_t i = 0; i < n; i += 32) {
-    a += Load8(p + i);
-    b += Load8(p + i + 8);
-    c += Load8(p + i + 16);
-    d += Load8(p + i + 24);
-  }
-  return kvferry::engine::kernels::Combine8((a + b) + (c + d));
-}
-
-// Memory-read ceiling: `threads` threads each sum their share of a 1 GiB buffer (far beyond
-// any cache) with 8-wide vector adds (SumFloats); the best of 5 passes, in GB/s. What a
-// memory-bound decode step, which reads every weight once, can at most stream.
-double MemoryReadGbs(int threads) {
-  const size_t n = size_t{1} << 28;  // floats: 1 GiB
-  std::vector<float> buf(n, 1.0f);
-  std::vector<double> sums(static_cast<size_t>(threads));
-  double best = 0;
-  for (int pass = 0; pass < 5; ++pass) {
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        const size_t chunk = n / threads / 32 * 32;  // whole 32-float steps
-        const size_t b = chunk * t, e = t + 1 == threads ? n : b + chunk;
-        sums[t] = SumFloats(buf.data() + b, e - b);
-      });
-    }
-    for (std::thread& th : pool) th.join();
-    best = std::max(best, static_cast<double>(n * sizeof(float)) / Seconds(t0, Clock::now()) / 1e9);
-  }
-  if (sums[0] < 0) std::fprintf(stderr, "unreachable\n");  // keep the sums observable
-  return best;
 }
 
 struct MatmulResult {
@@ -279,12 +244,18 @@ void PrintMatmuls(const std::vector<MatmulResult>& mms) {
 
 // --json: the whole run as one object.
 void PrintJson(const EngineBenchOptions& o, const std::vector<EngineResult>& engines,
-               double read_gbs, const std::vector<MatmulResult>& mms) {
+               double read_gbs, const kvferry::tools::FmaPeak& fma,
+               const std::vector<MatmulResult>& mms) {
   nlohmann::json j;
   j["threads"] = o.threads;
   j["prompt_len"] = o.prompt_len;
   j["decode_tokens"] = o.decode_tokens;
+  j["decode_context"] = o.decode_context;
   if (o.memory_read) j["memory_read_gbs"] = read_gbs;
+  if (o.fma_peak) {
+    j["fma_peak_gflops"] = fma.gflops;
+    j["fma_isa"] = fma.isa;
+  }
   for (const EngineResult& r : engines) {
     j["engine"].push_back({{"model", r.model},
                            {"batch", r.batch},
@@ -311,13 +282,19 @@ int RunEngineBench(const EngineBenchOptions& o) {
   openblas_set_num_threads(o.threads);
 #endif
   const std::vector<EngineResult> engines = BenchEngines(o);
-  const double read_gbs = o.memory_read ? MemoryReadGbs(o.threads) : 0;
+  const double read_gbs = o.memory_read ? kvferry::tools::MemoryReadGbs(o.threads) : 0;
   if (o.memory_read && !o.json) {
     std::printf("memory read ceiling (%d threads) %.2f GB/s\n", o.threads, read_gbs);
   }
+  const kvferry::tools::FmaPeak fma =
+      o.fma_peak ? kvferry::tools::FmaPeakGflops(o.threads, std::max(0.5, o.min_seconds))
+                 : kvferry::tools::FmaPeak{};
+  if (o.fma_peak && !o.json) {
+    std::printf("FMA peak (%d threads, %s) %.1f GFLOP/s\n", o.threads, fma.isa.c_str(), fma.gflops);
+  }
   const std::vector<MatmulResult> mms = BenchMatmuls(o);
   if (o.json) {
-    PrintJson(o, engines, read_gbs, mms);
+    PrintJson(o, engines, read_gbs, fma, mms);
   } else {
     PrintMatmuls(mms);
   }
@@ -347,6 +324,13 @@ void AddBenchEngine(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--decode-tokens", opts->decode_tokens, "Decode steps timed per request")
       ->capture_default_str();
+  sub->add_option("--decode-context", opts->decode_context,
+                  "Prompt tokens before the timed decode steps (the context they attend to)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 20));
+  sub->add_option("--kv-cache-mib", opts->kv_cache_mib, "KV cache memory of each engine (MiB)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1 << 24));
   sub->add_option("--threads", opts->threads,
                   "Kernel threads of the whole engine, split over its TP ranks (and OpenBLAS's)")
       ->capture_default_str();
@@ -356,6 +340,9 @@ void AddBenchEngine(CLI::App& app) {
   sub->add_flag("!--no-matmul", opts->matmul, "Skip the matmul shapes beside OpenBLAS");
   sub->add_flag("--memory-read", opts->memory_read,
                 "Also measure the memory-read ceiling of --threads threads (GB/s, 1 GiB buffer)");
+  sub->add_flag("!--no-prefill", opts->prefill, "Skip the prefill runs (decode only)");
+  sub->add_flag("--fma-peak", opts->fma_peak,
+                "Also measure the single-precision FMA peak of --threads threads (GFLOP/s)");
   sub->callback([opts] { throw CLI::RuntimeError(RunEngineBench(*opts)); });
 }
 KVF_REGISTER_COMMAND(AddBenchEngine);

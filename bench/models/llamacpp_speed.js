@@ -2,13 +2,17 @@
 // node-llama-cpp 3.21.1 through its prebuilt linux-x64 CPU binary (tests/refs/package.json; no
 // GPU probing, never a build from source), batch 1, THREADS threads.
 //
-//   usage: node llamacpp_speed.js MODEL.gguf PROMPT_LEN DECODE_TOKENS THREADS
+//   usage: node llamacpp_speed.js MODEL.gguf PROMPT_LEN DECODE_TOKENS THREADS [SEQUENCES]
 //   prints {"prefill_tok_s": x, "decode_tok_s": y} (JSON only) on stdout
 //
 // Prefill: one evaluation of PROMPT_LEN token ids (the same ids `kvferry bench engine` uses),
 // batch size PROMPT_LEN, timed; the best of two. Decode: DECODE_TOKENS greedy tokens after it,
-// one evaluation each, timed. The context computes as kvferry does (f32 KV cache, no flash
-// attention), as in tests/refs/llama_cpp_greedy.js.
+// one evaluation each, timed: so decode runs at a context of PROMPT_LEN tokens. With SEQUENCES
+// > 1 (batched decode, llama.cpp's parallel sequences in one context): each sequence is given
+// the prompt (untimed), then all decode DECODE_TOKENS tokens at once, which node-llama-cpp
+// batches into one evaluation per step; decode_tok_s counts every sequence's tokens and
+// prefill_tok_s is 0. The context computes as kvferry does (f32 KV cache, no flash attention),
+// as in tests/refs/llama_cpp_greedy.js.
 "use strict";
 const path = require("path");
 
@@ -20,9 +24,12 @@ function promptIds(len) {
 }
 
 async function main() {
-  const [modelPath, promptLenArg, decodeArg, threadsArg] = process.argv.slice(2);
-  if (!modelPath) throw new Error("usage: node llamacpp_speed.js MODEL.gguf PROMPT_LEN DECODE THREADS");
+  const [modelPath, promptLenArg, decodeArg, threadsArg, seqArg] = process.argv.slice(2);
+  if (!modelPath) {
+    throw new Error("usage: node llamacpp_speed.js MODEL.gguf PROMPT_LEN DECODE THREADS [SEQUENCES]");
+  }
   const promptLen = Number(promptLenArg), decodeTokens = Number(decodeArg);
+  const sequences = Number(seqArg || 1);
   const refs = path.join(__dirname, "../../tests/refs/node_modules/node-llama-cpp");
   const { getLlama } = await import(path.join(refs, "dist/index.js"));
   const llama = await getLlama({
@@ -35,16 +42,23 @@ async function main() {
   });
   const model = await llama.loadModel({ modelPath, gpuLayers: 0 });
   const context = await model.createContext({
-    contextSize: promptLen + decodeTokens + 16,
-    batchSize: promptLen,
-    sequences: 1,
+    contextSize: sequences * (promptLen + decodeTokens + 16),
+    batchSize: Math.max(promptLen, sequences),
+    sequences,
     threads: Number(threadsArg),
     flashAttention: false,
     experimentalKvCacheKeyType: "F32",
     experimentalKvCacheValueType: "F32",
   });
-  const sequence = context.getSequence();
   const prompt = promptIds(promptLen);
+  if (sequences > 1) {
+    process.stdout.write(JSON.stringify(await batchedDecode(context, prompt, sequences, decodeTokens)) + "\n");
+    await context.dispose();
+    await model.dispose();
+    await llama.dispose();
+    return;
+  }
+  const sequence = context.getSequence();
   let prefill = Infinity;
   for (let rep = 0; rep < 2; ++rep) {
     await sequence.clearHistory();
@@ -67,6 +81,24 @@ async function main() {
   await context.dispose();
   await model.dispose();
   await llama.dispose();
+}
+
+// SEQUENCES sequences, each given the prompt, then all decoding at once (one batch per step).
+async function batchedDecode(context, prompt, sequences, decodeTokens) {
+  const seqs = [];
+  for (let i = 0; i < sequences; ++i) seqs.push(context.getSequence());
+  for (const s of seqs) await s.evaluateWithoutGeneratingNewTokens(prompt);
+  const t0 = process.hrtime.bigint();
+  const counts = await Promise.all(seqs.map(async (s) => {
+    let n = 0;
+    for await (const token of s.evaluate([prompt[prompt.length - 1]], { temperature: 0 })) {
+      void token;
+      if (++n >= decodeTokens) break;
+    }
+    return n;
+  }));
+  const seconds = Number(process.hrtime.bigint() - t0) / 1e9;
+  return { prefill_tok_s: 0, decode_tok_s: counts.reduce((a, b) => a + b, 0) / seconds };
 }
 
 main().catch((e) => {
