@@ -8,8 +8,9 @@ numerics, so a TP 1 server cannot be the reference). D's token ids and logprobs 
 exactly, its kvferry_load must say "pulled" by both ranks, and P must have given back every
 hold on D's notifications (no lease ran out).
 
-Run by hand, not by CTest: the 5-block prompt's pull timed out at both D ranks in 2 of 3 runs
-(cause not found; docs/vllm.md, "What does not work yet").
+Run by hand, not by CTest: a pull (or, since vLLM runs kvferry's C++ connector, a handshake)
+timed out at a D rank in most runs on 2 cores, so that prompt recomputed (cause not found;
+docs/vllm.md, "What does not work yet").
 
 Usage: build/venv/bin/python tests/vllm/test_pd_tp.py MODEL_DIR LOG_DIR   (PYTHONPATH=tests;
        MODEL_DIR: make test-vllm's build/tests/vllm/qwen3-synth; the make test-vllm environment)
