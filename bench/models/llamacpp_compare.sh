@@ -66,8 +66,11 @@ measure() {
     --decode-context "$ctx" --decode-tokens "$decode_tokens" --threads "$threads" \
     --kv-cache-mib "$(kv_mib "$batch" "$ctx")" --min-seconds 0 --no-matmul "${extra[@]}" \
     --json 2>/dev/null >"$work/kvf.json"
-  "${pin[@]}" node "$root/bench/models/llamacpp_speed.js" "$model" "$ctx" "$decode_tokens" \
-    "$threads" "$batch" >"$work/llama.json"
+  if ! "${pin[@]}" node "$root/bench/models/llamacpp_speed.js" "$model" "$ctx" \
+    "$decode_tokens" "$threads" "$batch" >"$work/llama.json"; then
+    log "llama.cpp failed at $kind context $ctx batch $batch; no figure for it"
+    return 0
+  fi
   jq -c --arg kind "$kind" --arg dtype "$dtype" --argjson ctx "$ctx" --argjson batch "$batch" \
     --argjson bytes "$bytes" --slurpfile l "$work/llama.json" \
     '{kind: $kind, dtype: $dtype, context: $ctx, batch: $batch, bytes: $bytes,

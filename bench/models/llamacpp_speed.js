@@ -42,7 +42,7 @@ async function main() {
   });
   const model = await llama.loadModel({ modelPath, gpuLayers: 0 });
   const context = await model.createContext({
-    contextSize: sequences * (promptLen + decodeTokens + 16),
+    contextSize: promptLen + decodeTokens + 16, // per sequence
     batchSize: Math.max(promptLen, sequences),
     sequences,
     threads: Number(threadsArg),

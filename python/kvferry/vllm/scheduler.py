@@ -172,6 +172,9 @@ class KvferryScheduler:
         from vllm.v1.request import RequestStatus
 
         params = request.kv_transfer_params
+        # A request that finished before it was scheduled leaves nothing behind here.
+        self._no_load.pop(request.request_id, None)
+        self._local_hits.pop(request.request_id, None)
         if not params:
             return False, None
         record = self._records.pop(request.request_id, None)
