@@ -35,7 +35,7 @@ double SumFloats(const float* p, size_t n) {
   return engine::kernels::Combine8((a + b) + (c + d));
 }
 
-constexpr int kChains = 12;           // independent accumulators: > FMA latency x ports
+constexpr int kChains = 12;  // independent accumulators: > FMA latency x ports
 constexpr int64_t kStepsPerRep = 1 << 16;
 
 // kChains 8-wide FMA chains, kStepsPerRep steps: 2 * 8 * kChains * kStepsPerRep flops.
