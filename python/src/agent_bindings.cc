@@ -70,7 +70,7 @@ class PyAgent {
     transfer::AgentOptions options;
     options.name = name;
     options.backend = ValueOrThrow(transfer::ParseBackendKind(backend));
-    options.ucx.transport = ParseTransport(ucx_transport);
+    options.ucx.transport = ValueOrThrow(transfer::ParseUcxTransport(ucx_transport));
     options.socket = {.listen_host = listen_host, .listen_port = listen_port};
     nb::gil_scoped_release release;
     agent_ = ValueOrThrow(Agent::Create(options));
@@ -198,14 +198,6 @@ class PyAgent {
     }
     pinned_.emplace(region->id, std::move(pin));
     return {region->id, mem.length};
-  }
-
-  static transfer::UcxTransport ParseTransport(const std::string& name) {
-    if (name == "auto") return transfer::UcxTransport::kAuto;
-    if (name == "tcp") return transfer::UcxTransport::kTcp;
-    if (name == "shm") return transfer::UcxTransport::kShm;
-    throw StatusError(
-        InvalidArgumentError("ucx_transport '" + name + "': expected auto, tcp or shm"));
   }
 
   // (region, offset, length) triples; region is a Region id (int).

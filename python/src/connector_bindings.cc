@@ -77,6 +77,7 @@ nb::dict StatsDict(const connector::ConnectorStats& s) {
   d["leases_granted"] = s.leases_granted;
   d["leases_released_by_notification"] = s.leases_released_by_notification;
   d["leases_expired"] = s.leases_expired;
+  d["notifications_before_hold"] = s.notifications_before_hold;
   d["blocks_held"] = s.blocks_held;
   d["staged_kernel_blocks"] = s.staged_kernel_blocks;
   d["stage_failures"] = s.stage_failures;

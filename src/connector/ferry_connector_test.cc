@@ -674,7 +674,10 @@ TEST(FerryConnectorExternalSchedulerTest, NotificationBeforeItsHoldEndsTheHoldOn
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->outcome, LoadOutcome::kPulled) << r->error;
   // Let the notification reach P, which holds nothing yet.
-  for (int i = 0; i < 50; ++i) e.p.conn->worker()->GetFinished();
+  for (int i = 0; i < 50 && e.p.conn->Stats().notifications_before_hold == 0; ++i) {
+    e.p.conn->worker()->GetFinished();
+  }
+  ASSERT_EQ(e.p.conn->Stats().notifications_before_hold, 1u);  // the path under test
   e.Hold(offer, offer.remote_block_generations);
   EXPECT_TRUE(WaitSent(e.p, "early"));
   EXPECT_EQ(e.p.conn->Stats().blocks_held, 0);

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
-#include <optional>
 
 #include "connector/json_fields.h"
 
@@ -32,25 +31,6 @@ Status CheckCurveFields(const KvTransferConfig& c, const JsonFields& top) {
                                  KvRoleName(c.kv_role)));
   }
   return Status::Ok();
-}
-
-std::optional<transfer::UcxTransport> ParseUcxTransport(std::string_view name) {
-  if (name == "auto") return transfer::UcxTransport::kAuto;
-  if (name == "tcp") return transfer::UcxTransport::kTcp;
-  if (name == "shm") return transfer::UcxTransport::kShm;
-  return std::nullopt;
-}
-
-std::string_view UcxTransportName(transfer::UcxTransport t) {
-  switch (t) {
-    case transfer::UcxTransport::kTcp:
-      return "tcp";
-    case transfer::UcxTransport::kShm:
-      return "shm";
-    case transfer::UcxTransport::kAuto:
-      break;
-  }
-  return "auto";
 }
 
 }  // namespace
@@ -131,8 +111,8 @@ StatusOr<KvTransferConfig> ParseKvTransferConfig(const nlohmann::json& j) {
     std::string ucx_transport;
     KVF_RETURN_IF_ERROR(fields.String("ucx_transport", &ucx_transport));
     if (!ucx_transport.empty()) {
-      std::optional<transfer::UcxTransport> t = ParseUcxTransport(ucx_transport);
-      if (!t.has_value()) {
+      StatusOr<transfer::UcxTransport> t = transfer::ParseUcxTransport(ucx_transport);
+      if (!t.ok()) {
         return top.Error("kv_connector_extra_config.ucx_transport",
                          fmt::format("'{}' is not auto|tcp|shm", ucx_transport));
       }
@@ -163,7 +143,7 @@ nlohmann::json ToJson(const KvTransferConfig& c) {
       {"handshake_timeout_ms", c.handshake_timeout_ms},
       {"transfer_timeout_ms", c.transfer_timeout_ms},
       {"backend", std::string(transfer::BackendKindName(c.backend))},
-      {"ucx_transport", std::string(UcxTransportName(c.ucx_transport))},
+      {"ucx_transport", std::string(transfer::UcxTransportName(c.ucx_transport))},
       {"cache_in_agent_memory", c.cache_in_agent_memory},
   };
   if (!c.auth_token.empty()) extra["auth_token"] = c.auth_token;

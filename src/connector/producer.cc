@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "connector/handshake_wire.h"
 #include "kvferry/common/logging.h"
@@ -159,24 +160,31 @@ FinishResult Producer::OfferBlocks(const RequestView& request,
     return result;
   }
   const std::span<const kv::LogicalBlockId> leased = block_ids.first(offered);
-  StatusOr<std::vector<uint64_t>> gens =
-      reg_->leases().Grant(id, leased, Deadline::AfterMs(ctx_->config.lease_ms));
-  if (!gens.ok()) {
-    KVF_LOG_ERROR("connector {}: cannot hold blocks of {}: {}", ctx_->engine_id, id,
-                  gens.status().ToString());
-    return {};
-  }
+  std::optional<std::vector<uint64_t>> gens = GrantLease(id, leased);
+  if (!gens) return {};
   out.remote_block_ids.assign(leased.begin(), leased.end());  // LOGICAL ids, P's geometry
   out.remote_block_generations = std::move(*gens);
   pending_holds_.push_back(id);
+  result.delay_free_blocks = true;
+  result.kv_transfer_params = std::move(out);
+  return result;
+}
+
+std::optional<std::vector<uint64_t>> Producer::GrantLease(
+    const std::string& request_id, std::span<const kv::LogicalBlockId> block_ids) {
+  StatusOr<std::vector<uint64_t>> gens =
+      reg_->leases().Grant(request_id, block_ids, Deadline::AfterMs(ctx_->config.lease_ms));
+  if (!gens.ok()) {
+    KVF_LOG_ERROR("connector {}: cannot hold blocks of {}: {}", ctx_->engine_id, request_id,
+                  gens.status().ToString());
+    return std::nullopt;
+  }
   const int64_t held = reg_->leases().blocks_held();
   ctx_->stats.Update([held](ConnectorStats& s) {
     ++s.leases_granted;
     s.blocks_held = held;
   });
-  result.delay_free_blocks = true;
-  result.kv_transfer_params = std::move(out);
-  return result;
+  return std::move(*gens);
 }
 
 std::vector<std::string> Producer::TakeHolds() {
@@ -268,18 +276,8 @@ void Producer::Hold(const HoldSpec& hold) {
   if (!reg_->registered() || hold.block_ids.empty()) return;
   StagePendingSaves(&id);  // normally staged in AfterForward already
   const bool stage_failed = stage_failed_from_.erase(id) != 0;
-  StatusOr<std::vector<uint64_t>> gens =
-      reg_->leases().Grant(id, hold.block_ids, Deadline::AfterMs(ctx_->config.lease_ms));
-  if (!gens.ok()) {
-    KVF_LOG_ERROR("connector {}: cannot hold blocks of {}: {}", ctx_->engine_id, id,
-                  gens.status().ToString());
-    return;
-  }
-  const int64_t held = reg_->leases().blocks_held();
-  ctx_->stats.Update([held](ConnectorStats& s) {
-    ++s.leases_granted;
-    s.blocks_held = held;
-  });
+  std::optional<std::vector<uint64_t>> gens = GrantLease(id, hold.block_ids);
+  if (!gens) return;
   if (stage_failed) {
     // Some of these bytes never reached the host buffer: never let a D take them.
     KVF_LOG_ERROR("connector {}: request {}: staging failed, its hold ends at once",
@@ -307,6 +305,7 @@ void Producer::RememberEarly(int32_t rank, const std::string& request_id,
     return;
   }
   early_.insert_or_assign(request_id, Early{rank, n, Deadline::AfterMs(ctx_->config.lease_ms)});
+  ctx_->stats.Update([](ConnectorStats& s) { ++s.notifications_before_hold; });
 }
 
 void Producer::ForgetOldEarly() {

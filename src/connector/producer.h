@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -97,6 +98,10 @@ class Producer {
   FinishResult OfferBlocks(const RequestView& request,
                            std::span<const kv::LogicalBlockId> block_ids);
   KvTransferParams ParamsFor(const RequestView& request, size_t offered_blocks) const;
+  // Leases the blocks for the lease time (counted); their generations, or nullopt (logged)
+  // when the table refuses.
+  std::optional<std::vector<uint64_t>> GrantLease(const std::string& request_id,
+                                                  std::span<const kv::LogicalBlockId> block_ids);
   // How many of `num_blocks` may be offered after a staging failure; sets `error` under `fail`.
   size_t OfferableAfterStagingFailure(const std::string& id, size_t num_blocks, Status* error);
   // One D rank's notification to P rank `rank`; ends the lease once every P rank has heard

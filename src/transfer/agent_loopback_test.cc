@@ -87,6 +87,15 @@ TEST(AgentLoopbackTest, BackendKindNamesRoundTrip) {
   EXPECT_EQ(ParseBackendKind("rdma").status().code(), StatusCode::kInvalidArgument);
 }
 
+TEST(AgentLoopbackTest, UcxTransportNamesRoundTrip) {
+  for (UcxTransport t : {UcxTransport::kAuto, UcxTransport::kTcp, UcxTransport::kShm}) {
+    auto parsed = ParseUcxTransport(UcxTransportName(t));
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ(*parsed, t);
+  }
+  EXPECT_EQ(ParseUcxTransport("rdma").status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(AgentLoopbackTest, GarbageMetadataIsInvalidArgument) {
   auto a = *Agent::Create({.name = "garbage", .backend = BackendKind::kLoopback});
   EXPECT_EQ(a->LoadRemoteMetadata("not a blob").status().code(), StatusCode::kInvalidArgument);

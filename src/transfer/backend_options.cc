@@ -23,4 +23,23 @@ StatusOr<BackendKind> ParseBackendKind(std::string_view name) {
                               "' is not ucx|socket|loopback");
 }
 
+std::string_view UcxTransportName(UcxTransport transport) {
+  switch (transport) {
+    case UcxTransport::kAuto:
+      return "auto";
+    case UcxTransport::kTcp:
+      return "tcp";
+    case UcxTransport::kShm:
+      return "shm";
+  }
+  return "?";
+}
+
+StatusOr<UcxTransport> ParseUcxTransport(std::string_view name) {
+  for (UcxTransport t : {UcxTransport::kAuto, UcxTransport::kTcp, UcxTransport::kShm}) {
+    if (name == UcxTransportName(t)) return t;
+  }
+  return InvalidArgumentError("ucx_transport '" + std::string(name) + "' is not auto|tcp|shm");
+}
+
 }  // namespace kvferry::transfer

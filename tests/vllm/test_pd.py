@@ -325,8 +325,12 @@ def case_host_buffer():
         d = servers["D"].post("/v1/completions", via_pd("/v1/completions", body, p="PHB"))
         same("D from PHB's host buffer", vs.completion_tokens(d), want)
         check_pulled_response(d)
-    check(re.search(r"staged|host buffer", servers["PHB"].log_text()) is not None,
-          "PHB's log does not say it runs the host buffer")
+    # The C++ connector's own lines, not the Python config's: PHB registered a host buffer,
+    # and D's handshake found one in PHB's metadata.
+    check(re.search(r"serving KV metadata on .*, host buffer", servers["PHB"].log_text()),
+          "PHB's connector does not serve a host buffer")
+    check(re.search(r"handshake with .* done \(.*, host buffer\)", servers["D"].log_text()),
+          "D's handshake with PHB saw no host buffer")
 
 
 def check_recomputed(name, d_body, want, outcome):

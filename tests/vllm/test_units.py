@@ -16,7 +16,7 @@ import kvferry
 from harness import runner
 from harness.runner import check
 from kvferry.vllm.config import ConfigError, parse_config
-from kvferry.vllm.layout import layout_of_kv_caches
+from kvferry.vllm.layout import cache_of_kv_caches
 from kvferry.vllm.metadata import Hold, Save
 
 
@@ -55,9 +55,31 @@ def kv_caches(num_layers, num_blocks, heads, block_size, head_size, dtype=torch.
                   for i in range(num_layers)}
 
 
-def layout_of(caches, block_size_logical):
-    return layout_of_kv_caches(caches, model="m", kv_cache_layout="LBHNC",
-                               block_size_logical=block_size_logical)[0]
+def case_cache_spec_refusals():
+    """vLLM's tensors become a VLLM_CPU cache spec, and anything else refuses to start."""
+    _, caches = kv_caches(2, 8, 2, 32, 64)
+    spec, regions = cache_of_kv_caches(caches, kv_cache_layout="LBHNC")
+    names = sorted(caches)
+    check((spec.num_layers, spec.num_kv_heads, spec.head_dim, spec.block_size_kernel,
+           spec.num_blocks_kernel, spec.layout, spec.dtype) ==
+          (2, 2, 64, 32, 8, "VLLM_CPU", "bf16"), f"{spec}")
+    check(regions == [caches[n].data_ptr() for n in names] and
+          regions[1] - regions[0] == spec.region_bytes, f"regions {regions}")
+    expect_error(lambda: cache_of_kv_caches(caches, kv_cache_layout="NHD"), ValueError,
+                 "kv_cache_layout 'NHD'")
+    other = dict(caches, **{names[1]: torch.zeros_like(caches[names[1]])})
+    expect_error(lambda: cache_of_kv_caches(other, kv_cache_layout="LBHNC"), ValueError,
+                 "not in the first layer's storage")
+    strided = {n: t.transpose(1, 2) for n, t in caches.items()}
+    expect_error(lambda: cache_of_kv_caches(strided, kv_cache_layout="LBHNC"), ValueError,
+                 "not dense")
+    _, odd = kv_caches(1, 8, 1, 32, 64)
+    odd = {n: t[..., :127] for n, t in odd.items()}
+    expect_error(lambda: cache_of_kv_caches(odd, kv_cache_layout="LBHNC"), ValueError,
+                 "not dense")
+    _, f64 = kv_caches(1, 8, 1, 32, 64, dtype=torch.float64)
+    expect_error(lambda: cache_of_kv_caches(f64, kv_cache_layout="LBHNC"), ValueError,
+                 "torch.float64")
 
 
 def free_port():
@@ -226,11 +248,17 @@ def case_pull_with_generations():
             # D's read (and its notification) reach P before the hold does: P keeps the
             # notification and gives the blocks back when the hold comes, not at lease end.
             params = pd.finish_on_p("r3", [6, 7], ship=False)
+            # (d1-again's notification, for a hold already ended, was kept the same way.)
+            kept = pd.p_work._conn.stats()["notifications_before_hold"]
             rec, _ = pd.pull_on_d("d3", params, [1, 2])
             check(rec["outcome"] == "pulled" and pd.same_pages([6, 7], [1, 2]), f"{rec}")
             for _ in range(50):
+                if pd.p_work._conn.stats()["notifications_before_hold"] > kept:
+                    break
                 pd.p_step()
                 time.sleep(0.01)
+            check(pd.p_work._conn.stats()["notifications_before_hold"] == kept + 1,
+                  "D's notification never reached P before its hold")
             check("r3" not in pd.sent, "P gave r3 back before its hold arrived")
             pd.ship_holds()
             pd.p_until_sent("r3")
@@ -485,6 +513,7 @@ def case_stats_and_prometheus():
 
 
 runner.run_cases([("config", case_config),
+                  ("cache_spec_refusals", case_cache_spec_refusals),
                   ("stats_and_prometheus", case_stats_and_prometheus),
                   ("pull_with_generations", case_pull_with_generations),
                   ("pull_through_relayout", case_pull_through_relayout),

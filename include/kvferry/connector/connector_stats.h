@@ -30,6 +30,9 @@ struct ConnectorStats {
   uint64_t leases_granted = 0;
   uint64_t leases_released_by_notification = 0;
   uint64_t leases_expired = 0;
+  // With an outside scheduler: D notifications for no live lease, kept for a hold still to
+  // come (a late one, for a hold that already ended, is kept and counted the same way).
+  uint64_t notifications_before_hold = 0;
   int64_t blocks_held = 0;  // P logical blocks currently held for remote readers
   // P: host-buffer staging.
   uint64_t staged_kernel_blocks = 0;

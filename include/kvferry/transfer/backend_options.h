@@ -32,6 +32,10 @@ enum class UcxTransport : uint8_t {
   kTcp = 1,   // TCP only (also to peers on this host)
   kShm = 2,   // shared memory only (peers on this host only)
 };
+// "auto", "tcp", "shm": the names in kv_connector_extra_config and the Python agent.
+std::string_view UcxTransportName(UcxTransport transport);
+// The transport of a name above; InvalidArgument naming the choices otherwise.
+StatusOr<UcxTransport> ParseUcxTransport(std::string_view name);
 
 // How bytes move over an endpoint. kAuto: one-sided put/get where the transport does RMA well
 // (shared memory), active messages with rendezvous where UCX only emulates RMA (TCP).

@@ -244,8 +244,7 @@ def _flat(block_ids) -> list[int]:
 
 
 # What D's connector needs of P's offer (include/kvferry/connector/kv_transfer_params.h).
-_OFFER_FIELDS = ("remote_engine_id", "remote_request_id", "remote_block_ids", "remote_host",
-                 "remote_port", "tp_size", "remote_block_generations", "remote_num_tokens")
+_OFFER_FIELDS = _D_FIELDS + ("tp_size", "remote_num_tokens")
 
 
 def _offer(params: dict) -> dict:

@@ -30,7 +30,7 @@ import json
 import kvferry
 from kvferry import LogicalBlockId
 from kvferry.vllm.config import ConnectorConfig
-from kvferry.vllm.layout import KvLayout, cache_spec_of, layout_of_kv_caches
+from kvferry.vllm.layout import cache_of_kv_caches
 from kvferry.vllm.metadata import KvferryConnectorMetadata, KvferryStats
 
 from vllm.logger import init_logger
@@ -71,7 +71,6 @@ class KvferryWorker:
         self._tp_rank = _tp_rank()
         self._conn = kvferry.ConnectorWorker(
             connector_config(cfg, engine_id, self._tp_rank, cfg.host_buffer), self._model)
-        self._layout: KvLayout | None = None
         self._kv_caches: dict = {}    # vLLM's tensors: alive as long as the connector reads them
         self._failed_blocks: set[int] = set()
         self._records: dict[str, dict] = {}
@@ -80,19 +79,14 @@ class KvferryWorker:
 
     def register_kv_caches(self, kv_caches: dict) -> None:
         self._kv_caches = kv_caches
-        self._layout, base = layout_of_kv_caches(
-            kv_caches, model=self._model, kv_cache_layout=self._kv_cache_layout,
-            block_size_logical=self._block_size_logical)
-        lay = self._layout
-        self._conn.register_kv_cache(cache_spec_of(lay),
-                                     [base + off for off in lay.layer_offsets],
-                                     lay.block_size_logical)
+        spec, regions = cache_of_kv_caches(kv_caches, kv_cache_layout=self._kv_cache_layout)
+        self._conn.register_kv_cache(spec, regions, self._block_size_logical)
         logger.info("KvferryConnector: registered %d layers, %.1f MiB; kernel block %d tokens "
-                    "(%d B/layer page), logical block %d; side channel %s:%d%s",
-                    len(lay.layer_names), lay.region_size / 2**20, lay.block_size_kernel,
-                    lay.bytes_per_kernel_block, lay.block_size_logical,
-                    self._cfg.side_channel_host, self._conn.side_channel_port,
-                    ", host buffer" if self._cfg.host_buffer else "")
+                    "(%d B/layer page), logical block %d; side channel %s:%d",
+                    spec.num_layers, spec.num_regions * spec.region_bytes / 2**20,
+                    spec.block_size_kernel, spec.bytes_per_kernel_block,
+                    self._block_size_logical, self._cfg.side_channel_host,
+                    self._conn.side_channel_port)
 
     def start_load_kv(self, meta: KvferryConnectorMetadata) -> None:
         """Hands the connector what the scheduler decided this step, and starts the pulls."""
