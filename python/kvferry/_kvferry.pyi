@@ -250,11 +250,14 @@ class ConnectorWorker:
     One TP rank's worker half of kvferry's C++ connector, for an engine whose scheduler is not kvferry's (vLLM's). The config is kvferry's --kv-transfer-config JSON (kv_connector FerryConnector); model_name enters the handshake's compatibility hash.
     """
 
-    def __init__(self, kv_transfer_config: str, model_name: str) -> None: ...
-
-    def register_kv_cache(self, spec: CacheSpec, regions: Sequence[int], block_size_logical: int) -> None:
+    def __init__(self, kv_transfer_config: str, model_name: str, tp_rank: int = 0, tp_size: int = 1) -> None:
         """
-        Borrows the engine's cache (one base address per region of spec, each spec.region_bytes long, 64-byte aligned, alive as long as this object) and registers it; P then serves its side channel. Once.
+        tp_rank of tp_size: the engine's TP rank this worker is (one per process). P's rank r serves its side channel on the configured port + r.
+        """
+
+    def register_kv_cache(self, spec: CacheSpec, regions: Sequence[int], block_size_logical: int, model_kv_heads: int = 0) -> None:
+        """
+        Borrows this rank's cache (one base address per region of spec, each spec.region_bytes long, 64-byte aligned, alive as long as this object) and registers it; P then serves its side channel. model_kv_heads: the model's KV heads (0: spec.num_kv_heads, at TP 1), which tp_size ranks share. Once.
         """
 
     def load(self, request_id: str, kv_transfer_params: str, local_block_ids: Sequence[LogicalBlockId], num_local_computed_tokens: int, num_external_tokens: int) -> None:

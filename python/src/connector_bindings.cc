@@ -28,6 +28,7 @@
 #include "kvferry/connector/kv_transfer_params.h"
 #include "kvferry/kv/block_id.h"
 #include "kvferry/kv/cache_spec.h"
+#include "kvferry/kv/head_sharding.h"
 #include "status_error.h"
 
 namespace nb = nanobind;
@@ -78,6 +79,7 @@ nb::dict StatsDict(const connector::ConnectorStats& s) {
   d["leases_released_by_notification"] = s.leases_released_by_notification;
   d["leases_expired"] = s.leases_expired;
   d["notifications_before_hold"] = s.notifications_before_hold;
+  d["notifications_late"] = s.notifications_late;
   d["blocks_held"] = s.blocks_held;
   d["staged_kernel_blocks"] = s.staged_kernel_blocks;
   d["stage_failures"] = s.stage_failures;
@@ -86,17 +88,21 @@ nb::dict StatsDict(const connector::ConnectorStats& s) {
 
 class PyConnectorWorker {
  public:
-  PyConnectorWorker(const std::string& config_json, const std::string& model_name) {
+  PyConnectorWorker(const std::string& config_json, const std::string& model_name, int32_t tp_rank,
+                    int32_t tp_size) {
     connector::KvTransferConfig config =
         ValueOrThrow(connector::ParseKvTransferConfig(config_json));
     connector::FerryConnectorOptions options;
     options.model_name = model_name;
     options.external_scheduler = true;
+    options.first_rank = tp_rank;
+    options.engine_tp_size = tp_size;
     conn_ = ValueOrThrow(connector::CreateFerryConnector(config, options));
+    tp_size_ = tp_size;
   }
 
   void RegisterKvCache(const kv::CacheSpec& spec, const std::vector<uintptr_t>& regions,
-                       int32_t block_size_logical) {
+                       int32_t block_size_logical, int32_t model_kv_heads) {
     if (cache_ != nullptr) {
       throw StatusError(FailedPreconditionError("register_kv_cache called twice"));
     }
@@ -106,8 +112,12 @@ class PyConnectorWorker {
       views.push_back({reinterpret_cast<std::byte*>(a), spec.region_bytes()});
     }
     std::unique_ptr<kv::KvCache> cache = ValueOrThrow(kv::KvCache::Borrow(spec, std::move(views)));
+    // The engine's KV heads over its TP ranks; this rank's cache holds its share.
+    const kv::HeadSharding sharding = ValueOrThrow(kv::HeadSharding::Create(
+        model_kv_heads == 0 ? spec.num_kv_heads : model_kv_heads, tp_size_));
+    kv::KvCache* const caches[] = {cache.get()};
     nb::gil_scoped_release unlocked;
-    ThrowIfError(conn_->worker()->RegisterKvCache(cache.get(), block_size_logical));
+    ThrowIfError(conn_->worker()->RegisterKvCaches(caches, sharding, block_size_logical));
     cache_ = std::move(cache);
   }
 
@@ -170,6 +180,7 @@ class PyConnectorWorker {
 
  private:
   std::unique_ptr<kv::KvCache> cache_;  // declared first: the connector goes before the view
+  int32_t tp_size_ = 1;                 // the engine's TP size
   std::unique_ptr<connector::FerryConnector> conn_;
   ConnectorMetadata pending_;  // queued by load/save/hold/release for start_load_kv
 };
@@ -182,13 +193,17 @@ void RegisterConnector(nb::module_& m) {
       "One TP rank's worker half of kvferry's C++ connector, for an engine whose scheduler is "
       "not kvferry's (vLLM's). The config is kvferry's --kv-transfer-config JSON "
       "(kv_connector FerryConnector); model_name enters the handshake's compatibility hash.")
-      .def(nb::init<const std::string&, const std::string&>(), nb::arg("kv_transfer_config"),
-           nb::arg("model_name"))
+      .def(nb::init<const std::string&, const std::string&, int32_t, int32_t>(),
+           nb::arg("kv_transfer_config"), nb::arg("model_name"), nb::arg("tp_rank") = 0,
+           nb::arg("tp_size") = 1,
+           "tp_rank of tp_size: the engine's TP rank this worker is (one per process). P's "
+           "rank r serves its side channel on the configured port + r.")
       .def("register_kv_cache", &PyConnectorWorker::RegisterKvCache, nb::arg("spec"),
-           nb::arg("regions"), nb::arg("block_size_logical"),
-           "Borrows the engine's cache (one base address per region of spec, each "
+           nb::arg("regions"), nb::arg("block_size_logical"), nb::arg("model_kv_heads") = 0,
+           "Borrows this rank's cache (one base address per region of spec, each "
            "spec.region_bytes long, 64-byte aligned, alive as long as this object) and "
-           "registers it; P then serves its side channel. Once.")
+           "registers it; P then serves its side channel. model_kv_heads: the model's KV heads "
+           "(0: spec.num_kv_heads, at TP 1), which tp_size ranks share. Once.")
       .def("load", &PyConnectorWorker::Load, nb::arg("request_id"), nb::arg("kv_transfer_params"),
            nb::arg("local_block_ids"), nb::arg("num_local_computed_tokens"),
            nb::arg("num_external_tokens"),

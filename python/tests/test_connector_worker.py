@@ -133,3 +133,20 @@ def test_untyped_ids_and_bad_params_are_refused():
             ConnectorWorker(json.dumps({"kv_connector": "Other"}), "m")
     finally:
         p.close()
+
+
+def test_a_rank_outside_its_engine_or_a_cache_of_other_heads_is_refused():
+    with pytest.raises(kvferry.InvalidArgumentError, match="not within the engine's 2 TP ranks"):
+        ConnectorWorker(config("p", "ucx"), "m", tp_rank=2, tp_size=2)
+    # Rank 1 of 2 over a model of 2 KV heads holds 1 head; a cache of 2 does not fit.
+    spec = CacheSpec(num_layers=2, num_kv_heads=2, head_dim=4, dtype="f32", layout="VLLM_CPU",
+                     block_size_kernel=16, num_blocks_kernel=8)
+    regions = [mmap.mmap(-1, spec.region_bytes) for _ in range(2)]
+    conn = ConnectorWorker(config("p", "ucx"), "m", tp_rank=1, tp_size=2)
+    try:
+        with pytest.raises(kvferry.InvalidArgumentError, match="1 KV heads per rank"):
+            conn.register_kv_cache(
+                spec, [ctypes.addressof(ctypes.c_char.from_buffer(r)) for r in regions], 16,
+                model_kv_heads=2)
+    finally:
+        conn.shutdown()

@@ -26,15 +26,15 @@ std::string IdsToString(std::span<const kv::LogicalBlockId> ids) {
 
 // What a load that ended with `outcome` reports; only a pull reports what it moved.
 LoadReport ReportOf(const std::string& id, const RecvState& r, LoadOutcome outcome,
-                    int32_t d_tp_size) {
+                    const Registration& reg) {
   LoadReport report;
   report.request_id = id;
   report.outcome = outcome;
   report.local_hit_tokens = r.spec.num_local_computed_tokens;
   if (outcome != LoadOutcome::kPulled) return report;
   report.tokens = r.spec.num_external_tokens;
-  report.ranks.resize(static_cast<size_t>(d_tp_size));
-  for (int32_t d = 0; d < d_tp_size; ++d) report.ranks[d].rank = d;
+  report.ranks.resize(static_cast<size_t>(reg.tp_size()));
+  for (int32_t d = 0; d < reg.tp_size(); ++d) report.ranks[d].rank = reg.EngineRank(d);
   for (const SourceRead& read : r.reads) {
     RankLoad& rank = report.ranks[read.d_rank];
     rank.source_ranks.push_back(read.heads.src_rank);
@@ -248,9 +248,9 @@ Status Consumer::PostGenerationRead(const RecvState& r, SourceRead& read, PeerEn
       .peer = *peer.links[read.d_rank][read.heads.src_rank],
       .local = {},
       .remote = {},
-      .notification = with_notification
-                          ? EncodePullNotification(r.spec.remote.remote_request_id, reg_->tp_size())
-                          : std::string(),
+      .notification = with_notification ? EncodePullNotification(r.spec.remote.remote_request_id,
+                                                                 reg_->engine_tp_size())
+                                        : std::string(),
       .timeout_ms = ctx_->config.transfer_timeout_ms};
   const transfer::RegionHandle table{peer.ranks[read.heads.src_rank].generation_table.id};
   for (size_t i = 0; i < read.plan.remote_logical_blocks.size(); ++i) {
@@ -428,7 +428,7 @@ void Consumer::FinishLoad(const std::string& id, RecvState& r) {
   const auto us =
       std::chrono::duration_cast<std::chrono::microseconds>(Deadline::Clock::now() - r.posted_at)
           .count();
-  LoadReport report = ReportOf(id, r, LoadOutcome::kPulled, reg_->tp_size());
+  LoadReport report = ReportOf(id, r, LoadOutcome::kPulled, *reg_);
   report.pull_ms = static_cast<double>(us) / 1000.0;
   ctx_->stats.Update([&](ConnectorStats& s) {
     ++s.transfers;
@@ -461,7 +461,7 @@ void Consumer::FailLoad(const std::string& id, RecvState& r) {
     out_.finished_recving.push_back(id);
     out_.invalid_block_ids.insert(out_.invalid_block_ids.end(), r.invalid_on_failure.begin(),
                                   r.invalid_on_failure.end());
-    LoadReport report = ReportOf(id, r, kind, reg_->tp_size());
+    LoadReport report = ReportOf(id, r, kind, *reg_);
     report.error = r.failure_status.ToString();
     out_.load_reports.push_back(std::move(report));
   }

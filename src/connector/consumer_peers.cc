@@ -10,19 +10,51 @@
 namespace kvferry::connector::internal {
 namespace {
 
-// On a handshake thread: every P rank's metadata, checked against what D expects.
-StatusOr<std::vector<HandshakeMetadata>> FetchRanks(
-    const std::string& host, int32_t port, const std::string& expected_engine,
-    const std::string& hash, const StatusOr<std::optional<CurveClientKeys>>& curve,
-    const std::string& request, const Deadline& deadline) {
-  KVF_RETURN_IF_ERROR(curve.status());  // no key for this P: nothing is sent
+// On a handshake thread: the metadata one side channel serves, checked against what D expects.
+StatusOr<std::vector<HandshakeMetadata>> FetchAt(const std::string& host, int32_t port,
+                                                 const std::string& expected_engine,
+                                                 const std::string& hash,
+                                                 const std::optional<CurveClientKeys>& curve,
+                                                 const std::string& request,
+                                                 const Deadline& deadline) {
   KVF_ASSIGN_OR_RETURN(std::string reply,
-                       FetchOverSideChannel(host, port, request, deadline, *curve));
+                       FetchOverSideChannel(host, port, request, deadline, curve));
   KVF_ASSIGN_OR_RETURN(std::vector<HandshakeMetadata> ranks, DecodeHandshakeReply(reply, hash));
   if (ranks[0].engine_id != expected_engine) {
     return FailedPreconditionError(
         fmt::format("{}:{} is engine '{}', kv_transfer_params named '{}'", host, port,
                     ranks[0].engine_id, expected_engine));
+  }
+  return ranks;
+}
+
+// On a handshake thread: every P rank's metadata, in rank order. `port` is rank 0's side
+// channel; an engine whose ranks serve their own (vLLM's TP workers) has rank r's at port + r.
+StatusOr<std::vector<HandshakeMetadata>> FetchRanks(
+    const std::string& host, int32_t port, const std::string& expected_engine,
+    const std::string& hash, const StatusOr<std::optional<CurveClientKeys>>& curve,
+    const std::string& request, const Deadline& deadline) {
+  KVF_RETURN_IF_ERROR(curve.status());  // no key for this P: nothing is sent
+  KVF_ASSIGN_OR_RETURN(std::vector<HandshakeMetadata> ranks,
+                       FetchAt(host, port, expected_engine, hash, *curve, request, deadline));
+  if (ranks[0].tp_rank != 0) {
+    return FailedPreconditionError(fmt::format(
+        "{}:{} serves rank {} of engine '{}'; kv_transfer_params must name rank 0's side channel",
+        host, port, ranks[0].tp_rank, expected_engine));
+  }
+  const int32_t tp = ranks[0].tp_size;
+  while (static_cast<int32_t>(ranks.size()) < tp) {
+    const int32_t next = static_cast<int32_t>(ranks.size());
+    KVF_ASSIGN_OR_RETURN(
+        std::vector<HandshakeMetadata> more,
+        FetchAt(host, port + next, expected_engine, hash, *curve, request, deadline));
+    if (more[0].tp_rank != next || more[0].tp_size != tp) {
+      return FailedPreconditionError(fmt::format(
+          "{}:{} serves rank {} of {}; engine '{}' rank {} of {} was expected there", host,
+          port + next, more[0].tp_rank, more[0].tp_size, expected_engine, next, tp));
+    }
+    ranks.insert(ranks.end(), std::make_move_iterator(more.begin()),
+                 std::make_move_iterator(more.end()));
   }
   return ranks;
 }
@@ -71,7 +103,8 @@ Status Consumer::ConnectRanks(PeerEntry& peer) {
     peer.remote_regions.push_back(std::move(regions));
   }
   for (int32_t d = 0; d < reg_->tp_size(); ++d) {
-    KVF_ASSIGN_OR_RETURN(std::vector<kv::HeadRead> reads, kv::PlanHeadReads(peer.sharding, own, d));
+    KVF_ASSIGN_OR_RETURN(std::vector<kv::HeadRead> reads,
+                         kv::PlanHeadReads(peer.sharding, own, reg_->EngineRank(d)));
     for (const kv::HeadRead& read : reads) {
       StatusOr<transfer::PeerHandle> link =
           reg_->rank(d).agent->LoadRemoteMetadata(peer.ranks[read.src_rank].agent_metadata);

@@ -199,6 +199,8 @@ void WorkerHalf::BindMetadata(const ConnectorMetadata& metadata) {
   // these empty.
   for (const SaveSpec& save : metadata.saves) c_->producer_.QueueSave(save);
   for (const HoldSpec& hold : metadata.holds) c_->producer_.Hold(hold);
+  // A split engine's ranks all get the same metadata: its rank 0 speaks for the engine.
+  if (c_->registration_.first_rank() != 0) return;
   for (const KvTransferParams& offer : metadata.releases) {
     if (offer.remote_block_ids.empty()) continue;
     c_->ctx_.stats.Update([](ConnectorStats& s) { ++s.notify_only; });
@@ -238,6 +240,13 @@ StatusOr<std::unique_ptr<FerryConnector>> CreateFerryConnector(
     return InvalidArgumentError(fmt::format("FerryConnectorOptions::tp_size {} outside [1, {}]",
                                             options.tp_size, internal::kMaxTpRanks));
   }
+  const int32_t engine_tp = options.engine_tp_size == 0 ? options.tp_size : options.engine_tp_size;
+  if (options.first_rank < 0 || engine_tp > internal::kMaxTpRanks ||
+      options.first_rank + options.tp_size > engine_tp) {
+    return InvalidArgumentError(
+        fmt::format("FerryConnectorOptions: ranks [{}, {}) are not within the engine's {} TP ranks",
+                    options.first_rank, options.first_rank + options.tp_size, engine_tp));
+  }
   std::string engine_id = config.engine_id;
   if (engine_id.empty()) {
     std::random_device rd;
@@ -248,7 +257,7 @@ StatusOr<std::unique_ptr<FerryConnector>> CreateFerryConnector(
   std::vector<std::unique_ptr<transfer::Agent>> agents;
   for (int32_t r = 0; r < options.tp_size; ++r) {
     transfer::AgentOptions agent_options;
-    agent_options.name = internal::RankAgentName(engine_id, r, options.tp_size);
+    agent_options.name = internal::RankAgentName(engine_id, options.first_rank + r, engine_tp);
     agent_options.backend = config.backend;
     agent_options.ucx.transport = config.ucx_transport;
     // The socket backend listens where the side channel does: the address peers already reach.

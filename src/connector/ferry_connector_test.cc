@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -203,6 +204,17 @@ bool WaitSent(Side& p, const std::string& id) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return false;
+}
+
+// Steps P's worker until `done(P's stats)` holds; false after 10 s.
+bool WaitStats(Side& p, const std::function<bool(const ConnectorStats&)>& done) {
+  Deadline deadline = Deadline::AfterMs(10000);
+  while (!done(p.conn->Stats())) {
+    if (deadline.Expired()) return false;
+    p.conn->scheduler()->UpdateConnectorOutput(p.conn->worker()->GetFinished());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 std::vector<int32_t> Prompt(int64_t n) {
@@ -674,10 +686,9 @@ TEST(FerryConnectorExternalSchedulerTest, NotificationBeforeItsHoldEndsTheHoldOn
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->outcome, LoadOutcome::kPulled) << r->error;
   // Let the notification reach P, which holds nothing yet.
-  for (int i = 0; i < 50 && e.p.conn->Stats().notifications_before_hold == 0; ++i) {
-    e.p.conn->worker()->GetFinished();
-  }
-  ASSERT_EQ(e.p.conn->Stats().notifications_before_hold, 1u);  // the path under test
+  ASSERT_TRUE(WaitStats(e.p, [](const ConnectorStats& s) {  // the path under test
+    return s.notifications_before_hold > 0;
+  }));
   e.Hold(offer, offer.remote_block_generations);
   EXPECT_TRUE(WaitSent(e.p, "early"));
   EXPECT_EQ(e.p.conn->Stats().blocks_held, 0);
@@ -698,6 +709,9 @@ TEST(FerryConnectorExternalSchedulerTest, OtherGenerationsThanPromisedEndTheHold
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->outcome, LoadOutcome::kFailedGeneration);
   EXPECT_NE(r->error.find("generation"), std::string::npos) << r->error;
+  // D's notification comes after the hold ended: late, not kept for a hold to come.
+  EXPECT_TRUE(WaitStats(e.p, [](const ConnectorStats& s) { return s.notifications_late > 0; }));
+  EXPECT_EQ(e.p.conn->Stats().notifications_before_hold, 0u);
 }
 
 // A chunk whose copy into the host buffer failed: the hold ends at once, and D recomputes.

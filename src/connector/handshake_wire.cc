@@ -253,15 +253,21 @@ StatusOr<HandshakeMetadata> DecodeBody(std::string_view bytes) {
   return m;
 }
 
-// Rank r's body says rank r of n; everything a D plans with is the same on every rank.
+// The bodies are consecutive ranks of one engine (all of them, or a split engine's share:
+// vLLM's TP workers each serve their own); everything a D plans with is the same on every rank.
 Status CheckRanksAgree(const std::vector<HandshakeMetadata>& ranks) {
   const HandshakeMetadata& f = ranks[0];
-  for (size_t r = 0; r < ranks.size(); ++r) {
+  const int32_t n = static_cast<int32_t>(ranks.size());
+  if (f.tp_size < n || f.tp_size > kMaxTpRanks || f.tp_rank < 0 || f.tp_rank > f.tp_size - n) {
+    return InvalidArgumentError(
+        fmt::format("handshake reply: {} bodies from rank {} of {}", n, f.tp_rank, f.tp_size));
+  }
+  for (int32_t r = 0; r < n; ++r) {
     const HandshakeMetadata& m = ranks[r];
-    if (m.tp_rank != static_cast<int32_t>(r) || m.tp_size != static_cast<int32_t>(ranks.size())) {
+    if (m.tp_rank != f.tp_rank + r || m.tp_size != f.tp_size) {
       return InvalidArgumentError(
           fmt::format("handshake reply: body {} says rank {} of {}, expected rank {} of {}", r,
-                      m.tp_rank, m.tp_size, r, ranks.size()));
+                      m.tp_rank, m.tp_size, f.tp_rank + r, f.tp_size));
     }
     const bool same = m.engine_id == f.engine_id && m.block_size_logical == f.block_size_logical &&
                       m.block_size_kernel == f.block_size_kernel && m.layout == f.layout &&
@@ -353,22 +359,40 @@ StatusOr<ReleaseRequest> DecodeReleaseRequest(std::string_view bytes) {
   return ReleaseRequest{std::string(AsStr(a->ptr[3])), std::string(AsStr(a->ptr[4]))};
 }
 
-std::string EncodeOk() {
+std::string EncodeOk(const ServedRanks& served) {
   msgpack::sbuffer buf;
   Packer pk(buf);
-  PackEnvelopeHead(pk, 3, "ok");
+  PackEnvelopeHead(pk, 6, "ok");
+  pk.pack(served.first_rank);
+  pk.pack(served.num_ranks);
+  pk.pack(served.tp_size);
   return std::string(buf.data(), buf.size());
 }
 
-Status DecodeOkReply(std::string_view bytes) {
+StatusOr<ServedRanks> DecodeOkReply(std::string_view bytes) {
   KVF_ASSIGN_OR_RETURN(msgpack::object_handle oh, Unpack(bytes, "reply"));
   KVF_ASSIGN_OR_RETURN(const msgpack::object_array* a, Envelope(oh.get(), "reply"));
   std::string_view kind = AsStr(a->ptr[2]);
-  if (kind == "ok" && a->size == 3) return Status::Ok();
   if (kind == "error" && a->size == 4 && IsStr(a->ptr[3])) {
     return UnavailableError(fmt::format("peer refused: {}", AsStr(a->ptr[3])));
   }
-  return InvalidArgumentError("reply: expected [magic, version, \"ok\"]");
+  if (kind != "ok" || a->size != 6) {
+    return InvalidArgumentError(
+        "reply: expected [magic, version, \"ok\", first_rank, num_ranks, tp_size]");
+  }
+  ServedRanks served;
+  const msgpack::object* v = a->ptr + 3;
+  try {
+    served = {v[0].as<int32_t>(), v[1].as<int32_t>(), v[2].as<int32_t>()};
+  } catch (const msgpack::type_error&) {
+    return InvalidArgumentError("reply: \"ok\" ranks are not integers");
+  }
+  if (served.tp_size < 1 || served.tp_size > kMaxTpRanks || served.num_ranks < 1 ||
+      served.first_rank < 0 || served.first_rank > served.tp_size - served.num_ranks) {
+    return InvalidArgumentError(fmt::format("reply: \"ok\" for ranks [{}, +{}) of {}",
+                                            served.first_rank, served.num_ranks, served.tp_size));
+  }
+  return served;
 }
 
 std::string EncodeHandshakeReply(std::string_view compat_hash,

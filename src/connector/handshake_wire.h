@@ -8,9 +8,12 @@
 //             D rank, informational: every P rank's metadata comes back)
 //             ["kvferry.hs", version, "release", request_id, auth_token]   (D: free my lease)
 //   reply   : ["kvferry.hs", version, "meta", compat_hash, [body_0, ..., body_{n-1}]]
-//             one body (msgpack bin) per P tensor-parallel rank, in rank order
+//             one body (msgpack bin) per P tensor-parallel rank this side channel serves, in
+//             rank order: every rank, or a split engine's share (one process per rank, as
+//             vLLM's workers; rank r's side channel is on rank 0's port + r)
 //             ["kvferry.hs", version, "error", message]
-//             ["kvferry.hs", version, "ok"]                               (to "release")
+//             ["kvferry.hs", version, "ok", first_rank, num_ranks, tp_size] (to "release":
+//             the ranks whose lease it ended; a split engine's other ranks have their own)
 //   body    : msgpack map, string keys (unknown keys ignored, missing required ones rejected):
 //             engine_id, tp_rank, tp_size, block_size_logical, block_size_kernel, layout,
 //             dtype, kind, num_layers, num_kv_heads, head_dim, num_blocks_kernel, host_buffer,
@@ -18,10 +21,11 @@
 //             generation_table [id, base, size], agent_metadata (bin)
 //
 // The bodies of one reply must agree on everything but tp_rank and the rank's own regions,
-// generation table and agent metadata (rank r's body says tp_rank r, tp_size n).
+// generation table and agent metadata; they are consecutive ranks of the tp_size they name.
 //
 // A reply's major version must equal kHandshakeVersion (a reader rejects other versions with a
-// message naming both; version 1 carried one body). Decoding never trusts sizes: truncated or
+// message naming both; version 1 carried one body, version 2 every rank of the engine and a
+// bare "ok"). Decoding never trusts sizes: truncated or
 // corrupted bytes are InvalidArgument, never a crash or a huge allocation.
 //
 // Transfer notifications (the message a pull's last READ carries to a P rank) are
@@ -42,7 +46,7 @@
 
 namespace kvferry::connector::internal {
 
-inline constexpr uint32_t kHandshakeVersion = 2;
+inline constexpr uint32_t kHandshakeVersion = 3;
 // Most tensor-parallel ranks a reply may carry.
 inline constexpr int32_t kMaxTpRanks = 64;
 
@@ -105,9 +109,15 @@ struct ReleaseRequest {
   std::string auth_token;
 };
 StatusOr<ReleaseRequest> DecodeReleaseRequest(std::string_view bytes);
-std::string EncodeOk();
-// OK for "ok"; the peer's error (Unavailable) for "error"; InvalidArgument otherwise.
-Status DecodeOkReply(std::string_view bytes);
+// The ranks a side channel's "ok" speaks for: [first_rank, first_rank + num_ranks) of tp_size.
+struct ServedRanks {
+  int32_t first_rank = 0;
+  int32_t num_ranks = 1;
+  int32_t tp_size = 1;
+};
+std::string EncodeOk(const ServedRanks& served);
+// The ranks for "ok"; the peer's error (Unavailable) for "error"; InvalidArgument otherwise.
+StatusOr<ServedRanks> DecodeOkReply(std::string_view bytes);
 
 // `ranks`: every rank's metadata, in rank order.
 std::string EncodeHandshakeReply(std::string_view compat_hash,

@@ -66,15 +66,29 @@ TEST(HandshakeWireTest, EveryRanksMetadataInOneReply) {
   EXPECT_EQ(*decoded, ranks);
 }
 
+// A split engine's rank serves only its own body (vLLM's TP workers, one process each).
+TEST(HandshakeWireTest, ASplitEnginesShareOfRanks) {
+  std::string hash = CompatibilityHash("tiny", SampleSpec());
+  for (int32_t r = 0; r < 2; ++r) {
+    std::vector<HandshakeMetadata> share = {RankMetadata(r, 2)};
+    auto decoded = DecodeHandshakeReply(EncodeHandshakeReply(hash, share), hash);
+    ASSERT_TRUE(decoded.ok()) << decoded.status();
+    EXPECT_EQ(*decoded, share);
+  }
+}
+
 TEST(HandshakeWireTest, RanksThatDisagreeAreRejected) {
   std::string hash = CompatibilityHash("tiny", SampleSpec());
-  std::vector<HandshakeMetadata> swapped = {RankMetadata(1, 2), RankMetadata(0, 2)};
-  auto d = DecodeHandshakeReply(EncodeHandshakeReply(hash, swapped), hash);
+  std::vector<HandshakeMetadata> gap = {RankMetadata(0, 3), RankMetadata(2, 3)};
+  auto d = DecodeHandshakeReply(EncodeHandshakeReply(hash, gap), hash);
   ASSERT_FALSE(d.ok());
-  EXPECT_NE(d.status().message().find("says rank 1 of 2"), std::string_view::npos) << d.status();
+  EXPECT_NE(d.status().message().find("says rank 2 of 3"), std::string_view::npos) << d.status();
 
-  std::vector<HandshakeMetadata> short_reply = {RankMetadata(0, 2)};
-  EXPECT_EQ(DecodeHandshakeReply(EncodeHandshakeReply(hash, short_reply), hash).status().code(),
+  std::vector<HandshakeMetadata> past_the_end = {RankMetadata(1, 2), RankMetadata(0, 2)};
+  EXPECT_EQ(DecodeHandshakeReply(EncodeHandshakeReply(hash, past_the_end), hash).status().code(),
+            StatusCode::kInvalidArgument);
+  std::vector<HandshakeMetadata> outside = {RankMetadata(2, 2)};
+  EXPECT_EQ(DecodeHandshakeReply(EncodeHandshakeReply(hash, outside), hash).status().code(),
             StatusCode::kInvalidArgument);
 
   std::vector<HandshakeMetadata> other_layout = {RankMetadata(0, 2), RankMetadata(1, 2)};
@@ -115,9 +129,16 @@ TEST(HandshakeWireTest, ReleaseRoundTripsAndIsNotAGetMeta) {
   for (size_t n = 0; n < bytes.size(); ++n) {
     EXPECT_FALSE(DecodeReleaseRequest(std::string_view(bytes.data(), n)).ok());
   }
-  EXPECT_TRUE(DecodeOkReply(EncodeOk()).ok());
-  EXPECT_EQ(DecodeOkReply(EncodeHandshakeError("no")).code(), StatusCode::kUnavailable);
-  EXPECT_EQ(DecodeOkReply("junk").code(), StatusCode::kInvalidArgument);
+  StatusOr<ServedRanks> served = DecodeOkReply(EncodeOk({1, 2, 4}));
+  ASSERT_TRUE(served.ok()) << served.status();
+  EXPECT_EQ(served->first_rank, 1);
+  EXPECT_EQ(served->num_ranks, 2);
+  EXPECT_EQ(served->tp_size, 4);
+  // Ranks outside the engine are refused.
+  EXPECT_EQ(DecodeOkReply(EncodeOk({3, 2, 4})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeOkReply(EncodeOk({0, 0, 1})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(DecodeOkReply(EncodeHandshakeError("no")).status().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(DecodeOkReply("junk").status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(HandshakeWireTest, CompatibilityHashCoversModelShapeNotBlockSizes) {

@@ -142,7 +142,7 @@ KvTransferParams Producer::ParamsFor(const RequestView& request, size_t offered_
   out.remote_request_id = request.request_id;
   out.remote_host = ctx_->config.side_channel_host;
   out.remote_port = reg_->side_channel_port();
-  out.tp_size = reg_->tp_size();
+  out.tp_size = reg_->engine_tp_size();
   out.remote_num_tokens =
       std::min(prompt_len, static_cast<int32_t>(offered_blocks) * reg_->block_size_logical());
   return out;
@@ -210,7 +210,7 @@ void Producer::Poll(ConnectorOutput* out) {
   replay_at_poll_.clear();
   for (const Early& e : replay) NoteNotification(e.rank, e.notification, out);
   EndFailedHolds(out);
-  ForgetOldEarly();
+  ForgetOld();
   for (std::string& id : reg_->leases().EndExpired()) {
     KVF_LOG_WARN(
         "connector {}: lease of request {} expired after {} ms without every notification; "
@@ -218,6 +218,7 @@ void Producer::Poll(ConnectorOutput* out) {
         ctx_->engine_id, id, ctx_->config.lease_ms);
     ctx_->stats.Update([](ConnectorStats& s) { ++s.leases_expired; });
     heard_.erase(id);
+    NoteEnded(id);
     out->finished_sending.push_back(std::move(id));
   }
   const int64_t held = reg_->leases().blocks_held();
@@ -227,15 +228,22 @@ void Producer::Poll(ConnectorOutput* out) {
 void Producer::NoteNotification(int32_t rank, const transfer::Notification& n,
                                 ConnectorOutput* out) {
   StatusOr<PullNotification> parsed = DecodePullNotification(n.message);
-  if (parsed.ok() && ctx_->options.external_scheduler && !reg_->leases().Has(parsed->request_id)) {
+  const bool live = parsed.ok() && reg_->leases().Has(parsed->request_id);
+  if (parsed.ok() && !live && ended_.contains(parsed->request_id)) {
+    // Late: the lease already ended (expired, released, read by another D); nothing to free.
+    KVF_LOG_DEBUG("connector {}: late notification for {} from {}", ctx_->engine_id,
+                  parsed->request_id, n.peer_name);
+    ctx_->stats.Update([](ConnectorStats& s) { ++s.notifications_late; });
+    return;
+  }
+  if (parsed.ok() && !live && ctx_->options.external_scheduler) {
     RememberEarly(rank, parsed->request_id, n);
     return;
   }
-  if (!parsed.ok() || !reg_->leases().Has(parsed->request_id)) {
-    // Late (lease already ended: expired, or released) or not ours: nothing held to free.
-    KVF_LOG_WARN("connector {}: notification '{}' from {} to rank {} matches no live lease ({})",
+  if (!live) {
+    KVF_LOG_WARN("connector {}: notification '{}' from {} to rank {} matches no lease ({})",
                  ctx_->engine_id, n.message, n.peer_name, rank,
-                 parsed.ok() ? "expired?" : parsed.status().ToString());
+                 parsed.ok() ? "ended long ago, or never ours" : parsed.status().ToString());
     return;
   }
   const std::string& id = parsed->request_id;
@@ -254,7 +262,9 @@ void Producer::NoteNotification(int32_t rank, const transfer::Notification& n,
   // Each P rank's share of the lease ends once every D rank reading from it has notified (a
   // replica no D rank reads from has nothing to wait for); the lease ends with the last share.
   for (int32_t p = 0; p < reg_->tp_size(); ++p) {
-    if (heard.per_rank[p] < kv::CountReaders(sharding, *reader, p).value()) return;
+    if (heard.per_rank[p] < kv::CountReaders(sharding, *reader, reg_->EngineRank(p)).value()) {
+      return;
+    }
   }
   EndLease(id, out);
 }
@@ -262,6 +272,7 @@ void Producer::NoteNotification(int32_t rank, const transfer::Notification& n,
 void Producer::EndLease(const std::string& request_id, ConnectorOutput* out) {
   heard_.erase(request_id);
   if (!reg_->leases().End(request_id).ok()) return;  // already ended (expired, released twice)
+  NoteEnded(request_id);
   out->finished_sending.push_back(request_id);
   ctx_->stats.Update([](ConnectorStats& s) { ++s.leases_released_by_notification; });
 }
@@ -298,7 +309,7 @@ void Producer::Hold(const HoldSpec& hold) {
 
 void Producer::RememberEarly(int32_t rank, const std::string& request_id,
                              const transfer::Notification& n) {
-  if (early_.size() >= kMaxEarly) ForgetOldEarly();
+  if (early_.size() >= kMaxEarly) ForgetOld();
   if (early_.size() >= kMaxEarly) {
     KVF_LOG_WARN("connector {}: {} notifications wait for their holds; dropping '{}'",
                  ctx_->engine_id, early_.size(), n.message);
@@ -308,14 +319,23 @@ void Producer::RememberEarly(int32_t rank, const std::string& request_id,
   ctx_->stats.Update([](ConnectorStats& s) { ++s.notifications_before_hold; });
 }
 
-void Producer::ForgetOldEarly() {
+void Producer::NoteEnded(const std::string& request_id) {
+  if (ended_.size() >= kMaxEarly) ForgetOld();
+  if (ended_.size() >= kMaxEarly) ended_.erase(ended_.begin());  // an arbitrary old one
+  ended_.insert_or_assign(request_id, Deadline::AfterMs(ctx_->config.lease_ms));
+}
+
+void Producer::ForgetOld() {
   std::erase_if(early_, [](const auto& kv) { return kv.second.forget_at.Expired(); });
+  std::erase_if(ended_, [](const auto& kv) { return kv.second.Expired(); });
 }
 
 void Producer::EndFailedHolds(ConnectorOutput* out) {
   for (const std::string& id : hold_failed_) {
     heard_.erase(id);
-    if (reg_->leases().End(id).ok()) out->finished_sending.push_back(id);
+    if (!reg_->leases().End(id).ok()) continue;
+    NoteEnded(id);
+    out->finished_sending.push_back(id);
   }
   hold_failed_.clear();
 }
@@ -338,7 +358,7 @@ std::string Producer::HandleSideChannel(std::string_view request) {
       if (!TokenMatches(rel->auth_token)) return EncodeHandshakeError("bad auth token");
       MutexLock lock(&released_mu_);
       released_.push_back(std::move(rel->request_id));
-      return EncodeOk();
+      return EncodeOk({reg_->first_rank(), reg_->tp_size(), reg_->engine_tp_size()});
     }
     KVF_LOG_WARN("connector {}: rejected side-channel message: {}", ctx_->engine_id,
                  req.status().ToString());

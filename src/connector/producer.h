@@ -113,7 +113,11 @@ class Producer {
   // way (the hold reaches this worker a step after the kv_transfer_params left); remembered
   // until the lease time has passed, at most kMaxEarly of them.
   void RememberEarly(int32_t rank, const std::string& request_id, const transfer::Notification& n);
-  void ForgetOldEarly();
+  // Remembers, for the lease time, that a request's lease ended, so a notification that comes
+  // after it (a D that read late, or read a retried request's stale params) is known as late
+  // rather than kept for a hold that will never come.
+  void NoteEnded(const std::string& request_id);
+  void ForgetOld();
   void EndFailedHolds(ConnectorOutput* out);
 
   ConnectorContext* const ctx_;
@@ -136,7 +140,8 @@ class Producer {
   };
   static constexpr size_t kMaxEarly = 4096;
   std::map<std::string, Early> early_;
-  std::vector<Early> replay_at_poll_;  // early notifications whose hold has come
+  std::vector<Early> replay_at_poll_;      // early notifications whose hold has come
+  std::map<std::string, Deadline> ended_;  // leases ended lately (NoteEnded), at most kMaxEarly
   // Holds to end at the next Poll: granted at other generations than promised, or with bytes
   // whose staging failed.
   std::vector<std::string> hold_failed_;

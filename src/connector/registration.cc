@@ -30,8 +30,12 @@ Registration::~Registration() {
   }
 }
 
+int32_t Registration::engine_tp_size() const {
+  return ctx_->options.engine_tp_size == 0 ? tp_size() : ctx_->options.engine_tp_size;
+}
+
 std::string Registration::AgentName(int32_t rank) const {
-  return RankAgentName(ctx_->engine_id, rank, tp_size());
+  return RankAgentName(ctx_->engine_id, EngineRank(rank), engine_tp_size());
 }
 
 // Direct mode: the cache itself is what peers read, so it comes from the rank's agent (with
@@ -55,11 +59,11 @@ Status Registration::Register(std::span<kv::KvCache* const> caches,
                               const kv::HeadSharding& sharding, int32_t block_size_logical) {
   if (shut_down_) return FailedPreconditionError("connector is shut down");
   if (registered_) return FailedPreconditionError("RegisterKvCaches called twice");
-  if (caches.size() != ranks_.size() || sharding.tp_size() != tp_size()) {
+  if (caches.size() != ranks_.size() || sharding.tp_size() != engine_tp_size()) {
     return InvalidArgumentError(fmt::format(
-        "the connector has {} tensor-parallel ranks (FerryConnectorOptions::tp_size), the "
-        "engine registered {} caches sharded over {}",
-        ranks_.size(), caches.size(), sharding.tp_size()));
+        "the connector has {} of the engine's {} tensor-parallel ranks (FerryConnectorOptions), "
+        "the engine registered {} caches sharded over {}",
+        ranks_.size(), engine_tp_size(), caches.size(), sharding.tp_size()));
   }
   sharding_ = sharding;
   for (int32_t r = 0; r < tp_size(); ++r) KVF_RETURN_IF_ERROR(RegisterRank(r, caches[r]));
@@ -171,8 +175,8 @@ HandshakeMetadata Registration::MetadataOf(int32_t r, std::string agent_blob) co
   const bool host_buffer = ctx_->config.use_host_buffer();
   HandshakeMetadata meta;
   meta.engine_id = ctx_->engine_id;
-  meta.tp_rank = r;
-  meta.tp_size = tp_size();
+  meta.tp_rank = EngineRank(r);
+  meta.tp_size = engine_tp_size();
   meta.block_size_logical = block_size_logical_;
   meta.block_size_kernel = rank.spec.block_size_kernel;
   meta.layout = rank.spec.layout;
@@ -218,8 +222,11 @@ void Registration::LogServing() const {
   KVF_LOG_INFO(
       "connector {}: serving KV metadata on {}:{} ({} TP rank(s) of {} regions, kernel block {} "
       "tokens, logical {}, {}{}, {})",
-      ctx_->engine_id, config.side_channel_host, server_->port(), tp_size(), spec.num_regions(),
-      spec.block_size_kernel, block_size_logical_, kv::LayoutName(spec.layout),
+      ctx_->engine_id, config.side_channel_host, server_->port(),
+      tp_size() == engine_tp_size() ? std::to_string(tp_size())
+                                    : fmt::format("ranks {}-{} of {}", first_rank(),
+                                                  EngineRank(tp_size() - 1), engine_tp_size()),
+      spec.num_regions(), spec.block_size_kernel, block_size_logical_, kv::LayoutName(spec.layout),
       config.use_host_buffer() ? ", host buffer" : "", ctx_->keys.curve() ? "CURVE" : "plaintext");
   if (!ctx_->keys.curve() && !IsLoopbackHost(config.side_channel_host)) {
     KVF_LOG_WARN(

@@ -79,7 +79,12 @@ class Registration {
 
   bool registered() const { return registered_; }
   bool shut_down() const { return shut_down_; }
+  // This connector's ranks (local indices 0..tp_size()-1) are the engine's ranks
+  // [first_rank(), first_rank() + tp_size()) of engine_tp_size() (FerryConnectorOptions).
   int32_t tp_size() const { return static_cast<int32_t>(ranks_.size()); }
+  int32_t first_rank() const { return ctx_->options.first_rank; }
+  int32_t engine_tp_size() const;
+  int32_t EngineRank(int32_t local_rank) const { return first_rank() + local_rank; }
   RankEndpoint& rank(int32_t r) { return ranks_[r]; }
   const RankEndpoint& rank(int32_t r) const { return ranks_[r]; }
   const kv::HeadSharding& sharding() const { return sharding_; }
@@ -105,11 +110,11 @@ class Registration {
   bool shut_down_ = false;
   // MakeLeaseTable: nothing the agents registered is the engine's, so Shutdown keeps them.
   bool agents_outlive_shutdown_ = false;
-  kv::HeadSharding sharding_;  // this instance's KV heads over its ranks
+  kv::HeadSharding sharding_;  // the engine's KV heads over the engine's ranks
   std::optional<kv::BlockGeometry> geometry_;
   int32_t block_size_logical_ = 0;
   std::string compat_hash_;
-  std::string handshake_reply_;  // pre-encoded, every rank's metadata
+  std::string handshake_reply_;  // pre-encoded, every rank's metadata (of this connector)
   std::unique_ptr<SideChannelServer> server_;
   std::atomic<int32_t> server_port_{0};
 };

@@ -1,11 +1,46 @@
 #include "connector/remote_release.h"
 
+#include <fmt/format.h>
+
 #include "connector/handshake_wire.h"
 #include "connector/side_channel.h"
 #include "kvferry/common/deadline.h"
 #include "kvferry/common/logging.h"
 
 namespace kvferry::connector::internal {
+
+namespace {
+
+// One release at host:port; the ranks that side channel ended the lease on.
+StatusOr<ServedRanks> ReleaseAt(const std::string& host, int32_t port, const std::string& request,
+                                const StatusOr<std::optional<CurveClientKeys>>& curve,
+                                const Deadline& deadline) {
+  KVF_RETURN_IF_ERROR(curve.status());
+  KVF_ASSIGN_OR_RETURN(std::string reply,
+                       FetchOverSideChannel(host, port, request, deadline, *curve));
+  return DecodeOkReply(reply);
+}
+
+// The release at `port` (the P engine's rank 0), then, for an engine whose ranks serve their own
+// side channels, at rank r's port + r for every rank the first reply did not speak for.
+Status ReleaseEveryRank(const std::string& host, int32_t port, const std::string& request,
+                        const StatusOr<std::optional<CurveClientKeys>>& curve,
+                        const Deadline& deadline) {
+  KVF_ASSIGN_OR_RETURN(ServedRanks first, ReleaseAt(host, port, request, curve, deadline));
+  const int32_t base = port - first.first_rank;
+  for (int32_t r = 0; r < first.tp_size; ++r) {
+    if (r >= first.first_rank && r < first.first_rank + first.num_ranks) continue;
+    KVF_ASSIGN_OR_RETURN(ServedRanks other, ReleaseAt(host, base + r, request, curve, deadline));
+    if (other.first_rank != r || other.tp_size != first.tp_size) {
+      return FailedPreconditionError(
+          fmt::format("{}:{} speaks for rank {} of {}, expected rank {} of {}", host, base + r,
+                      other.first_rank, other.tp_size, r, first.tp_size));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 void RemoteReleaser::Release(const KvTransferParams& remote) {
   auto job = std::make_unique<Job>();
@@ -16,10 +51,7 @@ void RemoteReleaser::Release(const KvTransferParams& remote) {
        request = EncodeReleaseRequest(remote.remote_request_id, ctx_->config.auth_token),
        id = remote.remote_request_id,
        deadline = Deadline::AfterMs(ctx_->config.handshake_timeout_ms)] {
-        StatusOr<std::string> reply =
-            curve.ok() ? FetchOverSideChannel(host, port, request, deadline, *curve)
-                       : StatusOr<std::string>(curve.status());
-        Status st = reply.ok() ? DecodeOkReply(*reply) : reply.status();
+        Status st = ReleaseEveryRank(host, port, request, curve, deadline);
         if (st.ok()) {
           ctx->stats.Update([](ConnectorStats& s) { ++s.notifications_sent; });
         } else {

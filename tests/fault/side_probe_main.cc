@@ -155,7 +155,7 @@ int main(int argc, char** argv) {
   if (mode.rfind("release:", 0) == 0) {
     auto reply = fetch(EncodeReleaseRequest(mode.substr(8), token));
     if (!reply.ok()) return Print(reply.status().ToString());
-    const Status ok = DecodeOkReply(*reply);
+    const Status ok = DecodeOkReply(*reply).status();
     return Print(ok.ok() ? "OK" : ok.ToString());
   }
   std::fprintf(stderr, "unknown mode %s\n", mode.c_str());

@@ -60,6 +60,6 @@ int main(int argc, char** argv) {
   Write(dir, "reply_tp2", EncodeHandshakeReply(hash, two));
   Write(dir, "error", EncodeHandshakeError("no such rank"));
   Write(dir, "release", EncodeReleaseRequest("cmpl-1-0#0", "secret"));
-  Write(dir, "ok", EncodeOk());
+  Write(dir, "ok", EncodeOk({0, 1, 1}));
   return 0;
 }

@@ -136,7 +136,8 @@ struct ConnectorMetadata {
   // half grants leases at RequestFinished and sends releases itself.
   std::vector<HoldSpec> holds;  // P: lease these blocks now (see HoldSpec)
   // D: P's offers this engine needs nothing of (its own prefix cache held every token): tell P
-  // to end the lease now, over the side channel, rather than at lease end.
+  // to end the lease now, over the side channel, rather than at lease end (on every P rank; of
+  // a split D engine, only the connector holding its rank 0 sends them).
   std::vector<KvTransferParams> releases;
 };
 

@@ -31,8 +31,11 @@ struct ConnectorStats {
   uint64_t leases_released_by_notification = 0;
   uint64_t leases_expired = 0;
   // With an outside scheduler: D notifications for no live lease, kept for a hold still to
-  // come (a late one, for a hold that already ended, is kept and counted the same way).
+  // come.
   uint64_t notifications_before_hold = 0;
+  // D notifications that came after their lease ended (expired, released, a hold that ended
+  // at once, a D reading a retried request's old params): nothing left to free.
+  uint64_t notifications_late = 0;
   int64_t blocks_held = 0;  // P logical blocks currently held for remote readers
   // P: host-buffer staging.
   uint64_t staged_kernel_blocks = 0;
@@ -48,6 +51,14 @@ struct FerryConnectorOptions {
   // Tensor-parallel ranks of this instance (the engine's tensor_parallel_size): one transfer
   // agent each; RegisterKvCaches must then bring that many caches.
   int32_t tp_size = 1;
+  // An engine whose tensor-parallel ranks run in separate processes (vLLM's TP workers), one
+  // FerryConnector each: this connector's ranks are [first_rank, first_rank + tp_size) of the
+  // engine's engine_tp_size (0: tp_size, the whole engine in this connector). Each such
+  // connector serves its own ranks' metadata on its side channel; a D finds the side channel
+  // of the engine's rank r at the port kv_transfer_params names (rank 0's) plus r, as vLLM's
+  // NixlConnector does. RegisterKvCaches then takes the ENGINE's sharding.
+  int32_t first_rank = 0;
+  int32_t engine_tp_size = 0;
   // The engine's scheduler is not this connector's scheduler half (vLLM's, python/kvferry/vllm):
   // P's holds and host-buffer saves arrive in ConnectorMetadata (holds, saves), a step after
   // the kv_transfer_params left, so a D's notification may come before its hold and is kept
