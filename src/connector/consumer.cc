@@ -164,6 +164,11 @@ void Consumer::StartPull(RecvState& r, PeerEntry& peer) {
     return;
   }
   r.posted_at = Deadline::Clock::now();
+  // A split P's replicas no D rank reads would hold their share of the lease to its end: D's
+  // rank 0 releases them now.
+  if (reg_->first_rank() == 0) {
+    for (int32_t p : peer.unread_ranks) releaser_->Release(r.spec.remote, p);
+  }
   for (int32_t d = 0; d < reg_->tp_size(); ++d) {
     for (const kv::HeadRead& heads : peer.reads[d]) {
       SourceRead& read = r.reads.emplace_back();

@@ -52,11 +52,18 @@ namespace kvferry::connector::internal {
 // READ is posted — the window in which a lease running out must be detected.
 using AfterDataReadHook = std::function<void(const std::string& request_id)>;
 
+// Every rank's metadata of one remote engine, and whether its ranks serve their own side
+// channels (a split engine: its first reply carried fewer ranks than its tp_size).
+struct RemoteEngine {
+  std::vector<HandshakeMetadata> ranks;
+  bool split = false;
+};
+
 // A background handshake with one remote engine.
 struct HandshakeJob {
   Mutex mu;
   bool done GUARDED_BY(mu) = false;
-  std::optional<StatusOr<std::vector<HandshakeMetadata>>> result GUARDED_BY(mu);
+  std::optional<StatusOr<RemoteEngine>> result GUARDED_BY(mu);
   std::thread thread;
 };
 
@@ -72,6 +79,10 @@ struct PeerEntry {
   std::vector<std::vector<kv::HeadRead>> reads;
   std::vector<std::vector<std::optional<transfer::PeerHandle>>> links;
   std::vector<std::vector<transfer::RegionHandle>> remote_regions;  // per P rank
+  // A split P (its ranks serve their own side channels): the ranks no D rank of this engine
+  // reads from (replicas), which hear of a pull only through a release from D's rank 0.
+  bool split = false;
+  std::vector<int32_t> unread_ranks;
 };
 
 // One D rank's read from one P rank, within one load.

@@ -30,10 +30,10 @@ StatusOr<std::vector<HandshakeMetadata>> FetchAt(const std::string& host, int32_
 
 // On a handshake thread: every P rank's metadata, in rank order. `port` is rank 0's side
 // channel; an engine whose ranks serve their own (vLLM's TP workers) has rank r's at port + r.
-StatusOr<std::vector<HandshakeMetadata>> FetchRanks(
-    const std::string& host, int32_t port, const std::string& expected_engine,
-    const std::string& hash, const StatusOr<std::optional<CurveClientKeys>>& curve,
-    const std::string& request, const Deadline& deadline) {
+StatusOr<RemoteEngine> FetchRanks(const std::string& host, int32_t port,
+                                  const std::string& expected_engine, const std::string& hash,
+                                  const StatusOr<std::optional<CurveClientKeys>>& curve,
+                                  const std::string& request, const Deadline& deadline) {
   KVF_RETURN_IF_ERROR(curve.status());  // no key for this P: nothing is sent
   KVF_ASSIGN_OR_RETURN(std::vector<HandshakeMetadata> ranks,
                        FetchAt(host, port, expected_engine, hash, *curve, request, deadline));
@@ -43,6 +43,7 @@ StatusOr<std::vector<HandshakeMetadata>> FetchRanks(
         host, port, ranks[0].tp_rank, expected_engine));
   }
   const int32_t tp = ranks[0].tp_size;
+  const bool split = static_cast<int32_t>(ranks.size()) < tp;
   while (static_cast<int32_t>(ranks.size()) < tp) {
     const int32_t next = static_cast<int32_t>(ranks.size());
     KVF_ASSIGN_OR_RETURN(
@@ -56,7 +57,7 @@ StatusOr<std::vector<HandshakeMetadata>> FetchRanks(
     ranks.insert(ranks.end(), std::make_move_iterator(more.begin()),
                  std::make_move_iterator(more.end()));
   }
-  return ranks;
+  return RemoteEngine{std::move(ranks), split};
 }
 
 }  // namespace
@@ -73,7 +74,7 @@ void Consumer::EnsureHandshake(const KvTransferParams& remote) {
                    curve = ctx_->keys.ForPeer(remote.remote_engine_id, remote.remote_host),
                    request = EncodeHandshakeRequest(0, ctx_->config.auth_token),
                    deadline = Deadline::AfterMs(ctx_->config.handshake_timeout_ms)] {
-        StatusOr<std::vector<HandshakeMetadata>> result =
+        StatusOr<RemoteEngine> result =
             FetchRanks(host, port, expected_engine, hash, curve, request, deadline);
         MutexLock lock(&job->mu);
         job->result = std::move(result);
@@ -120,6 +121,10 @@ Status Consumer::ConnectRanks(PeerEntry& peer) {
     }
     peer.reads.push_back(std::move(reads));
   }
+  for (int32_t p = 0; p < p_tp && peer.split; ++p) {
+    KVF_ASSIGN_OR_RETURN(int32_t readers, kv::CountReaders(peer.sharding, own, p));
+    if (readers == 0) peer.unread_ranks.push_back(p);
+  }
   return Status::Ok();
 }
 
@@ -130,7 +135,7 @@ void Consumer::AdvanceHandshakes() {
       ++it;
       continue;
     }
-    std::optional<StatusOr<std::vector<HandshakeMetadata>>> result;
+    std::optional<StatusOr<RemoteEngine>> result;
     {
       MutexLock lock(&peer.job->mu);
       if (!peer.job->done) {
@@ -143,7 +148,8 @@ void Consumer::AdvanceHandshakes() {
     peer.job.reset();
     Status st = result->status();
     if (st.ok()) {
-      peer.ranks = std::move(**result);
+      peer.ranks = std::move((*result)->ranks);
+      peer.split = (*result)->split;
       st = ConnectRanks(peer);
     }
     if (st.ok()) {

@@ -40,18 +40,32 @@ Status ReleaseEveryRank(const std::string& host, int32_t port, const std::string
   return Status::Ok();
 }
 
+// The release at a split engine's rank `rank` alone.
+Status ReleaseOneRank(const std::string& host, int32_t port, int32_t rank,
+                      const std::string& request,
+                      const StatusOr<std::optional<CurveClientKeys>>& curve,
+                      const Deadline& deadline) {
+  KVF_ASSIGN_OR_RETURN(ServedRanks served, ReleaseAt(host, port + rank, request, curve, deadline));
+  if (served.first_rank != rank) {
+    return FailedPreconditionError(fmt::format("{}:{} speaks for rank {}, expected rank {}", host,
+                                               port + rank, served.first_rank, rank));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
-void RemoteReleaser::Release(const KvTransferParams& remote) {
+void RemoteReleaser::Release(const KvTransferParams& remote, std::optional<int32_t> only_rank) {
   auto job = std::make_unique<Job>();
   Job* raw = job.get();
   job->thread = std::thread(
       [ctx = ctx_, raw, host = remote.remote_host, port = remote.remote_port,
        curve = ctx_->keys.ForPeer(remote.remote_engine_id, remote.remote_host),
        request = EncodeReleaseRequest(remote.remote_request_id, ctx_->config.auth_token),
-       id = remote.remote_request_id,
+       id = remote.remote_request_id, only_rank,
        deadline = Deadline::AfterMs(ctx_->config.handshake_timeout_ms)] {
-        Status st = ReleaseEveryRank(host, port, request, curve, deadline);
+        Status st = only_rank ? ReleaseOneRank(host, port, *only_rank, request, curve, deadline)
+                              : ReleaseEveryRank(host, port, request, curve, deadline);
         if (st.ok()) {
           ctx->stats.Update([](ConnectorStats& s) { ++s.notifications_sent; });
         } else {

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -27,8 +28,10 @@ class RemoteReleaser {
   RemoteReleaser(const RemoteReleaser&) = delete;
   RemoteReleaser& operator=(const RemoteReleaser&) = delete;
 
-  // Starts the release of `remote.remote_request_id` at `remote`'s side channel.
-  void Release(const KvTransferParams& remote);
+  // Starts the release of `remote.remote_request_id` at `remote`'s side channel (every rank
+  // of the engine), or, with `only_rank`, at that rank of a split engine only (its side
+  // channel at remote_port + rank).
+  void Release(const KvTransferParams& remote, std::optional<int32_t> only_rank = std::nullopt);
   // Joins the finished jobs (`all`: every job, waiting for those still running).
   void Reap(bool all);
 

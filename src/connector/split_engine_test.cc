@@ -25,7 +25,7 @@ namespace {
 using kv::Layout;
 using kv::LogicalBlockId;
 
-constexpr int32_t kHeads = 4;  // the model's KV heads
+constexpr int32_t kHeads = 4;  // the model's KV heads, unless a test says otherwise
 constexpr int32_t kBlocks = 64;
 
 uint32_t Pattern(uint32_t salt, int32_t region, int64_t token, int32_t head, int32_t e) {
@@ -66,13 +66,14 @@ struct Engine {
   // Rank r's side channel on base_port + r (split), the engine's on base_port (whole);
   // `moved_rank` serves 7 ports further instead.
   static StatusOr<std::unique_ptr<Engine>> Make(const std::string& name, const EngineSpec& spec,
-                                                int32_t base_port, int32_t moved_rank = -1) {
+                                                int32_t base_port, int32_t moved_rank,
+                                                int32_t heads) {
     static int counter = 0;
     auto e = std::make_unique<Engine>();
     e->spec = spec;
     e->engine_id = name + "-" + std::to_string(++counter);
     e->base_port = base_port;
-    KVF_ASSIGN_OR_RETURN(e->sharding, kv::HeadSharding::Create(kHeads, spec.tp));
+    KVF_ASSIGN_OR_RETURN(e->sharding, kv::HeadSharding::Create(heads, spec.tp));
     KVF_ASSIGN_OR_RETURN(e->geometry, kv::BlockGeometry::Create(spec.block_size, spec.block_size));
     for (int32_t r = 0; r < spec.tp; ++r) {
       kv::CacheSpec cs;
@@ -158,14 +159,15 @@ struct Pair {
   // The outside scheduler's mirror of P's lease tables.
   std::unique_ptr<LeaseTable> mirror = std::make_unique<LeaseTable>(kBlocks);
 
-  static Pair Make(const EngineSpec& ps, const EngineSpec& ds, int32_t p_moved_rank = -1) {
+  static Pair Make(const EngineSpec& ps, const EngineSpec& ds, int32_t p_moved_rank = -1,
+                   int32_t heads = kHeads) {
     Pair out;
     for (int attempt = 0; attempt < 20 && out.p == nullptr; ++attempt) {
-      auto p = Engine::Make("P", ps, PortsFor(ps.tp), p_moved_rank);
+      auto p = Engine::Make("P", ps, PortsFor(ps.tp), p_moved_rank, heads);
       if (p.ok()) out.p = std::move(*p);
     }
     for (int attempt = 0; attempt < 20 && out.d == nullptr; ++attempt) {
-      auto d = Engine::Make("D", ds, PortsFor(ds.tp));
+      auto d = Engine::Make("D", ds, PortsFor(ds.tp), -1, heads);
       if (d.ok()) out.d = std::move(*d);
     }
     EXPECT_TRUE(out.p != nullptr && out.d != nullptr);
@@ -259,6 +261,26 @@ TEST(SplitEngineTest, EveryPairOfSplitAndWholeEnginesMovesExactHeads) {
         EXPECT_EQ(c->Stats().blocks_held, 0);
       }
     }
+  }
+}
+
+// One KV head, replicated on every rank: a D at TP 1 reads P's copy on rank 0 only, and D's
+// release ends rank 1's share (nobody reads it) instead of its lease running out; two D ranks
+// reading one P rank's head both notify it.
+TEST(SplitEngineTest, ReplicasNobodyReadsGiveTheirBlocksBack) {
+  for (auto [ps, ds] : {std::pair{EngineSpec{2, true}, EngineSpec{1, false}},
+                        std::pair{EngineSpec{1, false}, EngineSpec{2, true}},
+                        std::pair{EngineSpec{4, true}, EngineSpec{2, true}}}) {
+    SCOPED_TRACE("P " + Describe(ps) + "  D " + Describe(ds));
+    Pair pair = Pair::Make(ps, ds, -1, /*heads=*/1);
+    if (pair.p == nullptr || pair.d == nullptr) return;
+    auto dblocks = Ids({2, 3});
+    KvTransferParams offer = pair.Offer("rep", Ids({6, 1}), 30, 8);
+    for (const LoadReport& r : pair.Load(offer, dblocks, 30, /*until_sent=*/true)) {
+      EXPECT_EQ(r.outcome, LoadOutcome::kPulled) << r.error;
+    }
+    EXPECT_TRUE(pair.d->Paint(8, dblocks, 29, true));
+    for (auto& c : pair.p->conns) EXPECT_EQ(c->Stats().leases_expired, 0u);
   }
 }
 
