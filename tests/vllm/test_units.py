@@ -101,9 +101,7 @@ class InProcessPD:
         from kvferry.vllm.worker import KvferryWorker
 
         def worker_config(block_size):
-            return SimpleNamespace(
-                model_config=SimpleNamespace(model="m"),
-                cache_config=SimpleNamespace(block_size=block_size, kv_cache_layout="LBHNC"))
+            return fake_config(block_size, kv_heads=heads)
         self.p_block_size = p_block_size
         self.p_flat, p_caches = kv_caches(2, self.NUM_BLOCKS, heads, p_block_size, head_size)
         self.p_flat.copy_(torch.randn(self.p_flat.shape).to(torch.bfloat16))
@@ -114,8 +112,8 @@ class InProcessPD:
                                   **(p_extra or {})), 1)
         cfg_d = parse_config({"side_channel_port": free_port(), "backend": backend,
                               "load_timeout_ms": 5000, "handshake_timeout_ms": 2000}, 1)
-        self.p_sched = KvferryScheduler(fake_config(p_block_size), cfg_p, "p", self.NUM_BLOCKS)
-        self.d_sched = KvferryScheduler(fake_config(d_block_size), cfg_d, "d", self.NUM_BLOCKS)
+        self.p_sched = KvferryScheduler(worker_config(p_block_size), cfg_p, "p", self.NUM_BLOCKS)
+        self.d_sched = KvferryScheduler(worker_config(d_block_size), cfg_d, "d", self.NUM_BLOCKS)
         self.p_work = KvferryWorker(worker_config(p_block_size), cfg_p, "p")
         self.d_work = KvferryWorker(worker_config(d_block_size), cfg_d, "d")
         self.p_work.register_kv_caches(p_caches)
@@ -179,6 +177,15 @@ class InProcessPD:
             time.sleep(0.005)
         raise runner.CheckFailed(f"P never gave {rid}'s blocks back")
 
+    def p_until_stats(self, done):
+        """Steps P until done(P's connector stats) holds; fails after 10 s."""
+        deadline = time.monotonic() + 10
+        while not done(self.p_work._conn.stats()):
+            if time.monotonic() >= deadline:
+                raise runner.CheckFailed(f"P's stats never got there: {self.p_work._conn.stats()}")
+            self.p_step()
+            time.sleep(0.005)
+
     def same_pages(self, p_blocks, d_blocks):
         return all(torch.equal(self.p_caches[n][pb].view(torch.int16),
                                self.d_caches[n][db].view(torch.int16))
@@ -241,24 +248,23 @@ def case_pull_with_generations():
             check(pd.same_pages([1, 2, 3], [9, 10, 11]), f"{backend}: pulled pages differ")
             pd.p_until_sent("r1")
             # The same params again (a retried request): P gave the blocks back, so the
-            # generations moved on and D throws the bytes away.
+            # generations moved on and D throws the bytes away. Its notification reaches P
+            # after r1's lease ended: counted late, not kept for a hold.
+            late = pd.p_work._conn.stats()["notifications_late"]
             rec, failed = pd.pull_on_d("d1-again", params, [12, 13, 14])
             check(rec["outcome"] == "failed_generation" and failed == {12, 13, 14} and
                   "block 1 changed generation 1 -> 2" in rec["error"], f"{rec}")
+            pd.p_until_stats(lambda s: s["notifications_late"] > late)
             # D's read (and its notification) reach P before the hold does: P keeps the
             # notification and gives the blocks back when the hold comes, not at lease end.
             params = pd.finish_on_p("r3", [6, 7], ship=False)
-            # (d1-again's notification, for a hold already ended, was kept the same way.)
             kept = pd.p_work._conn.stats()["notifications_before_hold"]
             rec, _ = pd.pull_on_d("d3", params, [1, 2])
             check(rec["outcome"] == "pulled" and pd.same_pages([6, 7], [1, 2]), f"{rec}")
-            for _ in range(50):
-                if pd.p_work._conn.stats()["notifications_before_hold"] > kept:
-                    break
-                pd.p_step()
-                time.sleep(0.01)
-            check(pd.p_work._conn.stats()["notifications_before_hold"] == kept + 1,
-                  "D's notification never reached P before its hold")
+            pd.p_until_stats(lambda s: s["notifications_before_hold"] > kept)
+            stats = pd.p_work._conn.stats()
+            check(stats["notifications_before_hold"] == kept + 1 and
+                  stats["notifications_late"] == late + 1, f"notifications counted: {stats}")
             check("r3" not in pd.sent, "P gave r3 back before its hold arrived")
             pd.ship_holds()
             pd.p_until_sent("r3")
@@ -373,9 +379,15 @@ def token_kv(layer, block, pos, head_size):
     return k, v
 
 
-def fake_config(block_size):
-    return SimpleNamespace(cache_config=SimpleNamespace(block_size=block_size),
-                           parallel_config=SimpleNamespace(tensor_parallel_size=1))
+def model_config(kv_heads=1):
+    return SimpleNamespace(model="m", get_total_num_kv_heads=lambda: kv_heads)
+
+
+def fake_config(block_size, tp_size=1, kv_heads=1):
+    return SimpleNamespace(cache_config=SimpleNamespace(block_size=block_size,
+                                                        kv_cache_layout="LBHNC"),
+                           parallel_config=SimpleNamespace(tensor_parallel_size=tp_size),
+                           model_config=model_config(kv_heads))
 
 
 def case_scheduler_spans():
@@ -426,9 +438,7 @@ def case_scheduler_spans():
           f"an aborted pull's record kept: {d._records} {d._gone} {d._loading}")
     # D at TP 2: its ranks may report one pull in different steps; the records merge (bytes
     # summed, the slowest ms), and after an abort the late rank's record is dropped too.
-    d2 = KvferryScheduler(SimpleNamespace(cache_config=SimpleNamespace(block_size=64),
-                                          parallel_config=SimpleNamespace(
-                                              tensor_parallel_size=2)), cfg, "engine-d2", 64)
+    d2 = KvferryScheduler(fake_config(64, tp_size=2, kv_heads=2), cfg, "engine-d2", 64)
 
     def rank_reports(rid, ms):
         d2.update_connector_output(SimpleNamespace(
@@ -469,12 +479,132 @@ def case_scheduler_spans():
     bad = SimpleNamespace(request_id="d2", num_prompt_tokens=10,
                           kv_transfer_params={"do_remote_prefill": True, "remote_host": "x"})
     check(d.get_num_new_matched_tokens(bad, 0) == (0, False), "incomplete params accepted")
+    # P at another TP size: D's ranks read their heads from P's ranks (hetero_tp), unless
+    # that size cannot shard the model's KV heads.
     other_tp = SimpleNamespace(request_id="d4", num_prompt_tokens=300,
-                               kv_transfer_params=dict(params, tp_size=2))
-    check(d.get_num_new_matched_tokens(other_tp, 0) == (0, False), "P at TP 2, D at 1 accepted")
+                               kv_transfer_params=dict(params, tp_size=1))
+    check(d2.get_num_new_matched_tokens(other_tp, 0)[0] > 0, "P at TP 1, D at 2 refused")
+    odd_tp = SimpleNamespace(request_id="d5", num_prompt_tokens=300,
+                             kv_transfer_params=dict(params, tp_size=3))
+    check(d2.get_num_new_matched_tokens(odd_tp, 0) == (0, False), "P at TP 3 of 2 heads")
     short = dict(params, remote_block_generations=[1, 1])
     bad = SimpleNamespace(request_id="d3", num_prompt_tokens=300, kv_transfer_params=short)
     check(d.get_num_new_matched_tokens(bad, 0) == (0, False), "2 generations for 3 blocks")
+
+
+def consecutive_free_ports(n):
+    """A base port with n free TCP ports from it (P's TP ranks serve base + rank)."""
+    import socket
+    for _ in range(50):
+        base = free_port()
+        socks = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", base + i))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise runner.CheckFailed("no consecutive free ports")
+
+
+class TpSide:
+    """One engine at TP `tp` as vLLM runs it: one scheduler, one worker per TP rank (each its
+    own C++ connector, as each vLLM TP worker process has), each rank's cache its KV heads."""
+
+    def __init__(self, engine_id, tp, heads, block_size, backend, random):
+        import kvferry.vllm.worker as worker_mod
+        from kvferry.vllm.scheduler import KvferryScheduler
+        self.tp, self.heads, self.block_size = tp, heads, block_size
+        cfg = parse_config({"side_channel_port": consecutive_free_ports(tp), "backend": backend,
+                            "load_timeout_ms": 5000, "handshake_timeout_ms": 2000}, 1)
+        vcfg = fake_config(block_size, tp_size=tp, kv_heads=heads)
+        self.sched = KvferryScheduler(vcfg, cfg, engine_id, InProcessPD.NUM_BLOCKS)
+        self.caches, self.workers = [], []
+        saved = worker_mod._tp_rank
+        try:
+            for r in range(tp):
+                flat, caches = kv_caches(2, InProcessPD.NUM_BLOCKS, heads // tp, block_size, 64)
+                if random:
+                    flat.copy_(torch.randn(flat.shape).to(torch.bfloat16))
+                worker_mod._tp_rank = lambda r=r: r
+                w = worker_mod.KvferryWorker(vcfg, cfg, engine_id)
+                w.register_kv_caches(caches)
+                self.caches.append((flat, caches))
+                self.workers.append(w)
+        finally:
+            worker_mod._tp_rank = saved
+
+    def head(self, g):
+        """(rank, local head) holding global KV head g."""
+        per = self.heads // self.tp
+        return g // per, g % per
+
+    def start(self, meta):
+        for w in self.workers:
+            w.start_load_kv(meta)
+
+    def close(self):
+        for w in self.workers:
+            w.shutdown()
+
+
+def case_hetero_tp():
+    """P and D at different TP sizes (1 -> 2, 2 -> 1, 2 -> 2), each TP rank its own C++
+    connector as in vLLM's worker processes: every D rank pulls exactly its KV heads from the
+    P ranks that hold them, and every P rank gives the blocks back on its readers'
+    notifications."""
+    from vllm.v1.request import RequestStatus
+    heads, bs, n = 2, 32, 80
+    for p_tp, d_tp in ((1, 2), (2, 1), (2, 2)):
+        p = TpSide("p", p_tp, heads, bs, "ucx", random=True)
+        d = TpSide("d", d_tp, heads, bs, "ucx", random=False)
+        try:
+            req = SimpleNamespace(request_id="r", kv_transfer_params={"do_remote_decode": True},
+                                  status=RequestStatus.FINISHED_LENGTH_CAPPED,
+                                  num_computed_tokens=n)
+            _, params = p.sched.request_finished(req, [[4, 7, 2]])
+            check(params["tp_size"] == p_tp, f"{params}")
+            p.start(p.sched.build_connector_meta(None))
+            dreq = SimpleNamespace(request_id="q", kv_transfer_params=dict(params),
+                                   num_prompt_tokens=n)
+            count, _ = d.sched.get_num_new_matched_tokens(dreq, 0)
+            check(count == n, f"D at TP {d_tp} loads {count} of P at TP {p_tp}")
+            d_blocks = [9, 1, 5]
+            d.sched.update_state_after_alloc(
+                dreq, SimpleNamespace(get_block_ids=lambda: (d_blocks,)), count)
+            d.start(d.sched.build_connector_meta(None))
+            records, sent = {}, [set() for _ in range(p_tp)]
+            deadline = time.monotonic() + 20
+            while (len(records) < d_tp or not all("r" in x for x in sent)) and \
+                    time.monotonic() < deadline:
+                for r, w in enumerate(d.workers):
+                    w.get_finished()
+                    records.update({r: rec for rec in w.take_records().values()})
+                for r, w in enumerate(p.workers):
+                    sent[r] |= w.get_finished()[0]
+                time.sleep(0.005)
+            check(len(records) == d_tp and all(x["outcome"] == "pulled" and x["bytes"] > 0
+                                               for x in records.values()),
+                  f"P TP {p_tp} -> D TP {d_tp}: {records}")
+            check(all("r" in x for x in sent), f"a P rank still holds r: {sent}")
+            for g in range(heads):
+                (pr, ph), (dr, dh) = p.head(g), d.head(g)
+                for name in p.caches[0][1]:
+                    for t in range(n):
+                        kp, vp = token_kv(p.caches[pr][1][name][:, ph:ph + 1], [4, 7, 2][t // bs],
+                                          t % bs, 64)
+                        kd, vd = token_kv(d.caches[dr][1][name][:, dh:dh + 1], d_blocks[t // bs],
+                                          t % bs, 64)
+                        check(torch.equal(kp, kd) and torch.equal(vp, vd),
+                              f"P TP {p_tp} -> D TP {d_tp}: head {g} token {t} of {name}")
+        finally:
+            p.close()
+            d.close()
 
 
 def case_stats_and_prometheus():
@@ -520,5 +650,6 @@ runner.run_cases([("config", case_config),
                   ("lease_expires", case_lease_expires),
                   ("incompatible_p_refused", case_incompatible_p_refused),
                   ("host_buffer", case_host_buffer),
+                  ("hetero_tp", case_hetero_tp),
                   ("scheduler_spans", case_scheduler_spans),
                   ("other_vllm_version_refused", case_other_vllm_version_refused)])

@@ -45,6 +45,7 @@ class KvferryScheduler:
         self._engine_id = engine_id
         self._block_size = vllm_config.cache_config.block_size
         self._tp_size = vllm_config.parallel_config.tensor_parallel_size
+        self._kv_heads = int(vllm_config.model_config.get_total_num_kv_heads())
         self._local_hits: dict[str, int] = {}    # D: local prefix-hit tokens at match time
         self._loads: list[LoadSpec] = []         # D: to ship with the next metadata
         self._holds: dict[str, Hold] = {}        # P: to ship with the next metadata
@@ -88,12 +89,14 @@ class KvferryScheduler:
         return count, True
 
     def _tp_problem(self, params: dict) -> str:
-        """D rank r reads P rank r's heads, so P and D must run the same TP size (a different
-        one also computes different numerics: no P/D answer could equal a colocated one)."""
+        """P may run another TP size than D (each D rank reads its heads from the P ranks that
+        hold them), as long as that size shards the model's KV heads: one divides the other."""
         p_tp = params.get("tp_size", 1)
-        if p_tp != self._tp_size:
-            return (f"P's tensor_parallel_size {p_tp} is not D's {self._tp_size} (heterogeneous "
-                    "TP is not supported)")
+        if not isinstance(p_tp, int) or isinstance(p_tp, bool) or p_tp < 1:
+            return f"tp_size {p_tp!r} is not a positive integer"
+        if self._kv_heads % p_tp and p_tp % self._kv_heads:
+            return (f"P's tensor_parallel_size {p_tp} does not shard the model's "
+                    f"{self._kv_heads} KV heads")
         return ""
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:

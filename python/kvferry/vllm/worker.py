@@ -69,8 +69,14 @@ class KvferryWorker:
         self._block_size_logical = vllm_config.cache_config.block_size
         self._kv_cache_layout = str(vllm_config.cache_config.kv_cache_layout)
         self._tp_rank = _tp_rank()
+        self._tp_size = int(vllm_config.parallel_config.tensor_parallel_size)
+        self._model_kv_heads = int(vllm_config.model_config.get_total_num_kv_heads())
+        # This process is one rank of a split engine: its connector holds this rank's heads,
+        # reads (D) what they need from whichever P ranks hold them, and serves (P) this
+        # rank's side channel.
         self._conn = kvferry.ConnectorWorker(
-            connector_config(cfg, engine_id, self._tp_rank, cfg.host_buffer), self._model)
+            connector_config(cfg, engine_id, self._tp_rank, cfg.host_buffer), self._model,
+            tp_rank=self._tp_rank, tp_size=self._tp_size)
         self._kv_caches: dict = {}    # vLLM's tensors: alive as long as the connector reads them
         self._failed_blocks: set[int] = set()
         self._records: dict[str, dict] = {}
@@ -80,7 +86,8 @@ class KvferryWorker:
     def register_kv_caches(self, kv_caches: dict) -> None:
         self._kv_caches = kv_caches
         spec, regions = cache_of_kv_caches(kv_caches, kv_cache_layout=self._kv_cache_layout)
-        self._conn.register_kv_cache(spec, regions, self._block_size_logical)
+        self._conn.register_kv_cache(spec, regions, self._block_size_logical,
+                                     model_kv_heads=self._model_kv_heads)
         logger.info("KvferryConnector: registered %d layers, %.1f MiB; kernel block %d tokens "
                     "(%d B/layer page), logical block %d; side channel %s:%d",
                     spec.num_layers, spec.num_regions * spec.region_bytes / 2**20,
@@ -91,7 +98,7 @@ class KvferryWorker:
     def start_load_kv(self, meta: KvferryConnectorMetadata) -> None:
         """Hands the connector what the scheduler decided this step, and starts the pulls."""
         for spec in meta.loads:
-            self._conn.load(spec.request_id, json.dumps(self._for_this_rank(spec.params)),
+            self._conn.load(spec.request_id, json.dumps(spec.params),
                             [LogicalBlockId(b) for b in spec.local_block_ids],
                             spec.num_local_computed_tokens, spec.num_external_tokens)
         for save in meta.saves:
@@ -101,14 +108,8 @@ class KvferryWorker:
             self._conn.hold(rid, [LogicalBlockId(b) for b in hold.block_ids],
                             list(hold.generations))
         for params in meta.releases:
-            self._conn.release(json.dumps(self._for_this_rank(params)))
+            self._conn.release(json.dumps(params))
         self._conn.start_load_kv()
-
-    def _for_this_rank(self, params: dict) -> dict:
-        """P's offer as this rank reads it: D rank r reads P rank r, whose side channel is
-        remote_port + r and which is, to this rank's connector, an engine of one rank (the
-        scheduler refused a P of another TP size)."""
-        return dict(params, remote_port=int(params["remote_port"]) + self._tp_rank, tp_size=1)
 
     def wait_for_save(self) -> None:
         """After the forward pass: host-buffer staging of this step's computed chunks."""
