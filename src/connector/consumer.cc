@@ -303,8 +303,8 @@ Status Consumer::Advance(RecvState& r, SourceRead& read) {
       return PostData(read, peer->second);
     case SourceRead::Phase::kData:
       KVF_LOG_DEBUG("connector {}: rank {} pulled {} bytes in {} descriptors from rank {} for {}",
-                    ctx_->engine_id, read.d_rank, read.data_bytes, read.data_descriptors,
-                    read.heads.src_rank, r.spec.request_id);
+                    ctx_->engine_id, reg_->EngineRank(read.d_rank), read.data_bytes,
+                    read.data_descriptors, read.heads.src_rank, r.spec.request_id);
       if (*after_data_read_) (*after_data_read_)(r.spec.request_id);
       peer = peers_.find(r.spec.remote.remote_engine_id);
       if (peer == peers_.end())
@@ -356,9 +356,9 @@ Status Consumer::FinishRead(RecvState& r, SourceRead& read) {
 void Consumer::RecordFailure(RecvState& r, SourceRead* read, LoadOutcome kind, const Status& why) {
   KVF_LOG_WARN("connector {}: KV load of {} from {}{} failed ({}): {}", ctx_->engine_id,
                r.spec.request_id, r.spec.remote.remote_engine_id,
-               read == nullptr
-                   ? std::string()
-                   : fmt::format(" (rank {} from rank {})", read->d_rank, read->heads.src_rank),
+               read == nullptr ? std::string()
+                               : fmt::format(" (rank {} from rank {})",
+                                             reg_->EngineRank(read->d_rank), read->heads.src_rank),
                LoadOutcomeName(kind), why.ToString());
   if (kind == LoadOutcome::kFailedTransfer || kind == LoadOutcome::kFailedDeadline) {
     // The transport may still write into this load's memory until the connection is closed
