@@ -12,85 +12,148 @@ namespace kvferry::engine::kernels {
 
 namespace {
 
+// Query rows of one sequence that share their key loads: consecutive positions, one KV head.
+inline constexpr int32_t kQueryTile = 16;
+
 struct Task {
   int32_t seq;
-  int32_t query;  // index within the sequence's run
+  int32_t query;  // first query of the tile, index within the sequence's run
+  int32_t num_queries;
   int32_t kv_head;
 };
 
-// Scratch of one worker range.
+// Scratch of one worker range: one key chunk (shared by the tile's queries), and per query of
+// the tile and head of the group, the running softmax state.
 struct Scratch {
   std::vector<float> keys, values, scores, acc, max, sum;
 };
 
-void RunTask(const KvLayerView& view, const AttentionSequence& s, int32_t query, int32_t kv_head,
-             const float* q, int32_t num_heads, float scale, float* out, Scratch& sc) {
+// acc[i] = acc[i] * alpha, then acc[i] += e * v[i]: elementwise, so vector width changes
+// nothing (no FMA).
+inline __attribute__((always_inline)) void Scale(float* acc, float alpha, int32_t d) {
+  const int32_t d8 = d & ~7;
+  const V8 a = Splat8(alpha);
+  for (int32_t i = 0; i < d8; i += 8) Store8(acc + i, Load8(acc + i) * a);
+  for (int32_t i = d8; i < d; ++i) acc[i] *= alpha;
+}
+inline __attribute__((always_inline)) void AddScaled(float* acc, float e, const float* v,
+                                                     int32_t d) {
+  const int32_t d8 = d & ~7;
+  const V8 ev = Splat8(e);
+  for (int32_t i = 0; i < d8; i += 8) Store8(acc + i, Load8(acc + i) + ev * Load8(v + i));
+  for (int32_t i = d8; i < d; ++i) acc[i] += e * v[i];
+}
+
+// One query head's step over keys [j0, j0 + n) (the header's per-chunk order).
+inline __attribute__((always_inline)) void ChunkStep(const float* qh, const float* keys,
+                                                     const float* values, int32_t n, int32_t d,
+                                                     float scale, float* scores, float* acc,
+                                                     float* max, float* sum) {
+  float chunk_max = -std::numeric_limits<float>::infinity();
+  for (int32_t j = 0; j < n; ++j) {
+    scores[j] = Dot(qh, keys + j * d, d) * scale;
+    chunk_max = std::max(chunk_max, scores[j]);
+  }
+  const float m_new = std::max(*max, chunk_max);
+  const float alpha = std::exp(*max - m_new);
+  float l = *sum * alpha;
+  Scale(acc, alpha, d);
+  for (int32_t j = 0; j < n; ++j) {
+    const float e = std::exp(scores[j] - m_new);
+    l += e;
+    AddScaled(acc, e, values + j * d, d);
+  }
+  *sum = l;
+  *max = m_new;
+}
+
+// A tile of queries at positions p0 .. p0 + nq - 1 of one sequence, one KV head: each key chunk
+// is loaded once for the tile; each query attends over its own keys 0..p in the same chunks,
+// so its result is the one it would get alone.
+inline __attribute__((always_inline)) void TileImpl(const KvLayerView& view,
+                                                    const AttentionSequence& s, const Task& t,
+                                                    const float* q, int32_t num_heads, float scale,
+                                                    float* out, Scratch& sc) {
   const int32_t d = view.head_dim;
   const int32_t group = num_heads / view.num_kv_heads;
   const int32_t row_width = num_heads * d;
-  const int32_t p = s.first_pos + query;
-  const int64_t row = s.first_row + query;
-  const float* qrow = q + row * row_width;
+  const int32_t p0 = s.first_pos + t.query;
+  const int32_t last = p0 + t.num_queries - 1;
+  const size_t states = static_cast<size_t>(t.num_queries) * group;
   sc.keys.resize(static_cast<size_t>(kAttentionChunk) * d);
   sc.values.resize(sc.keys.size());
-  sc.scores.resize(static_cast<size_t>(kAttentionChunk) * group);
-  sc.acc.assign(static_cast<size_t>(group) * d, 0.0f);
-  sc.max.assign(group, -std::numeric_limits<float>::infinity());
-  sc.sum.assign(group, 0.0f);
-
-  for (int32_t j0 = 0; j0 <= p; j0 += kAttentionChunk) {
-    const int32_t n = std::min(kAttentionChunk, p + 1 - j0);
-    for (int32_t j = 0; j < n; ++j) {
-      LoadHead(view, view.k, s.kernel_table, j0 + j, kv_head, sc.keys.data() + j * d);
-      LoadHead(view, view.v, s.kernel_table, j0 + j, kv_head, sc.values.data() + j * d);
+  sc.scores.resize(kAttentionChunk);
+  sc.acc.assign(states * d, 0.0f);
+  sc.max.assign(states, -std::numeric_limits<float>::infinity());
+  sc.sum.assign(states, 0.0f);
+  for (int32_t j0 = 0; j0 <= last; j0 += kAttentionChunk) {
+    const int32_t loaded = std::min(kAttentionChunk, last + 1 - j0);
+    for (int32_t j = 0; j < loaded; ++j) {
+      LoadHead(view, view.k, s.kernel_table, j0 + j, t.kv_head, sc.keys.data() + j * d);
+      LoadHead(view, view.v, s.kernel_table, j0 + j, t.kv_head, sc.values.data() + j * d);
     }
-    for (int32_t g = 0; g < group; ++g) {
-      const float* qh = qrow + static_cast<int64_t>(kv_head * group + g) * d;
-      float* sg = sc.scores.data() + g * kAttentionChunk;
-      float chunk_max = -std::numeric_limits<float>::infinity();
-      for (int32_t j = 0; j < n; ++j) {
-        sg[j] = Dot(qh, sc.keys.data() + j * d, d) * scale;
-        chunk_max = std::max(chunk_max, sg[j]);
+    for (int32_t qi = std::max(0, j0 - p0); qi < t.num_queries; ++qi) {
+      const int32_t n = std::min(kAttentionChunk, p0 + qi + 1 - j0);
+      const float* qrow = q + (s.first_row + t.query + qi) * row_width;
+      for (int32_t g = 0; g < group; ++g) {
+        const size_t st = static_cast<size_t>(qi) * group + g;
+        ChunkStep(qrow + static_cast<int64_t>(t.kv_head * group + g) * d, sc.keys.data(),
+                  sc.values.data(), n, d, scale, sc.scores.data(), sc.acc.data() + st * d,
+                  &sc.max[st], &sc.sum[st]);
       }
-      const float m_new = std::max(sc.max[g], chunk_max);
-      const float alpha = std::exp(sc.max[g] - m_new);
-      float* acc = sc.acc.data() + g * d;
-      float l = sc.sum[g] * alpha;
-      for (int32_t i = 0; i < d; ++i) acc[i] *= alpha;
-      for (int32_t j = 0; j < n; ++j) {
-        const float e = std::exp(sg[j] - m_new);
-        l += e;
-        const float* vj = sc.values.data() + j * d;
-        for (int32_t i = 0; i < d; ++i) acc[i] += e * vj[i];
-      }
-      sc.sum[g] = l;
-      sc.max[g] = m_new;
     }
   }
-  for (int32_t g = 0; g < group; ++g) {
-    float* o = out + row * row_width + static_cast<int64_t>(kv_head * group + g) * d;
-    const float* acc = sc.acc.data() + g * d;
-    for (int32_t i = 0; i < d; ++i) o[i] = acc[i] / sc.sum[g];
+  for (int32_t qi = 0; qi < t.num_queries; ++qi) {
+    float* orow = out + (s.first_row + t.query + qi) * row_width;
+    for (int32_t g = 0; g < group; ++g) {
+      const size_t st = static_cast<size_t>(qi) * group + g;
+      float* o = orow + static_cast<int64_t>(t.kv_head * group + g) * d;
+      const float* acc = sc.acc.data() + st * d;
+      for (int32_t i = 0; i < d; ++i) o[i] = acc[i] / sc.sum[st];
+    }
   }
 }
+
+// The same code for the baseline ISA and for AVX2 (wider vectors, identical results: every
+// lane is the same IEEE operation, and there is no FMA).
+__attribute__((flatten)) void TileGeneric(const KvLayerView& view, const AttentionSequence& s,
+                                          const Task& t, const float* q, int32_t num_heads,
+                                          float scale, float* out, Scratch& sc) {
+  TileImpl(view, s, t, q, num_heads, scale, out, sc);
+}
+#if defined(__x86_64__)
+__attribute__((target("avx2"), flatten)) void TileAvx2(const KvLayerView& view,
+                                                       const AttentionSequence& s, const Task& t,
+                                                       const float* q, int32_t num_heads,
+                                                       float scale, float* out, Scratch& sc) {
+  TileImpl(view, s, t, q, num_heads, scale, out, sc);
+}
+#endif
 
 }  // namespace
 
 void Attention(const KvLayerView& view, std::span<const AttentionSequence> seqs, const float* q,
                int32_t num_heads, float scale, float* out, ThreadPool* pool) {
   std::vector<Task> tasks;
-  int64_t work = 0;  // key positions visited, summed over tasks
+  int64_t work = 0;  // key positions visited, summed over queries
   for (int32_t si = 0; si < static_cast<int32_t>(seqs.size()); ++si) {
-    for (int32_t i = 0; i < seqs[si].num_queries; ++i) {
-      work += int64_t{seqs[si].first_pos + i + 1} * view.num_kv_heads;
-      for (int32_t h = 0; h < view.num_kv_heads; ++h) tasks.push_back({si, i, h});
+    const AttentionSequence& s = seqs[si];
+    for (int32_t i = 0; i < s.num_queries; i += kQueryTile) {
+      const int32_t nq = std::min(kQueryTile, s.num_queries - i);
+      for (int32_t k = 0; k < nq; ++k) work += int64_t{s.first_pos + i + k + 1} * view.num_kv_heads;
+      for (int32_t h = 0; h < view.num_kv_heads; ++h) tasks.push_back({si, i, nq, h});
     }
   }
+#if defined(__x86_64__)
+  auto tile = CpuHasAvx2() ? &TileAvx2 : &TileGeneric;
+#else
+  auto tile = &TileGeneric;
+#endif
   auto body = [&](int64_t begin, int64_t end) {
     Scratch sc;
     for (int64_t t = begin; t < end; ++t) {
       const Task& task = tasks[t];
-      RunTask(view, seqs[task.seq], task.query, task.kv_head, q, num_heads, scale, out, sc);
+      tile(view, seqs[task.seq], task, q, num_heads, scale, out, sc);
     }
   };
   // Small problems (a short decode step) run inline: a hand-off to the workers costs more.
