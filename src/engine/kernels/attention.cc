@@ -1,6 +1,7 @@
 #include "engine/kernels/attention.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -130,7 +131,11 @@ __attribute__((target("avx2"), flatten)) void TileAvx2(const KvLayerView& view,
 }
 #endif
 
+std::atomic<bool> g_force_portable{false};
+
 }  // namespace
+
+void ForcePortableAttentionForTest(bool portable) { g_force_portable.store(portable); }
 
 void Attention(const KvLayerView& view, std::span<const AttentionSequence> seqs, const float* q,
                int32_t num_heads, float scale, float* out, ThreadPool* pool) {
@@ -145,7 +150,8 @@ void Attention(const KvLayerView& view, std::span<const AttentionSequence> seqs,
     }
   }
 #if defined(__x86_64__)
-  auto tile = CpuHasAvx2() ? &TileAvx2 : &TileGeneric;
+  auto tile =
+      CpuHasAvx2() && !g_force_portable.load(std::memory_order_relaxed) ? &TileAvx2 : &TileGeneric;
 #else
   auto tile = &TileGeneric;
 #endif

@@ -48,6 +48,10 @@ struct AttentionSequence {
 void Attention(const KvLayerView& view, std::span<const AttentionSequence> seqs, const float* q,
                int32_t num_heads, float scale, float* out, ThreadPool* pool);
 
+// Test hook (process-wide): true runs the baseline-ISA copy even where the CPU has AVX2, so a
+// test can show both copies give the same bits on one machine.
+void ForcePortableAttentionForTest(bool portable);
+
 // Naive reference: full softmax per query (two passes, max then sum, in position order), for
 // tests; agrees with Attention to rounding, not bit for bit.
 void AttentionReference(const KvLayerView& view, std::span<const AttentionSequence> seqs,

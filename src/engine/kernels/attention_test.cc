@@ -104,6 +104,20 @@ TEST(AttentionTest, BitIdenticalAcrossGeometryChunkingAndThreads) {
   }
 }
 
+// The AVX2 copy (where the CPU has it) and the baseline-ISA copy give the same bits.
+TEST(AttentionTest, PortableAndAvx2CopiesAgreeBitForBit) {
+  const auto q = RandomFloats(kLen * kHeads * kDim, 7, -2.0f, 2.0f);
+  for (kv::DType dtype : {kv::DType::kF32, kv::DType::kF16, kv::DType::kBF16}) {
+    Fixture f = Make(32, kv::Layout::kHND, dtype);
+    const auto fast = RunAttention(f, q, nullptr, 0);
+    ForcePortableAttentionForTest(true);
+    const auto portable = RunAttention(f, q, nullptr, 0);
+    ForcePortableAttentionForTest(false);
+    ASSERT_EQ(0, std::memcmp(fast.data(), portable.data(), fast.size() * 4))
+        << "dtype=" << int(dtype);
+  }
+}
+
 TEST(AttentionTest, StoredDtypeRoundsValues) {
   Fixture f = Make(16, kv::Layout::kNHD, kv::DType::kBF16);
   std::vector<float> k(kDim);
