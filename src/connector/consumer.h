@@ -81,7 +81,6 @@ struct PeerEntry {
   std::vector<std::vector<transfer::RegionHandle>> remote_regions;  // per P rank
   // A split P (its ranks serve their own side channels): the ranks no D rank of this engine
   // reads from (replicas), which hear of a pull only through a release from D's rank 0.
-  bool split = false;
   std::vector<int32_t> unread_ranks;
 };
 
@@ -140,7 +139,7 @@ class Consumer {
   // --- consumer_peers.cc: the remote engines ---
   void EnsureHandshake(const KvTransferParams& remote);
   void AdvanceHandshakes();
-  Status ConnectRanks(PeerEntry& peer);
+  Status ConnectRanks(PeerEntry& peer, bool split);
   void FailWaitingLoads(const std::string& engine, const Status& why);
   void DropPeer(const std::string& engine_id);
 

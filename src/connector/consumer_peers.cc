@@ -84,8 +84,8 @@ void Consumer::EnsureHandshake(const KvTransferParams& remote) {
 }
 
 // Which P ranks each D rank reads from, and a connection of each D rank's agent to each of
-// them. A failure leaves no connection behind.
-Status Consumer::ConnectRanks(PeerEntry& peer) {
+// them; of a `split` P, also the ranks nobody here reads. A failure leaves no connection behind.
+Status Consumer::ConnectRanks(PeerEntry& peer, bool split) {
   const int32_t p_tp = static_cast<int32_t>(peer.ranks.size());
   const kv::HeadSharding& own = reg_->sharding();
   StatusOr<kv::HeadSharding> sharding = kv::HeadSharding::Create(own.num_kv_heads(), p_tp);
@@ -121,7 +121,7 @@ Status Consumer::ConnectRanks(PeerEntry& peer) {
     }
     peer.reads.push_back(std::move(reads));
   }
-  for (int32_t p = 0; p < p_tp && peer.split; ++p) {
+  for (int32_t p = 0; p < p_tp && split; ++p) {
     KVF_ASSIGN_OR_RETURN(int32_t readers, kv::CountReaders(peer.sharding, own, p));
     if (readers == 0) peer.unread_ranks.push_back(p);
   }
@@ -149,8 +149,7 @@ void Consumer::AdvanceHandshakes() {
     Status st = result->status();
     if (st.ok()) {
       peer.ranks = std::move((*result)->ranks);
-      peer.split = (*result)->split;
-      st = ConnectRanks(peer);
+      st = ConnectRanks(peer, (*result)->split);
     }
     if (st.ok()) {
       peer.state = PeerEntry::State::kReady;

@@ -21,8 +21,23 @@ StatusOr<ServedRanks> ReleaseAt(const std::string& host, int32_t port, const std
   return DecodeOkReply(reply);
 }
 
+// The release at a split engine's rank `rank` (its side channel at rank 0's `port` + rank),
+// which must answer for that rank (of `tp_size` ranks, when not 0).
+Status ReleaseRank(const std::string& host, int32_t port, int32_t rank, int32_t tp_size,
+                   const std::string& request,
+                   const StatusOr<std::optional<CurveClientKeys>>& curve,
+                   const Deadline& deadline) {
+  KVF_ASSIGN_OR_RETURN(ServedRanks served, ReleaseAt(host, port + rank, request, curve, deadline));
+  if (served.first_rank != rank || (tp_size != 0 && served.tp_size != tp_size)) {
+    return FailedPreconditionError(fmt::format("{}:{} speaks for rank {} of {}, expected rank {}",
+                                               host, port + rank, served.first_rank, served.tp_size,
+                                               rank));
+  }
+  return Status::Ok();
+}
+
 // The release at `port` (the P engine's rank 0), then, for an engine whose ranks serve their own
-// side channels, at rank r's port + r for every rank the first reply did not speak for.
+// side channels, at every rank the first reply did not speak for.
 Status ReleaseEveryRank(const std::string& host, int32_t port, const std::string& request,
                         const StatusOr<std::optional<CurveClientKeys>>& curve,
                         const Deadline& deadline) {
@@ -30,25 +45,7 @@ Status ReleaseEveryRank(const std::string& host, int32_t port, const std::string
   const int32_t base = port - first.first_rank;
   for (int32_t r = 0; r < first.tp_size; ++r) {
     if (r >= first.first_rank && r < first.first_rank + first.num_ranks) continue;
-    KVF_ASSIGN_OR_RETURN(ServedRanks other, ReleaseAt(host, base + r, request, curve, deadline));
-    if (other.first_rank != r || other.tp_size != first.tp_size) {
-      return FailedPreconditionError(
-          fmt::format("{}:{} speaks for rank {} of {}, expected rank {} of {}", host, base + r,
-                      other.first_rank, other.tp_size, r, first.tp_size));
-    }
-  }
-  return Status::Ok();
-}
-
-// The release at a split engine's rank `rank` alone.
-Status ReleaseOneRank(const std::string& host, int32_t port, int32_t rank,
-                      const std::string& request,
-                      const StatusOr<std::optional<CurveClientKeys>>& curve,
-                      const Deadline& deadline) {
-  KVF_ASSIGN_OR_RETURN(ServedRanks served, ReleaseAt(host, port + rank, request, curve, deadline));
-  if (served.first_rank != rank) {
-    return FailedPreconditionError(fmt::format("{}:{} speaks for rank {}, expected rank {}", host,
-                                               port + rank, served.first_rank, rank));
+    KVF_RETURN_IF_ERROR(ReleaseRank(host, base, r, first.tp_size, request, curve, deadline));
   }
   return Status::Ok();
 }
@@ -64,7 +61,7 @@ void RemoteReleaser::Release(const KvTransferParams& remote, std::optional<int32
        request = EncodeReleaseRequest(remote.remote_request_id, ctx_->config.auth_token),
        id = remote.remote_request_id, only_rank,
        deadline = Deadline::AfterMs(ctx_->config.handshake_timeout_ms)] {
-        Status st = only_rank ? ReleaseOneRank(host, port, *only_rank, request, curve, deadline)
+        Status st = only_rank ? ReleaseRank(host, port, *only_rank, 0, request, curve, deadline)
                               : ReleaseEveryRank(host, port, request, curve, deadline);
         if (st.ok()) {
           ctx->stats.Update([](ConnectorStats& s) { ++s.notifications_sent; });
