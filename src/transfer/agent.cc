@@ -417,4 +417,6 @@ std::vector<Notification> Agent::WaitNotifications(Deadline deadline) {
   return GetNotifications();
 }
 
+AgentStats Agent::Stats() const { return impl_->backend->Stats(); }
+
 }  // namespace kvferry::transfer

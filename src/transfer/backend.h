@@ -97,6 +97,9 @@ class Backend {
   virtual void Cancel(const std::shared_ptr<Completion>& completion) = 0;
 
   virtual Status SendNotification(uint32_t peer_id, std::string message) = 0;
+
+  // The backend's counters (AgentStats); the default has none.
+  virtual AgentStats Stats() const { return {}; }
 };
 
 StatusOr<std::unique_ptr<Backend>> CreateLoopbackBackend(BackendContext context);

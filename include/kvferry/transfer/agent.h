@@ -138,6 +138,9 @@ class Agent {
   // an empty vector on timeout.
   std::vector<Notification> WaitNotifications(Deadline deadline);
 
+  // Counters since creation: what the backend refused from peers, by reason (AgentStats).
+  AgentStats Stats() const;
+
  private:
   struct Impl;
   Agent(std::string name, std::unique_ptr<Impl> impl);

@@ -1,5 +1,5 @@
 // Value types of the transfer layer: memory kinds, region / peer / transfer handles,
-// descriptors, transfer requests, notifications.
+// descriptors, transfer requests, notifications, the agent's counters.
 //
 // The transfer layer moves lists of byte ranges between registered memory of two agents. It
 // knows nothing of tokens, layers or blocks (docs/transfer.md); a descriptor is (region, offset,
@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,15 @@ struct XferInfo {
   // Every remote region it touches is mapped into this process (UCX on one host, memory the
   // peer allocated with Agent::AllocateMemory): a Post is one memcpy by the caller.
   bool by_memcpy = false;
+};
+
+// An agent's counters since creation (Agent::Stats).
+struct AgentStats {
+  // What the backend refused from peers, by reason: inbound connections and frames it closed,
+  // read and write ranges outside the registered regions, replies that do not match a request
+  // (socket backend: every reason, zeros included; docs/reliability.md, "Hostile peers").
+  // Other backends: empty.
+  std::map<std::string, uint64_t> refused_inbound;
 };
 
 }  // namespace kvferry::transfer

@@ -16,7 +16,8 @@
 // (bytes of that transfer must not land later). A closed or reset connection fails the peer's
 // transfers with Unavailable at once (a dead process's sockets are closed by its kernel; a
 // hung one is caught by the deadline). A target checks every (region, offset, length) against
-// its own registered regions, and a connection must open with the secret from the metadata.
+// its own registered regions, and a connection must open with the secret from the metadata;
+// whatever a receiver refuses (socket_frame.h) is counted by reason (Stats).
 #include "transfer/backends/socket/socket_backend.h"
 
 #include <arpa/inet.h>
@@ -343,6 +344,16 @@ Status SocketBackend::SendNotification(uint32_t peer_id, std::string message) {
   return Status::Ok();
 }
 
+AgentStats SocketBackend::Stats() const {
+  MutexLock l(&mu_);
+  AgentStats s;
+  for (size_t i = 1; i < kNumRefusals; ++i) {
+    const auto r = static_cast<Refusal>(i);
+    s.refused_inbound.emplace(std::string(RefusalName(r)), refused_[r]);
+  }
+  return s;
+}
+
 // ---- queueing ------------------------------------------------------------------------------
 
 Conn& SocketBackend::NewConn(int fd, bool outbound) {
@@ -374,14 +385,6 @@ void SocketBackend::QueueNotify(Conn& c, const std::string& message, uint64_t to
 void SocketBackend::Wake() {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t w = ::write(wake_fd_, &one, sizeof(one));
-}
-
-const Region* SocketBackend::FindRegion(uint32_t id, uint64_t offset, uint64_t length) {
-  auto it = regions_.find(id);
-  if (it == regions_.end() || offset > it->second.length || length > it->second.length - offset) {
-    return nullptr;
-  }
-  return &it->second;
 }
 
 }  // namespace kvferry::transfer::sock

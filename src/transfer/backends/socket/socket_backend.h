@@ -1,7 +1,8 @@
 // Internal declarations of the socket backend (BackendKind::kSocket), shared by
 // socket_backend.cc (start-up, memory, metadata, the Backend calls that queue frames) and
 // socket_io.cc (connecting, the I/O thread: sending, receiving, frame handling, deadlines).
-// Design: socket_backend.cc; wire format: socket_wire.h; metadata blob: socket_blob.h.
+// Design: socket_backend.cc; wire format: socket_wire.h; frame checks: socket_frame.h; metadata
+// blob: socket_blob.h.
 //
 // Thread-safety: the public Backend methods may be called from any thread. Every member below
 // `mu_` is guarded by it: callers and the I/O thread both take it to touch connections,
@@ -22,6 +23,7 @@
 
 #include "kvferry/common/thread_annotations.h"
 #include "transfer/backend.h"
+#include "transfer/backends/socket/socket_frame.h"
 #include "transfer/backends/socket/socket_wire.h"
 
 namespace kvferry::transfer::sock {
@@ -95,11 +97,6 @@ struct PeerInfo {
   Status why;
 };
 
-struct Region {
-  uint8_t* base = nullptr;
-  uint64_t length = 0;
-};
-
 // A non-blocking TCP connection to host:port with TCP_NODELAY, established within `timeout_ms`.
 StatusOr<int> ConnectTo(const std::string& host, uint16_t port, int64_t timeout_ms);
 void SetNoDelay(int fd);
@@ -122,6 +119,8 @@ class SocketBackend final : public Backend {
               std::shared_ptr<Completion> completion) override;
   void Cancel(const std::shared_ptr<Completion>& completion) override;
   Status SendNotification(uint32_t peer_id, std::string message) override;
+  // refused_inbound: every reason of socket_frame.h's Refusal, with its count so far.
+  AgentStats Stats() const override;
 
  private:
   // ---- queueing (socket_backend.cc) ----
@@ -138,7 +137,9 @@ class SocketBackend final : public Backend {
   std::set<uint64_t> DetachRegion(uint32_t id) REQUIRES(mu_);
   void DropUnsentRequests(const std::set<uint64_t>& failed) REQUIRES(mu_);
   void Wake();
-  const Region* FindRegion(uint32_t id, uint64_t offset, uint64_t length) REQUIRES(mu_);
+  const Region* FindRegion(uint32_t id, uint64_t offset, uint64_t length) REQUIRES(mu_) {
+    return sock::FindRegion(regions_, id, offset, length);
+  }
 
   // ---- connection I/O (socket_io.cc) ----
   // Closes a connection; an outbound one fails its peer and every transfer to it with `why`.
@@ -150,11 +151,13 @@ class SocketBackend final : public Backend {
   bool Flush(Conn& c) REQUIRES(mu_);
   // Reads what the socket has (up to kRecvBudget). False if the connection was closed.
   bool ReadSome(Conn& c, std::vector<Notification>* notes) REQUIRES(mu_);
-  bool ProtocolError(Conn& c, const std::string& what) REQUIRES(mu_);
+  // Counts `why` and closes the connection. Returns false.
+  bool ProtocolError(Conn& c, Refusal why, const std::string& what) REQUIRES(mu_);
   // A header arrived: choose where its payload goes. False if the connection was closed.
   bool OnHeader(Conn& c) REQUIRES(mu_);
-  bool OnWriteDataHeader(Conn& c) REQUIRES(mu_);
-  bool OnReadDataHeader(Conn& c) REQUIRES(mu_);
+  // Where a write segment's or a read reply's payload goes (memory, or discarded).
+  void OnWriteDataHeader(Conn& c) REQUIRES(mu_);
+  void OnReadDataHeader(Conn& c) REQUIRES(mu_);
   // A whole frame (header and payload) arrived. False if the connection was closed.
   bool OnFrame(Conn& c, RecvMode mode, std::vector<Notification>* notes) REQUIRES(mu_);
   // The last segment of an inbound WRITE landed (or was refused): acknowledge it.
@@ -175,14 +178,15 @@ class SocketBackend final : public Backend {
   uint64_t secret_ = 0;
   std::thread io_;
 
-  Mutex mu_;
+  mutable Mutex mu_;
   bool stop_ GUARDED_BY(mu_) = false;
   uint64_t next_conn_ GUARDED_BY(mu_) = 1;
   uint64_t next_token_ GUARDED_BY(mu_) = 1;
   std::map<uint64_t, Conn> conns_ GUARDED_BY(mu_);
   std::map<uint32_t, PeerInfo> peers_ GUARDED_BY(mu_);
-  std::map<uint32_t, Region> regions_ GUARDED_BY(mu_);
+  RegionTable regions_ GUARDED_BY(mu_);
   std::map<uint64_t, Xfer> xfers_ GUARDED_BY(mu_);
+  RefusalCounts refused_ GUARDED_BY(mu_);
   char scratch_[64 << 10] GUARDED_BY(mu_);
 };
 

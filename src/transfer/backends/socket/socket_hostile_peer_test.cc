@@ -3,7 +3,8 @@
 // target's metadata (so past the hello), frames no agent sends — an unknown type, a read
 // request or notification declaring more than the control limit, reads and writes outside every
 // registered region. Each connection is dropped or answered with an error, never with bytes
-// outside a region, the target's memory is unchanged, and it keeps serving a real agent exactly.
+// outside a region, the target's memory is unchanged, it keeps serving a real agent exactly, and
+// each refusal is counted once under its reason (Agent::Stats().refused_inbound).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -81,6 +82,19 @@ class SocketHostilePeerTest : public ::testing::Test {
     return got;
   }
 
+  // The target's refusals under `reason` so far.
+  uint64_t Refused(const std::string& reason) const {
+    const AgentStats s = target_->Stats();
+    auto it = s.refused_inbound.find(reason);
+    EXPECT_NE(it, s.refused_inbound.end()) << "no counter for " << reason;
+    return it == s.refused_inbound.end() ? 0 : it->second;
+  }
+  uint64_t RefusedTotal() const {
+    uint64_t n = 0;
+    for (const auto& [reason, count] : target_->Stats().refused_inbound) n += count;
+    return n;
+  }
+
   // A real agent still reads the whole region, exactly, and the memory is what it was.
   void ExpectStillServesExactly() {
     auto reader = std::move(*Agent::Create({.name = "reader", .backend = BackendKind::kSocket}));
@@ -110,40 +124,80 @@ TEST_F(SocketHostilePeerTest, GarbageAndWrongHellosAreDropped) {
   std::string garbage(1000, '\0');
   std::mt19937 rng(1);
   for (char& c : garbage) c = static_cast<char>(rng());
-  for (const std::string& bytes :
-       {garbage, Hello(blob_.secret + 1), Frame({.type = kReadReq, .length = 24, .count = 1})}) {
+  garbage[0] = 42;  // not a hello
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {garbage, "no_hello"},
+      {Hello(blob_.secret + 1), "bad_secret"},
+      {Frame({.type = kReadReq, .length = 24, .count = 1}), "no_hello"},
+  };
+  for (const auto& [bytes, reason] : cases) {
+    const uint64_t before = Refused(reason), total = RefusedTotal();
     bool closed = false;
     EXPECT_EQ(Exchange(bytes, &closed), "");
     EXPECT_TRUE(closed);
+    EXPECT_EQ(Refused(reason), before + 1) << reason;
+    EXPECT_EQ(RefusedTotal(), total + 1) << reason;
   }
   ExpectStillServesExactly();
+  EXPECT_EQ(RefusedTotal(), 3u) << "the real agent's reads were refused";
 }
 
 TEST_F(SocketHostilePeerTest, FramesNoAgentSendsAreDropped) {
-  const std::vector<std::string> frames = {
-      Frame({.type = 99}),  // unknown type
-      Frame({.type = kReadReq,
-             .length = kMaxControlPayload + 24,  // over the control limit
-             .count = static_cast<uint32_t>((kMaxControlPayload + 24) / 24)}),
-      Frame({.type = kNotify, .length = kMaxControlPayload + 1}),
-      Frame({.type = kReadReq, .length = 48, .count = 1}),  // length disagrees with count
-      Frame({.type = kReadData, .length = 8}),              // a reply, inbound
-      Frame({.type = kWriteData, .length = 8, .index = 1, .count = 1}),  // index past count
-      Hello(blob_.secret),                                               // a second hello
+  struct Case {
+    std::string bytes;  // sent after a valid hello
+    std::string reason;
   };
-  for (const std::string& f : frames) {
+  const std::vector<Case> cases = {
+      {Frame({.type = 99}), "unknown_type"},
+      {Frame({.type = kReadReq,
+              .length = kMaxControlPayload + 24,  // over the control limit
+              .count = static_cast<uint32_t>((kMaxControlPayload + 24) / 24)}),
+       "oversize_control"},
+      {Frame({.type = kNotify, .length = kMaxControlPayload + 1}), "oversize_control"},
+      {Frame({.type = kReadReq, .length = 48, .count = 1}), "length_mismatch"},
+      {Frame({.type = kReadReq, .length = 0, .count = 0}), "length_mismatch"},
+      {Frame({.type = kReadData, .length = 8}), "wrong_direction"},  // a reply, inbound
+      {Frame({.type = kWriteAck}), "wrong_direction"},
+      {Frame({.type = kWriteData, .length = 8, .index = 1, .count = 1}), "bad_index"},
+      {Frame({.type = kWriteData, .length = 8, .index = 0, .count = 0}), "bad_index"},
+      {Hello(blob_.secret), "bad_hello"},  // a second hello
+  };
+  for (const Case& c : cases) {
+    const uint64_t before = Refused(c.reason), total = RefusedTotal();
     bool closed = false;
-    EXPECT_EQ(Exchange(Hello(blob_.secret) + f, &closed), "");
-    EXPECT_TRUE(closed);
+    EXPECT_EQ(Exchange(Hello(blob_.secret) + c.bytes, &closed), "");
+    EXPECT_TRUE(closed) << c.reason;
+    EXPECT_EQ(Refused(c.reason), before + 1) << c.reason;
+    EXPECT_EQ(RefusedTotal(), total + 1) << c.reason;
   }
+  // A hello in the other byte order (or of another version): refused before its secret.
+  bool closed = false;
+  EXPECT_EQ(Exchange(Frame({.type = kHello,
+                            .code = static_cast<int32_t>(__builtin_bswap32(kWireMagic)),
+                            .token = blob_.secret,
+                            .offset = kWireVersion}),
+                     &closed),
+            "");
+  EXPECT_TRUE(closed);
+  EXPECT_EQ(Refused("bad_hello"), 2u);
   ExpectStillServesExactly();
+  EXPECT_EQ(RefusedTotal(), cases.size() + 1);
 }
 
 TEST_F(SocketHostilePeerTest, ReadsAndWritesOutsideTheRegionsAreRefused) {
   const uint32_t id = region_.id;
-  for (const ReadEntry e : {ReadEntry{.offset = kBytes - 8, .length = 16, .region = id},
-                            ReadEntry{.offset = 0, .length = 8, .region = id + 100},
-                            ReadEntry{.offset = ~uint64_t{0} - 4, .length = 8, .region = id}}) {
+  struct Range {
+    uint32_t region;
+    uint64_t offset;
+    uint64_t length;
+    std::string reason;
+  };
+  const std::vector<Range> ranges = {{id, kBytes - 8, 16, "out_of_region"},
+                                     {id + 100, 0, 8, "unregistered_region"},
+                                     {id, ~uint64_t{0} - 4, 8, "out_of_region"}};
+  for (const Range& r : ranges) {
+    const uint64_t before = Refused(r.reason);
+    const ReadEntry e{.offset = r.offset, .length = r.length, .region = r.region};
     bool closed = false;
     const std::string got = Exchange(
         Hello(blob_.secret) + Frame({.type = kReadReq, .token = 5, .length = sizeof(e), .count = 1},
@@ -157,16 +211,17 @@ TEST_F(SocketHostilePeerTest, ReadsAndWritesOutsideTheRegionsAreRefused) {
       EXPECT_EQ(h.type, kReadErr);
       EXPECT_NE(h.code, 0);
     }
+    EXPECT_EQ(Refused(r.reason), before + 1) << "read: " << r.reason;
   }
   const std::string junk(16, 'J');
-  for (const auto& [region, offset] : std::vector<std::pair<uint32_t, uint64_t>>{
-           {id, kBytes - 8}, {id + 100, 0}, {id, ~uint64_t{0} - 4}}) {
+  for (const Range& r : ranges) {
+    const uint64_t before = Refused(r.reason);
     bool closed = false;
     const std::string got = Exchange(Hello(blob_.secret) + Frame({.type = kWriteData,
                                                                   .token = 9,
-                                                                  .offset = offset,
+                                                                  .offset = r.offset,
                                                                   .length = junk.size(),
-                                                                  .region = region,
+                                                                  .region = r.region,
                                                                   .index = 0,
                                                                   .count = 1},
                                                                  junk),
@@ -176,8 +231,10 @@ TEST_F(SocketHostilePeerTest, ReadsAndWritesOutsideTheRegionsAreRefused) {
     std::memcpy(&h, got.data(), sizeof(h));
     EXPECT_EQ(h.type, kWriteAck);
     EXPECT_NE(h.code, 0) << "a write outside every region was acknowledged OK";
+    EXPECT_EQ(Refused(r.reason), before + 1) << "write: " << r.reason;
   }
   ExpectStillServesExactly();
+  EXPECT_EQ(RefusedTotal(), 2 * ranges.size());
 }
 
 }  // namespace

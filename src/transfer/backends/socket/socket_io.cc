@@ -140,8 +140,10 @@ void SocketBackend::FailXfer(uint64_t token, Status s) {
   xfers_.erase(it);
 }
 
-bool SocketBackend::ProtocolError(Conn& c, const std::string& what) {
-  KVF_LOG_WARN("transfer: agent '{}': closing a connection: {}", ctx_.agent_name, what);
+bool SocketBackend::ProtocolError(Conn& c, Refusal why, const std::string& what) {
+  refused_.Count(why);
+  KVF_LOG_WARN("transfer: agent '{}': closing a connection ({}): {}", ctx_.agent_name,
+               RefusalName(why), what);
   CloseConn(c.id, UnavailableError("connection to peer broke the protocol: " + what));
   return false;
 }
@@ -223,35 +225,21 @@ bool SocketBackend::ReadSome(Conn& c, std::vector<Notification>* notes) {
 bool SocketBackend::OnHeader(Conn& c) {
   const FrameHdr& h = c.hdr;
   c.mode = RecvMode::kDiscard;
-  if (!c.outbound && !c.hello_seen && h.type != kHello) {
-    return ProtocolError(c, "no hello");
+  const HeaderVerdict v = CheckHeader(h, c.outbound, c.hello_seen, secret_);
+  if (v.refusal != Refusal::kNone) {
+    return ProtocolError(c, v.refusal, "frame type " + std::to_string(h.type) + " refused");
   }
-  switch (h.type) {
-    case kHello:
-      if (c.outbound || c.hello_seen || h.code != static_cast<int32_t>(kWireMagic) ||
-          h.offset != kWireVersion || h.token != secret_ || h.length > 4096) {
-        return ProtocolError(c, "bad hello (version, byte order or secret)");
-      }
-      break;
-    case kReadReq:
-      if (c.outbound || h.count == 0 || h.length != uint64_t{h.count} * sizeof(ReadEntry) ||
-          h.length > kMaxControlPayload) {
-        return ProtocolError(c, "bad read request");
-      }
-      break;
-    case kNotify:
-      if (c.outbound || h.length > kMaxControlPayload) return ProtocolError(c, "bad notify");
-      break;
-    case kWriteData:
-      return OnWriteDataHeader(c);
-    case kReadData:
-      return OnReadDataHeader(c);
-    case kReadErr:
-    case kWriteAck:
-      if (!c.outbound || h.length != 0) return ProtocolError(c, "bad reply");
+  switch (v.payload) {
+    case Payload::kWriteData:
+      OnWriteDataHeader(c);
       return true;
-    default:
-      return ProtocolError(c, "unknown frame type " + std::to_string(h.type));
+    case Payload::kReadData:
+      OnReadDataHeader(c);
+      return true;
+    case Payload::kReply:
+      return true;
+    case Payload::kBuffer:
+      break;
   }
   c.mode = RecvMode::kToBuffer;
   c.buf.assign(h.length, '\0');
@@ -260,45 +248,42 @@ bool SocketBackend::OnHeader(Conn& c) {
 
 // Target: a segment of a WRITE lands straight in the region, or is discarded (and the write
 // will be refused) if the range is not registered.
-bool SocketBackend::OnWriteDataHeader(Conn& c) {
+void SocketBackend::OnWriteDataHeader(Conn& c) {
   const FrameHdr& h = c.hdr;
-  if (c.outbound || h.count == 0 || h.index >= h.count) {
-    return ProtocolError(c, "bad write header");
-  }
-  const Region* r = FindRegion(h.region, h.offset, h.length);
-  if (r == nullptr) {
+  Refusal why = Refusal::kNone;
+  uint8_t* dest = PlaceWrite(h, regions_, &why);
+  if (dest == nullptr) {
+    refused_.Count(why);
     c.write_code.emplace(h.token, static_cast<int32_t>(StatusCode::kNotFound));
   } else {
     c.mode = RecvMode::kToMemory;
-    c.dest = r->base + h.offset;
+    c.dest = dest;
     c.dest_region = h.region;
   }
-  return true;
 }
 
 // Initiator: a segment of our READ lands straight in its local destination, or is discarded
 // if the transfer is gone or the reply does not match what was asked.
-bool SocketBackend::OnReadDataHeader(Conn& c) {
+void SocketBackend::OnReadDataHeader(Conn& c) {
   const FrameHdr& h = c.hdr;
-  if (!c.outbound) return ProtocolError(c, "read data on an inbound connection");
   auto it = xfers_.find(h.token);
-  if (it == xfers_.end()) return true;  // released meanwhile: discard
+  if (it == xfers_.end()) return;  // released meanwhile: discard
   Xfer& x = it->second;
   if (x.op != XferOp::kRead || h.index >= x.segs.size() || x.segs[h.index].length != h.length ||
       x.landed[h.index]) {
+    refused_.Count(Refusal::kReplyMismatch);
     FailXfer(h.token, DataLossError("read reply does not match the request"));
-    return true;
+    return;
   }
   if (!regions_.count(x.segs[h.index].local_region)) {  // deregistered meanwhile
     FailXfer(h.token, FailedPreconditionError("local region deregistered while in flight"));
-    return true;
+    return;
   }
   x.landed[h.index] = true;
   c.mode = RecvMode::kToMemory;
   c.dest = x.segs[h.index].local_addr;
   c.dest_token = h.token;
   c.dest_region = x.segs[h.index].local_region;
-  return true;
 }
 
 bool SocketBackend::OnFrame(Conn& c, RecvMode mode, std::vector<Notification>* notes) {
@@ -393,15 +378,14 @@ void SocketBackend::Finished(uint64_t token) {
 void SocketBackend::ServeRead(Conn& c, const FrameHdr& h) {
   std::vector<ReadEntry> es(h.count);
   std::memcpy(es.data(), c.buf.data(), h.length);
-  for (const ReadEntry& e : es) {
-    if (FindRegion(e.region, e.offset, e.length) == nullptr) {
-      FrameHdr err{};
-      err.type = kReadErr;
-      err.token = h.token;
-      err.code = static_cast<int32_t>(StatusCode::kNotFound);
-      Queue(c, Control(Pod(err), kReadErr));
-      return;
-    }
+  if (const Refusal why = CheckReadEntries(es.data(), h.count, regions_); why != Refusal::kNone) {
+    refused_.Count(why);
+    FrameHdr err{};
+    err.type = kReadErr;
+    err.token = h.token;
+    err.code = static_cast<int32_t>(StatusCode::kNotFound);
+    Queue(c, Control(Pod(err), kReadErr));
+    return;
   }
   for (uint32_t i = 0; i < h.count; ++i) {
     const ReadEntry& e = es[i];
