@@ -55,6 +55,8 @@ int RunProxy(kvferry::proxy::ProxyOptions o, const VllmStyleFlags& v) {
   }
   o.api_keys = *api_keys;
   o.tls = kvferry::tools::TlsFilesOf(v.security);
+  o.max_connections = v.security.max_connections;
+  o.request_read_timeout_ms = kvferry::tools::RequestReadTimeoutMsOf(v.security);
   o.upstream = kvferry::tools::UpstreamAccessOf(v.upstream);
   kvferry::tools::InstallStopHandlers();
   auto proxy = proxy::ProxyServer::Create(o);
@@ -103,10 +105,6 @@ void AddProxy(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--decode-timeout-ms", o->decode_timeout_ms,
                   "Longest wait for a decode instance's first byte and between streamed chunks")
-      ->capture_default_str();
-  sub->add_option("--max-connections,--num-http-threads", o->max_connections,
-                  "Client connections served at once, a thread each; more wait for one to close")
-      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   kvferry::tools::AddSecurityFlags(sub, &v->security);
   kvferry::tools::AddUpstreamFlags(sub, &v->upstream);

@@ -45,7 +45,6 @@ struct ServeOptions {
   long long seed = 0;
   bool no_prefix_caching = false;
   std::string kv_transfer_config;
-  int max_connections = 1024;
   int request_timeout_s = 600;
   int shutdown_timeout_s = 10;
   kvferry::tools::SecurityFlags security;
@@ -93,7 +92,8 @@ int ServerOptionsFrom(const ServeOptions& o, kvferry::server::ServerOptions* sop
   sopts->host = o.host;
   sopts->port = o.port;
   sopts->served_model_name = o.served_model_name.empty() ? o.model : o.served_model_name;
-  sopts->max_connections = o.max_connections;
+  sopts->max_connections = o.security.max_connections;
+  sopts->request_read_timeout_ms = kvferry::tools::RequestReadTimeoutMsOf(o.security);
   sopts->chat_template = o.chat_template;
   sopts->request_timeout_ms = static_cast<int64_t>(o.request_timeout_s) * 1000;
   auto api_keys = kvferry::tools::ApiKeyOptionsOf(o.security);
@@ -225,10 +225,6 @@ void AddServe(CLI::App& app) {
                   "handshake_timeout_ms, transfer_timeout_ms, backend (ucx|socket|loopback), "
                   "auth_token, curve_secret_key_file, curve_client_keys_file, "
                   "curve_server_keys_file}");
-  sub->add_option("--max-connections,--num-http-threads", o->max_connections,
-                  "HTTP connections served at once, a thread each; more wait for one to close")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
   sub->add_option("--request-timeout", o->request_timeout_s, "A request's whole life, seconds")
       ->capture_default_str();
   kvferry::tools::AddSecurityFlags(sub, &o->security);

@@ -26,6 +26,15 @@ std::vector<std::string> SplitKeyList(std::string_view text) {
 }
 
 void AddSecurityFlags(CLI::App* sub, SecurityFlags* flags) {
+  sub->add_option("--max-connections,--num-http-threads", flags->max_connections,
+                  "HTTP connections served at once, a thread each; more wait for one to close")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  sub->add_option("--request-read-timeout", flags->request_read_timeout_s,
+                  "Seconds a client has to send a whole request (headers and body) after "
+                  "connecting or after its previous answer; later: 408 and closed (0: no limit)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   sub->add_option("--api-key", flags->api_keys,
                   "Require 'Authorization: Bearer KEY' with one of these keys on /v1/* "
                   "(repeatable; KVFERRY_API_KEY adds comma-separated keys and keeps them off "
@@ -61,6 +70,10 @@ StatusOr<http::ApiKeyOptions> ApiKeyOptionsOf(const SecurityFlags& flags) {
 
 http::TlsServerFiles TlsFilesOf(const SecurityFlags& flags) {
   return {flags.ssl_certfile, flags.ssl_keyfile};
+}
+
+int64_t RequestReadTimeoutMsOf(const SecurityFlags& flags) {
+  return static_cast<int64_t>(flags.request_read_timeout_s * 1000.0);
 }
 
 proxy::UpstreamAccess UpstreamAccessOf(const UpstreamFlags& flags) {

@@ -3,6 +3,8 @@
 // comma-separated keys, so keys need not appear on a command line others can read),
 // --api-key-scope, --ssl-certfile, --ssl-keyfile; and the proxy's upstream flags,
 // --upstream-api-key (or KVFERRY_UPSTREAM_API_KEY) and --ssl-ca-certs. Keys are never logged.
+// With them, the limits of a public endpoint: --max-connections (a thread each;
+// http/connection_threads.h) and --request-read-timeout (http/request_deadline.h).
 //
 // Thread-safety: used while the command line is parsed and the server set up (main thread).
 #pragma once
@@ -23,6 +25,8 @@ struct SecurityFlags {
   std::string api_key_scope = "v1";
   std::string ssl_certfile;
   std::string ssl_keyfile;
+  int max_connections = 1024;
+  double request_read_timeout_s = 30;
 };
 
 struct UpstreamFlags {
@@ -37,6 +41,7 @@ void AddUpstreamFlags(CLI::App* sub, UpstreamFlags* flags);
 // unknown scope.
 StatusOr<http::ApiKeyOptions> ApiKeyOptionsOf(const SecurityFlags& flags);
 http::TlsServerFiles TlsFilesOf(const SecurityFlags& flags);
+int64_t RequestReadTimeoutMsOf(const SecurityFlags& flags);
 // --upstream-api-key, else KVFERRY_UPSTREAM_API_KEY; --ssl-ca-certs.
 proxy::UpstreamAccess UpstreamAccessOf(const UpstreamFlags& flags);
 

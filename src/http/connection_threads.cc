@@ -1,16 +1,13 @@
 #include "kvferry/http/connection_threads.h"
 
-#include <arpa/inet.h>
-#include <dirent.h>
 #include <fmt/format.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <utility>
+
+#include "port_sockets.h"
 
 namespace kvferry::http {
 namespace {
@@ -19,28 +16,10 @@ constexpr auto kIdleExit = std::chrono::seconds(10);
 constexpr size_t kKeepIdle = 4;
 constexpr auto kShutdownGrace = std::chrono::seconds(1);
 
-// Port of a TCP socket's local address; 0 for anything else.
-int LocalPort(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
-  if (addr.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-  return 0;
-}
-
 // Shuts down (both directions) every socket of this process whose local port is `port`: the
 // connections a server accepted on it. A blocked read on one returns at once.
 void ShutDownSocketsOnPort(int port) {
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return;
-  while (const dirent* e = ::readdir(dir)) {
-    const int fd = std::atoi(e->d_name);
-    struct stat st {};
-    if (fd <= 2 || fd == ::dirfd(dir) || ::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    if (LocalPort(fd) == port) ::shutdown(fd, SHUT_RDWR);
-  }
-  ::closedir(dir);
+  ForEachSocketOnPort(port, [](int fd) { ::shutdown(fd, SHUT_RDWR); });
 }
 
 class Forwarding final : public httplib::TaskQueue {

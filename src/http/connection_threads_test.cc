@@ -3,10 +3,7 @@
 // their connections with half a request do not keep a normal request from its answer.
 #include "kvferry/http/connection_threads.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -17,6 +14,7 @@
 #include <vector>
 
 #include "kvferry/http/http_listener.h"
+#include "testing/raw_client.h"
 
 namespace kvferry::http {
 namespace {
@@ -97,20 +95,7 @@ TEST(ConnectionThreadsTest, ShutdownRunsWhatWaitsAndJoins) {
   EXPECT_EQ(ran.load(), 5);
 }
 
-int ConnectTo(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    if (fd >= 0) ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-void SendAll(int fd, const std::string& s) { (void)::send(fd, s.data(), s.size(), MSG_NOSIGNAL); }
+using testing::SendAll;
 
 // More clients than httplib's ThreadPool of 8 would serve hold their connections with half a
 // request, sending one more header line a second (so no read timeout closes them); a normal
@@ -126,7 +111,7 @@ TEST(ConnectionThreadsTest, HalfRequestsDoNotDelayANormalOne) {
   ASSERT_TRUE(port.ok()) << port.status();
   std::vector<int> idle;
   for (int i = 0; i < 24; ++i) {
-    const int fd = ConnectTo(*port);
+    const int fd = testing::ConnectLoopback(*port);
     ASSERT_GE(fd, 0);
     SendAll(fd, "POST /ping HTTP/1.1\r\nHost: x\r\n");
     idle.push_back(fd);
@@ -165,7 +150,7 @@ TEST(ConnectionThreadsTest, StopCutsConnectionsClientsHold) {
   threads->SetListenPort(*port);
   std::vector<int> held;
   for (int i = 0; i < 8; ++i) {
-    const int fd = ConnectTo(*port);
+    const int fd = testing::ConnectLoopback(*port);
     ASSERT_GE(fd, 0);
     SendAll(fd, i % 2 == 0 ? "POST /x HTTP/1.1\r\nHost: x\r\n" : "");
     held.push_back(fd);

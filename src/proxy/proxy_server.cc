@@ -11,6 +11,7 @@
 #include "kvferry/http/http_error.h"
 #include "kvferry/http/http_listener.h"
 #include "kvferry/http/openapi.h"
+#include "kvferry/http/request_deadline.h"
 #include "kvferry/http/route_errors.h"
 #include "kvferry/proxy/upstream.h"
 #include "proxy/request_flow.h"
@@ -53,8 +54,12 @@ struct ProxyServer::Impl {
   std::unique_ptr<cluster::Cluster> cluster;  // outlives the handlers (destroyed after http)
   std::unique_ptr<httplib::Server> http;      // plain or TLS (MakeHttpServer)
   std::shared_ptr<http::ConnectionThreads> connections;  // its task queue
+  std::unique_ptr<http::RequestDeadline> deadline;       // for reading each request
   std::thread thread;
   int bound_port = 0;
+
+  // Every route the proxy answers, each behind the request deadline.
+  void InstallRoutes(httplib::Server& http);
 
   void HandleGenerate(const httplib::Request& req, httplib::Response& res) {
     ServeGenerate(cluster.get(), flow, req, res);
@@ -106,6 +111,36 @@ StatusOr<std::unique_ptr<ProxyServer>> ProxyServer::Create(ProxyOptions options)
   return std::unique_ptr<ProxyServer>(new ProxyServer(std::move(impl)));
 }
 
+void ProxyServer::Impl::InstallRoutes(httplib::Server& http) {
+  http::RequestDeadline& arrived = *deadline;
+  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
+    http.Post(path, arrived.Guard([this](const httplib::Request& req, httplib::Response& res) {
+      HandleGenerate(req, res);
+    }));
+  }
+  for (const char* path : {"/health", "/healthcheck"}) {
+    http.Get(path, arrived.Guard([](const httplib::Request&, httplib::Response& res) {
+      res.status = 200;
+      res.set_content("{\"status\":\"ok\"}", "application/json");
+    }));
+  }
+  http.Get("/metrics", arrived.Guard([this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(cluster->RenderMetrics() + http::ConnectionMetricsText(connections->load()) +
+                        http::RequestDeadlineMetricsText(*deadline),
+                    "text/plain; version=0.0.4");
+  }));
+  http.Get("/openapi.json", arrived.Guard([openapi = http::OpenApiDocument({.proxy = true})](
+                                              const httplib::Request&, httplib::Response& res) {
+    res.set_content(openapi, "application/json");
+  }));
+  http.Get("/cluster", arrived.Guard([this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(cluster->RenderTable(), "application/json");
+  }));
+  http.Get("/v1/models", arrived.Guard([this](const httplib::Request&, httplib::Response& res) {
+    ForwardModels(res);
+  }));
+}
+
 Status ProxyServer::Start() {
   Impl* impl = impl_.get();
   KVF_ASSIGN_OR_RETURN(impl->http, http::MakeHttpServer(impl->options.tls));
@@ -113,33 +148,13 @@ Status ProxyServer::Start() {
   KVF_RETURN_IF_ERROR(http::RequireApiKeys(http, impl->options.api_keys));
   impl->connections = std::make_shared<http::ConnectionThreads>(impl->options.max_connections);
   http.new_task_queue = [q = impl->connections] { return http::ConnectionThreads::Handle(q); };
+  impl->deadline = std::make_unique<http::RequestDeadline>(http::RequestDeadline::Options{
+      .timeout = std::chrono::milliseconds(impl->options.request_read_timeout_ms),
+      .plaintext = !impl->options.tls.enabled()});
+  impl->deadline->Install(http);
   http.set_payload_max_length(64u << 20);
   http.set_tcp_nodelay(true);
-  for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
-    http.Post(path, [impl](const httplib::Request& req, httplib::Response& res) {
-      impl->HandleGenerate(req, res);
-    });
-  }
-  for (const char* path : {"/health", "/healthcheck"}) {
-    http.Get(path, [](const httplib::Request&, httplib::Response& res) {
-      res.status = 200;
-      res.set_content("{\"status\":\"ok\"}", "application/json");
-    });
-  }
-  http.Get("/metrics", [impl](const httplib::Request&, httplib::Response& res) {
-    res.set_content(
-        impl->cluster->RenderMetrics() + http::ConnectionMetricsText(impl->connections->load()),
-        "text/plain; version=0.0.4");
-  });
-  http.Get("/openapi.json", [openapi = http::OpenApiDocument({.proxy = true})](
-                                const httplib::Request&, httplib::Response& res) {
-    res.set_content(openapi, "application/json");
-  });
-  http.Get("/cluster", [impl](const httplib::Request&, httplib::Response& res) {
-    res.set_content(impl->cluster->RenderTable(), "application/json");
-  });
-  http.Get("/v1/models",
-           [impl](const httplib::Request&, httplib::Response& res) { impl->ForwardModels(res); });
+  impl->InstallRoutes(http);
   http::InstallErrorHandler(http, {{"POST", "/v1/completions"},
                                    {"POST", "/v1/chat/completions"},
                                    {"GET", "/v1/models"},
@@ -151,6 +166,7 @@ Status ProxyServer::Start() {
   KVF_ASSIGN_OR_RETURN(impl->bound_port, StartHttpListener(http, impl->options.host,
                                                            impl->options.port, &impl->thread));
   impl->connections->SetListenPort(impl->bound_port);
+  impl->deadline->Start(impl->bound_port);
   return Status::Ok();
 }
 
@@ -160,6 +176,7 @@ void ProxyServer::Stop() {
   if (impl_->thread.joinable()) {
     impl_->http->stop();
     impl_->thread.join();
+    impl_->deadline->Stop();
   }
   impl_->cluster->Stop();
 }

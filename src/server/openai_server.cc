@@ -13,6 +13,7 @@
 #include "kvferry/http/http_error.h"
 #include "kvferry/http/http_listener.h"
 #include "kvferry/http/openapi.h"
+#include "kvferry/http/request_deadline.h"
 #include "kvferry/http/route_errors.h"
 #include "kvferry/server/openai_protocol.h"
 #include "server/chat_template.h"
@@ -117,12 +118,16 @@ struct OpenAiServer::Impl {
   ServerMetrics* metrics;
   std::unique_ptr<httplib::Server> http;                 // plain or TLS (MakeHttpServer)
   std::shared_ptr<http::ConnectionThreads> connections;  // its task queue
+  std::unique_ptr<http::RequestDeadline> deadline;       // for reading each request
   std::optional<ChatTemplate> chat;                      // set by Start()
   size_t max_prompt_bytes = 0;                           // set by Start(): engine::MaxPromptBytes
   std::thread thread;
   int bound_port = 0;
   std::atomic<bool> draining{false};
   std::atomic<uint64_t> next_id{0};
+
+  // Every route `serve` answers, each behind the request deadline.
+  void InstallRoutes(httplib::Server& http);
 
   void Reply(httplib::Response& res, const std::string& endpoint, int status,
              const std::string& body, const char* content_type = "application/json") {
@@ -424,6 +429,41 @@ void OpenAiServer::Impl::Stream(std::shared_ptr<Inflight> st, engine::RequestOut
       });
 }
 
+void OpenAiServer::Impl::InstallRoutes(httplib::Server& http) {
+  http::RequestDeadline& arrived = *deadline;
+  http.Post("/v1/completions",
+            arrived.Guard([this](const httplib::Request& req, httplib::Response& res) {
+              HandleGenerate(ApiKind::kCompletion, req, res);
+            }));
+  http.Post("/v1/chat/completions",
+            arrived.Guard([this](const httplib::Request& req, httplib::Response& res) {
+              HandleGenerate(ApiKind::kChat, req, res);
+            }));
+  http.Get("/v1/models", arrived.Guard([this](const httplib::Request&, httplib::Response& res) {
+    nlohmann::json model = {
+        {"id", options.served_model_name},   {"object", "model"},
+        {"created", UnixSeconds()},          {"owned_by", "kvferry"},
+        {"root", options.served_model_name}, {"max_model_len", service->max_model_len()}};
+    Reply(res, "/v1/models", 200, nlohmann::json{{"object", "list"}, {"data", {model}}}.dump());
+  }));
+  const std::string openapi = http::OpenApiDocument(
+      {.vocab_size = service->tokenizer().vocab_size(), .max_model_len = service->max_model_len()});
+  http.Get("/openapi.json",
+           arrived.Guard([openapi](const httplib::Request&, httplib::Response& res) {
+             res.set_content(openapi, "application/json");
+           }));
+  http.Get("/health", arrived.Guard([this](const httplib::Request&, httplib::Response& res) {
+    const bool ok = service->healthy() && !draining.load();
+    Reply(res, "/health", ok ? 200 : 503, "", "text/plain");
+  }));
+  http.Get("/metrics", arrived.Guard([this](const httplib::Request&, httplib::Response& res) {
+    res.status = 200;
+    res.set_content(metrics->Render() + http::ConnectionMetricsText(connections->load()) +
+                        http::RequestDeadlineMetricsText(*deadline),
+                    "text/plain; version=0.0.4");
+  }));
+}
+
 OpenAiServer::OpenAiServer(ServerOptions options, GenerationService* service,
                            ServerMetrics* metrics)
     : impl_(std::make_unique<Impl>()) {
@@ -447,45 +487,19 @@ Status OpenAiServer::Start() {
       [impl](const std::string& path) { impl->metrics->OnHttpResponse(RouteLabel(path), 401); }));
   impl->connections = std::make_shared<http::ConnectionThreads>(impl->options.max_connections);
   http.new_task_queue = [q = impl->connections] { return http::ConnectionThreads::Handle(q); };
+  impl->deadline = std::make_unique<http::RequestDeadline>(http::RequestDeadline::Options{
+      .timeout = std::chrono::milliseconds(impl->options.request_read_timeout_ms),
+      .plaintext = !impl->options.tls.enabled()});
+  impl->deadline->Install(http);
   http.set_payload_max_length(64u << 20);
   http.set_tcp_nodelay(true);
-  http.Post("/v1/completions", [impl](const httplib::Request& req, httplib::Response& res) {
-    impl->HandleGenerate(ApiKind::kCompletion, req, res);
-  });
-  http.Post("/v1/chat/completions", [impl](const httplib::Request& req, httplib::Response& res) {
-    impl->HandleGenerate(ApiKind::kChat, req, res);
-  });
-  http.Get("/v1/models", [impl](const httplib::Request&, httplib::Response& res) {
-    nlohmann::json model = {{"id", impl->options.served_model_name},
-                            {"object", "model"},
-                            {"created", UnixSeconds()},
-                            {"owned_by", "kvferry"},
-                            {"root", impl->options.served_model_name},
-                            {"max_model_len", impl->service->max_model_len()}};
-    impl->Reply(res, "/v1/models", 200,
-                nlohmann::json{{"object", "list"}, {"data", {model}}}.dump());
-  });
-  const std::string openapi =
-      http::OpenApiDocument({.vocab_size = impl->service->tokenizer().vocab_size(),
-                             .max_model_len = impl->service->max_model_len()});
-  http.Get("/openapi.json", [openapi](const httplib::Request&, httplib::Response& res) {
-    res.set_content(openapi, "application/json");
-  });
-  http.Get("/health", [impl](const httplib::Request&, httplib::Response& res) {
-    const bool ok = impl->service->healthy() && !impl->draining.load();
-    impl->Reply(res, "/health", ok ? 200 : 503, "", "text/plain");
-  });
-  http.Get("/metrics", [impl](const httplib::Request&, httplib::Response& res) {
-    res.status = 200;
-    res.set_content(
-        impl->metrics->Render() + http::ConnectionMetricsText(impl->connections->load()),
-        "text/plain; version=0.0.4");
-  });
+  impl->InstallRoutes(http);
   http::InstallErrorHandler(http, Routes());
 
   KVF_ASSIGN_OR_RETURN(impl->bound_port, StartHttpListener(http, impl->options.host,
                                                            impl->options.port, &impl->thread));
   impl->connections->SetListenPort(impl->bound_port);
+  impl->deadline->Start(impl->bound_port);
   return Status::Ok();
 }
 
@@ -497,6 +511,7 @@ void OpenAiServer::Stop() {
   if (!impl_->thread.joinable()) return;
   impl_->http->stop();
   impl_->thread.join();
+  impl_->deadline->Stop();
 }
 
 }  // namespace kvferry::server

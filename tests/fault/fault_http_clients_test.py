@@ -3,7 +3,9 @@ that sent half a request and trickle the rest (one header line a second, so no r
 closes them) must not keep a normal request from its answer, at `serve` and at the proxy; past
 --max-connections a connection waits for one to close and is counted; every connection thread
 ends once its client goes (kvferry:http_connections from /metrics); SIGTERM stops both while
-slow clients still hold connections.
+slow clients still hold connections. With --request-read-timeout, clients that trickle their
+headers or their body are answered 408 and cut once it passes (the other cases set it long, so
+that their slow clients stay).
 """
 import socket
 import threading
@@ -19,16 +21,21 @@ BODY = {"prompt": "A normal client among slow ones. " * 2, "max_tokens": 6, "tem
 OPEN = 'kvferry:http_connections{state="open"}'
 WAITING = 'kvferry:http_connections{state="waiting"}'
 WAITED = "kvferry:http_connections_waited_total"
+TIMED_OUT = "kvferry:http_request_read_timeouts_total"
+KEEP = ["--request-read-timeout", 300]  # slow clients stay for the length of a case
 
 
 class SlowClients:
     """`n` connections to `node`, each with half a request sent, one more header line a second."""
 
-    def __init__(self, node, n):
+    HEAD = b"POST /v1/completions HTTP/1.1\r\nHost: slow\r\nContent-Length: 100\r\n"
+
+    def __init__(self, node, n, head=HEAD, drip=b"X-Slow: 1\r\n"):
         self.socks = []
+        self.drip = drip
         for _ in range(n):
             s = socket.create_connection((node.host, node.port), timeout=10)
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: slow\r\nContent-Length: 100\r\n")
+            s.sendall(head)
             self.socks.append(s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._trickle, daemon=True)
@@ -38,7 +45,7 @@ class SlowClients:
         while not self._stop.wait(1.0):
             for s in self.socks:
                 try:
-                    s.sendall(b"X-Slow: 1\r\n")
+                    s.sendall(self.drip)
                 except OSError:
                     pass
 
@@ -56,9 +63,26 @@ class SlowClients:
             s.setblocking(True)
         return n
 
-    def close(self, count=None):
+    def answers(self):
+        """What each connection read before the server closed it (b"" if still open)."""
+        out = []
+        for s in self.socks:
+            s.settimeout(0.2)
+            got = b""
+            try:
+                while chunk := s.recv(65536):
+                    got += chunk
+            except OSError:
+                pass
+            out.append(got)
+        return out
+
+    def close_trickle(self):
         self._stop.set()
         self._thread.join()
+
+    def close(self, count=None):
+        self.close_trickle()
         for s in self.socks[:count]:
             s.close()
         del self.socks[:count]
@@ -90,7 +114,7 @@ def check_normal_request_answered(node, want, what, pulled=False):
 
 def case_serve():
     want = colocated_text(args.node, BODY)
-    node = Node(args.node, "serve", name="serve")
+    node = Node(args.node, "serve", KEEP, name="serve")
     check_normal_request_answered(node, want, "serve")
 
 
@@ -98,7 +122,7 @@ def case_proxy():
     want = colocated_text(args.node, BODY)
     p = Node(args.node, "serve", ["--kv-transfer-config", kv_config("p0")], name="P")
     d = Node(args.node, "serve", ["--kv-transfer-config", kv_config("d0")], name="D")
-    proxy = Node(args.node, "proxy", ["--prefill", p.url, "--decode", d.url], name="proxy")
+    proxy = Node(args.node, "proxy", ["--prefill", p.url, "--decode", d.url] + KEEP, name="proxy")
     check_normal_request_answered(proxy, want, "proxy", pulled=True)
 
 
@@ -123,7 +147,7 @@ def case_sigterm_with_slow_clients():
 def case_over_the_cap_waits():
     want = colocated_text(args.node, BODY)
     cap = 8
-    node = Node(args.node, "serve", ["--max-connections", cap], name="serve")
+    node = Node(args.node, "serve", ["--max-connections", cap] + KEEP, name="serve")
     slow = SlowClients(node, cap - 1)  # the /metrics requests below take the last thread
     check(wait_until(lambda: node.metric(OPEN) == cap, 20) is not None,
           f"slow clients not served: {node.metrics().get(OPEN)}")
@@ -143,6 +167,41 @@ def case_over_the_cap_waits():
           is not None, f"connections left: {node.metrics()}")
 
 
+def check_slow_clients_cut(node, want, what):
+    """Slow headers and slow bodies at once, past a 2 s --request-read-timeout: each is answered
+    408 with an OpenAI error body and closed, counted; a normal request meanwhile is exact."""
+    t0 = time.monotonic()
+    heads = SlowClients(node, IDLE)
+    bodies = SlowClients(node, 20, SlowClients.HEAD + b"\r\n", drip=b"x")
+    status, resp, _ = node.post(BODY, timeout=60)
+    check(status == 200 and text_of(resp) == want, f"{what}: normal request: {status} {resp}")
+    n = IDLE + 20
+    check(wait_until(lambda: node.metric(TIMED_OUT) >= n, 2 + 15) is not None,
+          f"{what}: {node.metric(TIMED_OUT)} of {n} slow clients cut")
+    measure(f"slow_clients_cut.{what}", time.monotonic() - t0, 17)
+    heads.close_trickle()
+    bodies.close_trickle()
+    answers = heads.answers() + bodies.answers()
+    bad = [a[:60] for a in answers if not (a.startswith(b"HTTP/1.1 408 ") and b'"error"' in a)]
+    check(not bad, f"{what}: {len(bad)} slow clients not answered 408: {bad[:3]}")
+    check(node.metric(TIMED_OUT) == n, f"{what}: counted {node.metric(TIMED_OUT)}, cut {n}")
+    heads.close()
+    bodies.close()
+    check(wait_until(lambda: open_connections(node) == 0, 20) is not None,
+          f"{what}: connection threads left: {node.metrics().get(OPEN)}")
+
+
+def case_slow_clients_cut():
+    want = colocated_text(args.node, BODY)
+    fast = ["--request-read-timeout", 2]
+    check_slow_clients_cut(Node(args.node, "serve", fast, name="serve"), want, "serve")
+    p = Node(args.node, "serve", ["--kv-transfer-config", kv_config("p0")], name="P")
+    d = Node(args.node, "serve", ["--kv-transfer-config", kv_config("d0")], name="D")
+    proxy = Node(args.node, "proxy", ["--prefill", p.url, "--decode", d.url] + fast,
+                 name="proxy")
+    check_slow_clients_cut(proxy, want, "proxy")
+
+
 if __name__ == "__main__":
     args = parse_args()
     run_cases([
@@ -150,4 +209,5 @@ if __name__ == "__main__":
         ("proxy", case_proxy),
         ("over_the_cap_waits", case_over_the_cap_waits),
         ("sigterm_with_slow_clients", case_sigterm_with_slow_clients),
+        ("slow_clients_cut", case_slow_clients_cut),
     ])

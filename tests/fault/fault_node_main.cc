@@ -4,7 +4,8 @@
 // without depending on the `kvferry serve` / `kvferry proxy` command lines.
 //
 //   kvf_fault_node serve [--host H] [--port P] [--model tiny] [--num-kv-blocks N]
-//                        [--kv-transfer-config JSON]
+//                        [--kv-transfer-config JSON] [--max-connections N]
+//                        [--request-read-timeout SECONDS]  (also the proxy's)
 //   kvf_fault_node proxy [--host H] [--port P] --prefill URL --decode URL
 //                        [--prefill-timeout-ms N] [--decode-timeout-ms N]
 //
@@ -48,6 +49,11 @@ std::string Get(const std::map<std::string, std::string>& a, const std::string& 
   return it == a.end() ? def : it->second;
 }
 
+// --request-read-timeout SECONDS (default: the front ends' own, 30 s) in milliseconds.
+int64_t ReadTimeoutMs(const std::map<std::string, std::string>& a) {
+  return static_cast<int64_t>(std::atof(Get(a, "--request-read-timeout", "30").c_str()) * 1000.0);
+}
+
 int Serve(const std::map<std::string, std::string>& args) {
   server::EngineLoopOptions opts;
   opts.engine.model = Get(args, "--model", "tiny");
@@ -69,6 +75,7 @@ int Serve(const std::map<std::string, std::string>& args) {
   sopts.request_timeout_ms = std::atoll(Get(args, "--request-timeout-ms", "60000").c_str());
   sopts.first_output_timeout_ms = sopts.request_timeout_ms;
   sopts.max_connections = std::atoi(Get(args, "--max-connections", "1024").c_str());
+  sopts.request_read_timeout_ms = ReadTimeoutMs(args);
   server::OpenAiServer http(sopts, loop->get(), &metrics);
   Status s = http.Start();
   if (!s.ok()) return Fail(s.ToString());
@@ -94,6 +101,7 @@ int Proxy(const std::map<std::string, std::string>& args) {
   opts.decode_urls = {Get(args, "--decode", "")};
   opts.prefill_timeout_ms = std::atoll(Get(args, "--prefill-timeout-ms", "20000").c_str());
   opts.decode_timeout_ms = std::atoll(Get(args, "--decode-timeout-ms", "30000").c_str());
+  opts.request_read_timeout_ms = ReadTimeoutMs(args);
   auto p = proxy::ProxyServer::Create(opts);
   if (!p.ok()) return Fail(p.status().ToString());
   Status s = (*p)->Start();

@@ -40,7 +40,9 @@ struct ProxyOptions {
   int64_t connect_timeout_ms = 2000;
   int64_t prefill_timeout_ms = 120000;  // P's whole answer
   int64_t decode_timeout_ms = 300000;   // D's first byte, and the longest gap between chunks
-  int max_connections = 1024;    // client connections served at once (http/connection_threads.h)
+  int max_connections = 1024;  // client connections served at once (http/connection_threads.h)
+  int64_t request_read_timeout_ms =
+      30000;                     // a request's headers and body (http/request_deadline.h)
   http::ApiKeyOptions api_keys;  // what clients must present (none: open)
   http::TlsServerFiles tls;      // the proxy's own listener (none: plain HTTP)
   UpstreamAccess upstream;       // toward P and D: key and CA bundle

@@ -30,7 +30,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: an ephemeral port, see OpenAiServer::port()
   std::string served_model_name = "tiny";
-  int max_connections = 1024;           // served at once, a thread each (http/connection_threads.h)
+  int max_connections = 1024;  // served at once, a thread each (http/connection_threads.h)
+  int64_t request_read_timeout_ms =
+      30000;                            // a request's headers and body (http/request_deadline.h)
   int64_t request_timeout_ms = 600000;  // a generation request's whole life
   int64_t first_output_timeout_ms = 300000;  // wait for the first output (queueing, remote KV)
   int32_t default_max_tokens = 16;           // completions without max_tokens (OpenAI's default)
