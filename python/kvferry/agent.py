@@ -153,6 +153,11 @@ class Agent:
         """Blocks until at least one notification arrived or timeout_ms passed (then [])."""
         return [Notification(p, m) for p, m in self._core.wait_notifications(int(timeout_ms))]
 
+    def stats(self) -> dict:
+        """Counters since creation: ``{"refused_inbound": {reason: count}}``, what the backend
+        refused from peers (socket backend: every reason, zeros included; others: empty)."""
+        return self._core.stats()
+
     def close(self) -> None:
         """Stops the agent: peers closed, transfers cancelled, memory deregistered and let go."""
         self._core.close()

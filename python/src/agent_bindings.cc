@@ -163,6 +163,14 @@ class PyAgent {
     ThrowIfError(Get().SendNotification({peer}, {message.c_str(), message.size()}));
   }
   nb::list Notifications() { return ToList(Get().GetNotifications()); }
+  // {"refused_inbound": {reason: count}} (transfer::AgentStats).
+  nb::dict Stats() {
+    nb::dict refused;
+    for (const auto& [reason, n] : Get().Stats().refused_inbound) refused[reason.c_str()] = n;
+    nb::dict d;
+    d["refused_inbound"] = refused;
+    return d;
+  }
   nb::list WaitNotifications(int64_t timeout_ms) {
     Agent& a = Get();
     std::vector<transfer::Notification> got;
@@ -268,6 +276,7 @@ void RegisterAgent(nb::module_& m) {
       .def("release", &PyAgent::ReleaseXfer, nb::arg("xfer"))
       .def("send_notification", &PyAgent::SendNotification, nb::arg("peer"), nb::arg("message"))
       .def("notifications", &PyAgent::Notifications)
+      .def("stats", &PyAgent::Stats, "The agent's counters since creation (AgentStats).")
       .def("wait_notifications", &PyAgent::WaitNotifications, nb::arg("timeout_ms"))
       .def("close", &PyAgent::Close);
 }

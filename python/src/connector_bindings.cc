@@ -80,9 +80,13 @@ nb::dict StatsDict(const connector::ConnectorStats& s) {
   d["leases_expired"] = s.leases_expired;
   d["notifications_before_hold"] = s.notifications_before_hold;
   d["notifications_late"] = s.notifications_late;
+  d["notifications_duplicate"] = s.notifications_duplicate;
   d["blocks_held"] = s.blocks_held;
   d["staged_kernel_blocks"] = s.staged_kernel_blocks;
   d["stage_failures"] = s.stage_failures;
+  nb::dict refused;
+  for (const auto& [reason, n] : s.refused_inbound) refused[reason.c_str()] = n;
+  d["refused_inbound"] = refused;
   return d;
 }
 

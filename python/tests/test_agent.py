@@ -1,6 +1,7 @@
 """kvferry.Agent in one process: registration, transfers, errors mapped to exceptions."""
 import ctypes
 import mmap
+import socket
 
 import pytest
 
@@ -141,3 +142,23 @@ def test_errors_carry_their_status_code():
 def test_wait_notifications_has_a_deadline():
     with kvferry.Agent("quiet", "loopback") as a:
         assert a.wait_notifications(timeout_ms=50) == []
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_stats_count_what_a_socket_backend_refused():
+    port = _free_port()
+    with kvferry.Agent("refusing", "socket", listen_host="127.0.0.1", listen_port=port) as a:
+        assert set(a.stats()["refused_inbound"]) >= {"no_hello", "bad_secret", "out_of_region"}
+        assert sum(a.stats()["refused_inbound"].values()) == 0
+        with socket.create_connection(("127.0.0.1", port)) as c:
+            c.sendall(b"\x02" + b"\x00" * 47)  # a read request before any hello
+            c.settimeout(5)
+            assert c.recv(64) == b""  # dropped
+        assert a.stats()["refused_inbound"]["no_hello"] == 1
+    with kvferry.Agent("counts-nothing", "loopback") as a:
+        assert a.stats() == {"refused_inbound": {}}

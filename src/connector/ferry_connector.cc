@@ -223,6 +223,9 @@ ConnectorOutput WorkerHalf::GetFinished() {
   c_->consumer_.Start();
   c_->consumer_.Poll(&out);
   c_->producer_.Poll(&out);
+  c_->ctx_.stats.Update([refused = c_->registration_.RefusedInbound()](ConnectorStats& s) {
+    s.refused_inbound = refused;
+  });
   return out;
 }
 

@@ -3,7 +3,11 @@
 // and every failure kind must report the right LOGICAL blocks.
 #include "kvferry/connector/ferry_connector.h"
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +20,8 @@
 #include "connector/side_channel.h"
 #include "kvferry/kv/block_geometry.h"
 #include "kvferry/transfer/loopback.h"
+#include "transfer/backends/socket/socket_blob.h"
+#include "transfer/metadata.h"
 
 namespace kvferry::connector {
 namespace {
@@ -60,7 +66,9 @@ struct Side {
                    bool borrow = false, bool external_scheduler = false) {
     Side s;
     config.kv_connector = "FerryConnector";
-    config.backend = transfer::BackendKind::kLoopback;
+    // Loopback unless the test asked for another backend than the default.
+    if (config.backend == KvTransferConfig{}.backend)
+      config.backend = transfer::BackendKind::kLoopback;
     config.engine_id = role + "-" + std::to_string(++g_counter);
     config.kv_buffer_device = g.host_buffer ? "cpu" : "direct";
     if (config.handshake_timeout_ms == KvTransferConfig{}.handshake_timeout_ms) {
@@ -561,6 +569,83 @@ TEST(FerryConnectorTest, SideChannelGarbageKeepsServing) {
   PullResult out = PullOnD(d, "g", prompt, params, Ids({3, 4}), 0);
   ASSERT_TRUE(out.finished);
   EXPECT_TRUE(out.invalid.empty());
+}
+
+// P's rank-0 agent metadata, fetched over its side channel as a D would.
+std::string AgentMetadataOf(Side& p) {
+  auto reply = internal::FetchOverSideChannel("127.0.0.1", p.conn->side_channel_port(),
+                                              internal::EncodeHandshakeRequest(0, ""),
+                                              Deadline::AfterMs(5000));
+  if (!reply.ok()) {
+    ADD_FAILURE() << reply.status();
+    return "";
+  }
+  auto ranks = internal::DecodeHandshakeReply(
+      *reply, internal::CompatibilityHash("test-model", p.cache->spec()));
+  if (!ranks.ok()) {
+    ADD_FAILURE() << ranks.status();
+    return "";
+  }
+  return (*ranks)[0].agent_metadata;
+}
+
+TEST(FerryConnectorTest, ARepeatedNotificationCountsOnce) {
+  // A lease read by a D of TP 2 ends after both D ranks' agents notified P. One agent that
+  // notifies twice (a peer repeating itself, or claiming to be both ranks) ends nothing: the
+  // second is counted as a duplicate; the other agent's notification then ends the lease.
+  Side p = Side::Make("P", {64, 64, Layout::kNHD, false});
+  auto prompt = Prompt(70);
+  KvTransferParams params = PrefillOnP(p, "dup", prompt, Ids({1, 2}), 12);
+  const std::string meta = AgentMetadataOf(p);
+  const std::string note = internal::EncodePullNotification(params.remote_request_id, 2);
+  auto notify = [&](const std::string& name, int times) {
+    auto a = std::move(
+        *transfer::Agent::Create({.name = name, .backend = transfer::BackendKind::kLoopback}));
+    auto peer = a->LoadRemoteMetadata(meta);
+    ASSERT_TRUE(peer.ok()) << peer.status();
+    for (int i = 0; i < times; ++i) ASSERT_TRUE(a->SendNotification(*peer, note).ok());
+  };
+  notify("dup-d.tp0", 2);
+  ASSERT_TRUE(WaitStats(p, [](const ConnectorStats& s) { return s.notifications_duplicate > 0; }));
+  for (int i = 0; i < 20; ++i) {  // and nothing more happens
+    ConnectorOutput o = p.conn->worker()->GetFinished();
+    EXPECT_TRUE(o.finished_sending.empty());
+    p.conn->scheduler()->UpdateConnectorOutput(o);
+  }
+  EXPECT_EQ(p.conn->Stats().notifications_duplicate, 1u);
+  EXPECT_EQ(p.conn->Stats().leases_released_by_notification, 0u);
+  EXPECT_GT(p.conn->Stats().blocks_held, 0);
+  notify("dup-d.tp1", 1);
+  EXPECT_TRUE(WaitSent(p, "dup"));
+  EXPECT_EQ(p.conn->Stats().leases_released_by_notification, 1u);
+  EXPECT_EQ(p.conn->Stats().blocks_held, 0);
+}
+
+TEST(FerryConnectorTest, StatsCountWhatTheAgentsRefused) {
+  // P's socket-backend agent drops a connection that opens without a hello; P's stats (and so
+  // /metrics) count it by reason after the next step.
+  KvTransferConfig pc;
+  pc.backend = transfer::BackendKind::kSocket;
+  Side p = Side::Make("P", {64, 64, Layout::kNHD, false}, pc);
+  auto blob =
+      transfer::sock::DecodeSocketBlob(transfer::DecodeMetadata(AgentMetadataOf(p))->backend_blob);
+  ASSERT_TRUE(blob.ok()) << blob.status();
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(blob->port);
+  ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  const std::string junk(48, '\x02');
+  ASSERT_EQ(::send(fd, junk.data(), junk.size(), MSG_NOSIGNAL), 48);
+  char byte;
+  EXPECT_EQ(::recv(fd, &byte, 1, 0), 0) << "not dropped";
+  ::close(fd);
+  ASSERT_TRUE(WaitStats(p, [](const ConnectorStats& s) {
+    auto it = s.refused_inbound.find("no_hello");
+    return it != s.refused_inbound.end() && it->second == 1;
+  })) << "refusal not counted";
+  EXPECT_EQ(p.conn->Stats().refused_inbound.at("bad_secret"), 0u);
 }
 
 TEST(FerryConnectorTest, RolesProducerAndConsumer) {

@@ -256,13 +256,21 @@ void Producer::NoteNotification(int32_t rank, const transfer::Notification& n,
     return;
   }
   Heard& heard = heard_[id];
-  heard.per_rank.resize(static_cast<size_t>(reg_->tp_size()), 0);
+  heard.per_rank.resize(static_cast<size_t>(reg_->tp_size()));
   heard.d_tp_size = parsed->d_tp_size;
-  ++heard.per_rank[rank];
+  if (!heard.per_rank[rank].insert(n.peer_name).second) {
+    // The same agent again (a retried post, or a peer repeating itself): it stands for one D
+    // rank only, so it cannot end the shares of the ranks that have not read yet.
+    KVF_LOG_WARN("connector {}: notification for {} from {} to rank {} again; ignored",
+                 ctx_->engine_id, id, n.peer_name, rank);
+    ctx_->stats.Update([](ConnectorStats& s) { ++s.notifications_duplicate; });
+    return;
+  }
   // Each P rank's share of the lease ends once every D rank reading from it has notified (a
   // replica no D rank reads from has nothing to wait for); the lease ends with the last share.
   for (int32_t p = 0; p < reg_->tp_size(); ++p) {
-    if (heard.per_rank[p] < kv::CountReaders(sharding, *reader, reg_->EngineRank(p)).value()) {
+    if (static_cast<int32_t>(heard.per_rank[p].size()) <
+        kv::CountReaders(sharding, *reader, reg_->EngineRank(p)).value()) {
       return;
     }
   }

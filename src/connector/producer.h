@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -84,10 +85,11 @@ class Producer {
     int32_t first = 0;
     int32_t end = 0;
   };
-  // Notifications received per leased request, per rank, and the D TP size they name.
+  // Notifications received per leased request: per rank, the agents they came from (each D
+  // rank's agent counts once, however often it notifies), and the D TP size they name.
   struct Heard {
     int32_t d_tp_size = 0;
-    std::vector<int32_t> per_rank;
+    std::vector<std::set<std::string>> per_rank;
   };
 
   void QueueCachedPrefix(const RequestView& request, std::span<const kv::LogicalBlockId> ids);
@@ -105,7 +107,8 @@ class Producer {
   // How many of `num_blocks` may be offered after a staging failure; sets `error` under `fail`.
   size_t OfferableAfterStagingFailure(const std::string& id, size_t num_blocks, Status* error);
   // One D rank's notification to P rank `rank`; ends the lease once every P rank has heard
-  // from all the D ranks that read from it.
+  // from all the D ranks that read from it. A second one from the same agent is counted
+  // (notifications_duplicate) and changes nothing.
   void NoteNotification(int32_t rank, const transfer::Notification& n, ConnectorOutput* out);
   void EndLease(const std::string& request_id, ConnectorOutput* out);
   bool TokenMatches(const std::string& presented) const;

@@ -38,6 +38,15 @@ std::string Registration::AgentName(int32_t rank) const {
   return RankAgentName(ctx_->engine_id, EngineRank(rank), engine_tp_size());
 }
 
+std::map<std::string, uint64_t> Registration::RefusedInbound() const {
+  std::map<std::string, uint64_t> sum;
+  for (const RankEndpoint& r : ranks_) {
+    if (r.agent == nullptr) continue;
+    for (const auto& [reason, n] : r.agent->Stats().refused_inbound) sum[reason] += n;
+  }
+  return sum;
+}
+
 // Direct mode: the cache itself is what peers read, so it comes from the rank's agent (with
 // UCX, shared memory a same-host D maps). Host-buffer mode: peers read the agent-allocated
 // mirror instead, and the cache stays ordinary memory.

@@ -21,6 +21,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
@@ -95,6 +96,9 @@ class Registration {
   const std::string& handshake_reply() const { return handshake_reply_; }
   int32_t side_channel_port() const { return server_port_.load(); }
   std::string AgentName(int32_t rank) const;
+  // What this connector's agents refused from peers, by reason, summed over its ranks
+  // (transfer::AgentStats::refused_inbound); empty once the agents are released.
+  std::map<std::string, uint64_t> RefusedInbound() const;
 
  private:
   Status RegisterRank(int32_t rank, kv::KvCache* cache);

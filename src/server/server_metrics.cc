@@ -114,6 +114,14 @@ void ServerMetrics::UpdateConnector(const connector::ConnectorStats& s) {
         static_cast<double>(s.blocks_withheld));
   total("kvferry:kv_staged_kernel_blocks_total", "Kernel blocks staged into the host buffer.", {},
         static_cast<double>(s.staged_kernel_blocks));
+  total("kvferry:kv_notifications_duplicate_total",
+        "Read-done notifications from an agent already heard for that request (ignored).", {},
+        static_cast<double>(s.notifications_duplicate));
+  for (const auto& [reason, n] : s.refused_inbound) {
+    total("kvferry:transfer_refused_inbound_total",
+          "What the transfer agents refused from peers (prefill and decode side), by reason.",
+          {{"reason", reason}}, static_cast<double>(n));
+  }
   registry_
       .GetGauge("kvferry:kv_connector_blocks_held",
                 "Logical blocks the connector holds for remote readers (prefill side).")

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 
 namespace kvferry::connector {
@@ -36,11 +37,18 @@ struct ConnectorStats {
   // D notifications that came after their lease ended (expired, released, a hold that ended
   // at once, a D reading a retried request's old params): nothing left to free.
   uint64_t notifications_late = 0;
+  // D notifications from an agent already heard for that request and rank (a retried post, or
+  // a peer repeating itself): ignored, they end no lease share.
+  uint64_t notifications_duplicate = 0;
   int64_t blocks_held = 0;  // P logical blocks currently held for remote readers
   // P: host-buffer staging.
   uint64_t staged_kernel_blocks = 0;
   uint64_t stage_failures = 0;   // chunks whose copy into the host buffer failed
   uint64_t blocks_withheld = 0;  // logical blocks not offered to D because their staging failed
+  // What this connector's transfer agents refused from peers (socket backend: inbound frames
+  // and connections, ranges outside the registered memory), by reason, summed over its ranks,
+  // as of the last GetFinished (transfer::AgentStats; docs/reliability.md, "Hostile peers").
+  std::map<std::string, uint64_t> refused_inbound;
 };
 
 // What the JSON config does not carry. Values.
