@@ -76,8 +76,9 @@ const Region* FindRegion(const RegionTable& regions, uint32_t id, uint64_t offse
                          Refusal* why = nullptr);
 
 // Where a write segment (a kWriteData header that passed CheckHeader) lands: its bytes'
-// address inside a region, or nullptr with the reason (the bytes are then discarded and the
-// write acknowledged with an error).
+// address inside a region, with `why` kNone; else `why` says why not (the bytes are then
+// discarded and the write acknowledged with an error) and the result is nullptr. Test `why`,
+// not the pointer: an empty region may have a null base.
 uint8_t* PlaceWrite(const FrameHdr& h, const RegionTable& regions, Refusal* why);
 
 // A read request's payload (count ReadEntry, as CheckHeader let through): kNone if every entry

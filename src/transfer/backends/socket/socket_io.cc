@@ -252,7 +252,7 @@ void SocketBackend::OnWriteDataHeader(Conn& c) {
   const FrameHdr& h = c.hdr;
   Refusal why = Refusal::kNone;
   uint8_t* dest = PlaceWrite(h, regions_, &why);
-  if (dest == nullptr) {
+  if (why != Refusal::kNone) {
     refused_.Count(why);
     c.write_code.emplace(h.token, static_cast<int32_t>(StatusCode::kNotFound));
   } else {
