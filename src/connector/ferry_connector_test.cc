@@ -431,6 +431,30 @@ TEST(FerryConnectorTest, HandshakeFails) {
   EXPECT_EQ(p.conn->Stats().blocks_held, 2);
 }
 
+TEST(FerryConnectorTest, ASideChannelOfAnotherEngineIsRefused) {
+  // kv_transfer_params name engine "P-impostor" at P's side channel: what answers there is
+  // another engine (P), so D refuses it in the handshake (nothing read, nothing notified) and
+  // recomputes; P's own engine id at the same address then pulls exactly.
+  Side p = Side::Make("P", {64, 64, Layout::kNHD, false});
+  Side d = Side::Make("D", {64, 64, Layout::kNHD, false});
+  auto prompt = Prompt(100);
+  KvTransferParams params = PrefillOnP(p, "who", prompt, Ids({1, 2}), 13);
+  KvTransferParams claimed = params;
+  claimed.remote_engine_id = "P-impostor";
+  PullResult out = PullOnD(d, "who-1", prompt, claimed, Ids({3, 4}), 0);
+  ASSERT_TRUE(out.finished);
+  EXPECT_EQ(out.invalid, Ids({3, 4}));
+  EXPECT_EQ(d.conn->Stats().failures_handshake, 1u);
+  EXPECT_EQ(d.conn->Stats().bytes, 0u);
+  EXPECT_EQ(p.conn->Stats().leases_released_by_notification, 0u);
+  out = PullOnD(d, "who-2", prompt, params, Ids({5, 6}), 0, &p);
+  ASSERT_TRUE(out.finished);
+  EXPECT_TRUE(out.invalid.empty());
+  EXPECT_TRUE(d.Holds(13, Ids({5, 6}), 0, 99));
+  EXPECT_TRUE(
+      WaitStats(p, [](const ConnectorStats& s) { return s.leases_released_by_notification == 1; }));
+}
+
 TEST(FerryConnectorTest, HandshakeToNobodyFailsWithinTheDeadline) {
   KvTransferConfig dc;
   dc.handshake_timeout_ms = 200;
