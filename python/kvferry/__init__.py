@@ -27,8 +27,8 @@ from kvferry._errors import (
     UnimplementedError,
 )
 from kvferry._kvferry import (
-    BlockGeometry, CacheSpec, ConnectorWorker, KernelBlockId, LeaseTable, LogicalBlockId, StatusCode, XferInfo,
-    XferOp, XferState, relayout_tokens,
+    BlockGeometry, CacheSpec, ConnectorWorker, HeadSharding, KernelBlockId, LeaseTable,
+    LogicalBlockId, StatusCode, XferInfo, XferOp, XferState, relayout_tokens,
 )
 from kvferry.agent import Agent, Notification, Peer, Region, Transfer
 
@@ -36,7 +36,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Agent", "Notification", "Peer", "Region", "Transfer",
-    "BlockGeometry", "KernelBlockId", "LogicalBlockId", "CacheSpec", "relayout_tokens",
+    "BlockGeometry", "KernelBlockId", "LogicalBlockId", "HeadSharding", "CacheSpec",
+    "relayout_tokens",
     "LeaseTable", "ConnectorWorker",
     "StatusCode", "XferInfo", "XferOp", "XferState",
     "KvferryError", "AbortedError", "AlreadyExistsError", "DataLossError",

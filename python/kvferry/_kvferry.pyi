@@ -128,6 +128,33 @@ class BlockGeometry:
 
     def __repr__(self) -> str: ...
 
+class HeadSharding:
+    """
+    The KV heads of each tensor-parallel rank: contiguous shares when tp_size divides num_kv_heads, whole heads replicated when num_kv_heads divides tp_size; any other pair raises InvalidArgumentError naming both.
+    """
+
+    def __init__(self, num_kv_heads: int, tp_size: int) -> None: ...
+
+    @property
+    def num_kv_heads(self) -> int: ...
+
+    @property
+    def tp_size(self) -> int: ...
+
+    @property
+    def heads_per_rank(self) -> int: ...
+
+    @property
+    def num_copies(self) -> int:
+        """How many ranks hold each head (1 unless replicated)."""
+
+    def first_head(self, rank: int) -> int:
+        """The first KV head `rank` holds."""
+
+    def __eq__(self, arg: HeadSharding, /) -> bool: ...
+
+    def __repr__(self) -> str: ...
+
 class CacheSpec:
     """
     The byte geometry of a KV cache (standard attention): one region per layer and part (NHD, HND) or per layer (VLLM_CPU: per block and head, the K tile transposed, then the V tile).

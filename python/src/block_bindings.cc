@@ -1,7 +1,9 @@
 // kvferry.LogicalBlockId, kvferry.KernelBlockId and kvferry.BlockGeometry: the KV cache's two id
 // spaces as two Python types with no conversion between them, and the one mapping from logical
 // to kernel ids (kv/block_geometry.h). A KernelBlockId (or a plain int) passed where a
-// LogicalBlockId is expected raises TypeError, as the C++ types refuse to compile.
+// LogicalBlockId is expected raises TypeError, as the C++ types refuse to compile. And
+// kvferry.HeadSharding: which KV heads each tensor-parallel rank holds (kv/head_sharding.h), so
+// that Python asks the C++ rule rather than repeating it.
 #include "block_bindings.h"
 
 #include <nanobind/nanobind.h>
@@ -14,6 +16,7 @@
 
 #include "kvferry/kv/block_geometry.h"
 #include "kvferry/kv/block_id.h"
+#include "kvferry/kv/head_sharding.h"
 #include "status_error.h"
 
 namespace nb = nanobind;
@@ -22,6 +25,7 @@ namespace kvferry::python {
 namespace {
 
 using kv::BlockGeometry;
+using kv::HeadSharding;
 using kv::KernelBlockId;
 using kv::LogicalBlockId;
 
@@ -68,6 +72,44 @@ LogicalBlockId Owning(const BlockGeometry& g, KernelBlockId kernel) {
   return g.LogicalBlockOwning(kernel);
 }
 
+void CheckRank(const HeadSharding& h, int32_t rank) {
+  if (rank < 0 || rank >= h.tp_size()) {
+    throw StatusError(OutOfRangeError("rank " + std::to_string(rank) + " outside [0, " +
+                                      std::to_string(h.tp_size()) + ")"));
+  }
+}
+
+void BindHeadSharding(nb::module_& m) {
+  nb::class_<HeadSharding>(m, "HeadSharding",
+                           "The KV heads of each tensor-parallel rank: contiguous shares when "
+                           "tp_size divides num_kv_heads, whole heads replicated when "
+                           "num_kv_heads divides tp_size; any other pair raises "
+                           "InvalidArgumentError naming both.")
+      .def(
+          "__init__",
+          [](HeadSharding* self, int32_t num_kv_heads, int32_t tp_size) {
+            new (self) HeadSharding(ValueOrThrow(HeadSharding::Create(num_kv_heads, tp_size)));
+          },
+          nb::arg("num_kv_heads"), nb::arg("tp_size"))
+      .def_prop_ro("num_kv_heads", &HeadSharding::num_kv_heads)
+      .def_prop_ro("tp_size", &HeadSharding::tp_size)
+      .def_prop_ro("heads_per_rank", &HeadSharding::HeadsPerRank)
+      .def_prop_ro("num_copies", &HeadSharding::NumCopies,
+                   "How many ranks hold each head (1 unless replicated).")
+      .def(
+          "first_head",
+          [](const HeadSharding& h, int32_t rank) {
+            CheckRank(h, rank);
+            return h.FirstHead(rank);
+          },
+          nb::arg("rank"), "The first KV head `rank` holds.")
+      .def(nb::self == nb::self)
+      .def("__repr__", [](const HeadSharding& h) {
+        return "HeadSharding(num_kv_heads=" + std::to_string(h.num_kv_heads()) +
+               ", tp_size=" + std::to_string(h.tp_size()) + ")";
+      });
+}
+
 }  // namespace
 
 void RegisterBlocks(nb::module_& m) {
@@ -102,6 +144,7 @@ void RegisterBlocks(nb::module_& m) {
         return "BlockGeometry(block_size_logical=" + std::to_string(g.block_size_logical()) +
                ", block_size_kernel=" + std::to_string(g.block_size_kernel()) + ")";
       });
+  BindHeadSharding(m);
 }
 
 }  // namespace kvferry::python

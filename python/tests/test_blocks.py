@@ -41,3 +41,18 @@ def test_bad_geometry_and_ids_raise_with_the_code():
         BlockGeometry(0, 16)
     with pytest.raises(kvferry.InvalidArgumentError, match="negative"):
         BlockGeometry(32, 16).kernel_blocks_of(LogicalBlockId(-1))
+
+
+def test_head_sharding_is_the_cpp_rule():
+    shares = kvferry.HeadSharding(num_kv_heads=8, tp_size=4)
+    assert shares.heads_per_rank == 2 and shares.num_copies == 1
+    assert [shares.first_head(r) for r in range(4)] == [0, 2, 4, 6]
+    copies = kvferry.HeadSharding(2, 4)  # fewer heads than ranks: each head on two ranks
+    assert copies.heads_per_rank == 1 and copies.num_copies == 2
+    assert [copies.first_head(r) for r in range(4)] == [0, 0, 1, 1]
+    with pytest.raises(kvferry.InvalidArgumentError) as e:
+        kvferry.HeadSharding(8, 3)
+    assert "8 KV heads" in e.value.message and "3" in e.value.message
+    with pytest.raises(kvferry.OutOfRangeError):
+        shares.first_head(4)
+    assert kvferry.HeadSharding(8, 4) == shares

@@ -26,6 +26,7 @@ Thread-safety: vLLM calls every method from the EngineCore's scheduler thread.
 """
 
 import kvferry
+from kvferry import HeadSharding, InvalidArgumentError
 from kvferry.vllm.config import ConnectorConfig
 from kvferry.vllm.metadata import (Hold, KvferryConnectorMetadata, KvferryWorkerMetadata,
                                    LoadSpec, Save, merge_records)
@@ -94,9 +95,10 @@ class KvferryScheduler:
         p_tp = params.get("tp_size", 1)
         if not isinstance(p_tp, int) or isinstance(p_tp, bool) or p_tp < 1:
             return f"tp_size {p_tp!r} is not a positive integer"
-        if self._kv_heads % p_tp and p_tp % self._kv_heads:
-            return (f"P's tensor_parallel_size {p_tp} does not shard the model's "
-                    f"{self._kv_heads} KV heads")
+        try:
+            HeadSharding(self._kv_heads, p_tp)   # the C++ rule (kv/head_sharding.h)
+        except InvalidArgumentError as e:
+            return f"P's tensor_parallel_size: {e.message}"
         return ""
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens: int) -> None:
