@@ -6,7 +6,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_GEN  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CTEST_ARGS ?=
 
-.PHONY: all build deps configure pyenv wheel test test-long test-vllm format format-check tidy tidy-core tsa asan tsan fuzz bench demo \
+.PHONY: all build deps configure pyenv wheel test test-long chaos test-vllm format format-check tidy tidy-core tsa asan tsan fuzz bench demo \
   demo-cluster msgpack-c-check package clean
 
 all: build
@@ -52,6 +52,14 @@ test-vllm: deps configure
 # the main build. Fuzzing, -Wthread-safety and ASan+UBSan share one clang build: `make asan`.
 test-long: deps build
 	cd $(BUILD) && ctest --output-on-failure -L long $(CTEST_ARGS)
+
+# The chaos soak (tests/chaos; docs/reliability.md, "Chaos soak") for CHAOS_MINUTES minutes; its
+# JSON report lands in $(BUILD)/chaos_report.json. Root. (In test-long, 3 minutes, only when
+# configured with -DKVFERRY_CHAOS_SOAK=ON: tests/chaos/CMakeLists.txt says why.)
+CHAOS_MINUTES ?= 3
+chaos: deps build
+	PYTHONPATH=$(CURDIR)/tests python3 tests/chaos/chaos_soak_test.py --kvferry $(BUILD)/bin/kvferry \
+	  --minutes $(CHAOS_MINUTES) --report $(BUILD)/chaos_report.json
 
 # libFuzzer targets (clang, ASan+UBSan) in build-fuzz, each run FUZZ_SECONDS (tests/fuzz/run.sh).
 FUZZ_SECONDS ?= 60

@@ -22,6 +22,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libopenblas-dev                          # benchmark-only peer for the matmul
   iperf3 iproute2 procps psmisc curl       # benchmark ceilings, netns fault tests, e2e scripts
+  iptables                                 # tests/chaos: a P-D link's delay/loss/reordering (NFQUEUE)
   time                                     # bench/models/load_rss.sh: peak RSS (/usr/bin/time -v)
   jq                                       # bench/models/llamacpp_compare.sh: JSON of both engines
   python3                                  # tests/fault and tests/load drivers (stdlib only)

@@ -30,25 +30,42 @@ class Proc(LoggedProcess):
 
 
 class Etcd(Proc):
-    """A single-member etcd; stop() then start() keeps its data (keys and leases)."""
+    """A single-member etcd, or one member of a cluster: `cluster` = {member name: host} of every
+    member (each in its own network namespace, so every one uses the ports 2379 and 2380), and
+    `wait=False` to start all members before waiting for any (a member is healthy only once a
+    quorum runs). stop() then start() keeps its data (keys and leases; a cluster member rejoins)."""
 
-    def __init__(self, name="etcd", host="127.0.0.1", netns=None):
+    def __init__(self, name="etcd", host="127.0.0.1", netns=None, cluster=None, wait=True):
         self.host, self.netns, self.etcd_name = host, netns, name
+        self.cluster = cluster
         self.client_port, self.peer_port = 2379, 2380
         if not netns:
             self.client_port, self.peer_port = free_port(), free_port()
         self.data = os.path.join(CASE["dir"], f"{name}.data")
-        self.start()
+        self.start(wait)
 
-    def start(self):
+    def start(self, wait=True):
         client = f"http://{self.host}:{self.client_port}"
         peer = f"http://{self.host}:{self.peer_port}"
+        members = self.cluster or {self.etcd_name: self.host}
+        initial = ",".join(f"{n}=http://{h}:{self.peer_port}" for n, h in members.items())
         super().__init__(self.etcd_name, [
             "etcd", "--name", self.etcd_name, "--data-dir", self.data,
             "--listen-client-urls", client, "--advertise-client-urls", client,
             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"{self.etcd_name}={peer}"], netns=self.netns)
-        check(wait_until(self.healthy, 30) is not None, "etcd did not become healthy")
+            "--initial-cluster", initial], netns=self.netns)
+        if wait:
+            self.wait_healthy()
+
+    def wait_healthy(self, timeout=30):
+        check(wait_until(self.healthy, timeout) is not None,
+              f"{self.etcd_name} did not become healthy")
+
+    def is_leader(self):
+        """Whether this member is the cluster's leader now (False when it does not answer)."""
+        r = web.request(self.host, self.client_port, "POST", "/v3/maintenance/status", body={},
+                        timeout=2)
+        return r.status == 200 and r.body.get("leader") == r.body.get("header", {}).get("member_id")
 
     def healthy(self):
         r = web.request(self.host, self.client_port, "GET", "/health", timeout=1)
@@ -77,11 +94,11 @@ def kv_config(role, engine_id, host="127.0.0.1", **extra):
 class Kvferry(Proc, web.Endpoint):
     """`kvferry serve` or `kvferry proxy`; the HTTP port is read from its first log line."""
 
-    def __init__(self, binary, name, mode, args, host="127.0.0.1", netns=None, env=None):
+    def __init__(self, binary, name, mode, args, host="127.0.0.1", netns=None, env=None, port=0):
         self.host = host
         full_env = {"KVFERRY_LOG": "info"}
         full_env.update(env or {})
-        super().__init__(name, [binary, mode, "--host", host, "--port", "0"] + list(args),
+        super().__init__(name, [binary, mode, "--host", host, "--port", str(port)] + list(args),
                          env=full_env, netns=netns)
         m = self.wait_log(rf"kvferry {mode}: http://{re.escape(host)}:(\d+)", 60)
         check(m is not None, f"{name}: no listening line within 60 s:\n{self.log_text()[-2000:]}")
@@ -112,10 +129,11 @@ def serve(binary, name, role, registry, host="127.0.0.1", netns=None, ttl=3, ext
                     "--kv-transfer-config", kv] + list(args), host=host, netns=netns, env=env)
 
 
-def proxy(binary, name, registry, host="127.0.0.1", netns=None, args=()):
+def proxy(binary, name, registry, host="127.0.0.1", netns=None, args=(), port=0):
     return Kvferry(binary, name, "proxy",
                    ["--registry", registry, "--poll-interval-ms", "100",
-                    "--connect-timeout-ms", "1000"] + list(args), host=host, netns=netns)
+                    "--connect-timeout-ms", "1000"] + list(args), host=host, netns=netns,
+                   port=port)
 
 
 def colocated_reference(binary, bodies):
