@@ -103,8 +103,7 @@ StatusOr<KvTransferConfig> ParseKvTransferConfig(const nlohmann::json& j) {
     if (!backend.empty()) {
       StatusOr<transfer::BackendKind> kind = transfer::ParseBackendKind(backend);
       if (!kind.ok()) {
-        return top.Error("kv_connector_extra_config.backend",
-                         fmt::format("'{}' is not ucx|socket|loopback", backend));
+        return top.Error("kv_connector_extra_config.backend", kind.status().message());
       }
       c.backend = *kind;
     }
@@ -113,8 +112,7 @@ StatusOr<KvTransferConfig> ParseKvTransferConfig(const nlohmann::json& j) {
     if (!ucx_transport.empty()) {
       StatusOr<transfer::UcxTransport> t = transfer::ParseUcxTransport(ucx_transport);
       if (!t.ok()) {
-        return top.Error("kv_connector_extra_config.ucx_transport",
-                         fmt::format("'{}' is not auto|tcp|shm", ucx_transport));
+        return top.Error("kv_connector_extra_config.ucx_transport", t.status().message());
       }
       c.ucx_transport = *t;
     }

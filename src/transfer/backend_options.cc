@@ -1,6 +1,23 @@
 #include "kvferry/transfer/backend_options.h"
 
+#include <string>
+
 namespace kvferry::transfer {
+namespace {
+
+// The value of `all` whose name is `name`; InvalidArgument "<what> 'name' is not a|b|c".
+template <typename E, size_t N>
+StatusOr<E> ParseByName(std::string_view name, const E (&all)[N], std::string_view (*name_of)(E),
+                        std::string_view what) {
+  std::string choices;
+  for (E e : all) {
+    if (name == name_of(e)) return e;
+    choices += (choices.empty() ? "" : "|") + std::string(name_of(e));
+  }
+  return InvalidArgumentError(std::string(what) + " '" + std::string(name) + "' is not " + choices);
+}
+
+}  // namespace
 
 std::string_view BackendKindName(BackendKind kind) {
   switch (kind) {
@@ -15,12 +32,10 @@ std::string_view BackendKindName(BackendKind kind) {
 }
 
 StatusOr<BackendKind> ParseBackendKind(std::string_view name) {
-  for (BackendKind k : {BackendKind::kUcx, BackendKind::kLoopback, BackendKind::kSocket}) {
-    if (name == BackendKindName(k)) return k;
-  }
+  static constexpr BackendKind kAll[] = {BackendKind::kUcx, BackendKind::kSocket,
+                                         BackendKind::kLoopback};
   if (name == "UCX") return BackendKind::kUcx;
-  return InvalidArgumentError("transfer backend '" + std::string(name) +
-                              "' is not ucx|socket|loopback");
+  return ParseByName(name, kAll, &BackendKindName, "transfer backend");
 }
 
 std::string_view UcxTransportName(UcxTransport transport) {
@@ -36,10 +51,9 @@ std::string_view UcxTransportName(UcxTransport transport) {
 }
 
 StatusOr<UcxTransport> ParseUcxTransport(std::string_view name) {
-  for (UcxTransport t : {UcxTransport::kAuto, UcxTransport::kTcp, UcxTransport::kShm}) {
-    if (name == UcxTransportName(t)) return t;
-  }
-  return InvalidArgumentError("ucx_transport '" + std::string(name) + "' is not auto|tcp|shm");
+  static constexpr UcxTransport kAll[] = {UcxTransport::kAuto, UcxTransport::kTcp,
+                                          UcxTransport::kShm};
+  return ParseByName(name, kAll, &UcxTransportName, "ucx_transport");
 }
 
 }  // namespace kvferry::transfer
