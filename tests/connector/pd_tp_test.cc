@@ -169,7 +169,8 @@ TEST(PdTpTest, HeterogeneousTpMatrix) {
 
 // Each P rank's share of the lease ends only when every D rank reading from it has notified:
 // P at TP 2 (tiny: one KV head per rank) serving a D at TP 4, where D ranks 0-1 read P rank 0
-// and D ranks 2-3 read P rank 1. Notifications are sent by hand from a stand-in agent.
+// and D ranks 2-3 read P rank 1. Notifications are sent by hand from stand-in agents, one per D
+// rank as a D has; a rank that notifies twice counts once.
 TEST(PdTpTest, PRankReleasesAfterAllItsReaders) {
   InstanceSpec ps;
   ps.tp = 2;
@@ -191,24 +192,30 @@ TEST(PdTpTest, PRankReleasesAfterAllItsReaders) {
   auto ranks = connector::internal::DecodeHandshakeReply(*reply, hash);
   ASSERT_TRUE(ranks.ok()) << ranks.status();
   ASSERT_EQ(ranks->size(), 2u);
-  transfer::AgentOptions d_options;
-  d_options.name = "stand-in-d";
-  d_options.backend = transfer::BackendKind::kLoopback;
-  auto d = transfer::Agent::Create(d_options);
-  ASSERT_TRUE(d.ok()) << d.status();
+  std::vector<std::unique_ptr<transfer::Agent>> d;  // D rank r reads P rank r / 2
   std::vector<transfer::PeerHandle> to;
-  for (const auto& m : *ranks) to.push_back((*d)->LoadRemoteMetadata(m.agent_metadata).value());
+  for (int r = 0; r < 4; ++r) {
+    transfer::AgentOptions d_options;
+    d_options.name = "stand-in-d.tp" + std::to_string(r);
+    d_options.backend = transfer::BackendKind::kLoopback;
+    auto a = transfer::Agent::Create(d_options);
+    ASSERT_TRUE(a.ok()) << a.status();
+    d.push_back(std::move(*a));
+    to.push_back(d[r]->LoadRemoteMetadata((*ranks)[r / 2].agent_metadata).value());
+  }
   const std::string note = connector::internal::EncodePullNotification("f", 4);
   auto step_p = [&] {
     for (int i = 0; i < 3; ++i) p->engine()->Step();
     return p->connector()->Stats().blocks_held;
   };
   ASSERT_GT(step_p(), 0);
-  ASSERT_TRUE((*d)->SendNotification(to[0], note).ok());
-  ASSERT_TRUE((*d)->SendNotification(to[0], note).ok());
-  ASSERT_TRUE((*d)->SendNotification(to[1], note).ok());
+  ASSERT_TRUE(d[0]->SendNotification(to[0], note).ok());
+  ASSERT_TRUE(d[1]->SendNotification(to[1], note).ok());
+  ASSERT_TRUE(d[2]->SendNotification(to[2], note).ok());
+  ASSERT_TRUE(d[2]->SendNotification(to[2], note).ok());
   EXPECT_GT(step_p(), 0) << "P rank 1 has heard from one of its two readers only";
-  ASSERT_TRUE((*d)->SendNotification(to[1], note).ok());
+  EXPECT_EQ(p->connector()->Stats().notifications_duplicate, 1u);
+  ASSERT_TRUE(d[3]->SendNotification(to[3], note).ok());
   EXPECT_EQ(step_p(), 0);
   EXPECT_EQ(p->connector()->Stats().leases_released_by_notification, 1u);
   ExpectPoolClean(*p->engine(), "P");
