@@ -36,16 +36,19 @@ Status ReleaseRank(const std::string& host, int32_t port, int32_t rank, int32_t 
   return Status::Ok();
 }
 
-// The release at `port` (the P engine's rank 0), then, for an engine whose ranks serve their own
-// side channels, at every rank the first reply did not speak for.
+// The release at `port` (the P engine's rank 0, which must answer as rank 0: the other ranks'
+// ports are counted from it), then, for an engine whose ranks serve their own side channels, at
+// every rank that reply did not speak for.
 Status ReleaseEveryRank(const std::string& host, int32_t port, const std::string& request,
                         const StatusOr<std::optional<CurveClientKeys>>& curve,
                         const Deadline& deadline) {
   KVF_ASSIGN_OR_RETURN(ServedRanks first, ReleaseAt(host, port, request, curve, deadline));
-  const int32_t base = port - first.first_rank;
-  for (int32_t r = 0; r < first.tp_size; ++r) {
-    if (r >= first.first_rank && r < first.first_rank + first.num_ranks) continue;
-    KVF_RETURN_IF_ERROR(ReleaseRank(host, base, r, first.tp_size, request, curve, deadline));
+  if (first.first_rank != 0) {
+    return FailedPreconditionError(fmt::format("{}:{} speaks for rank {} of {}, expected rank 0",
+                                               host, port, first.first_rank, first.tp_size));
+  }
+  for (int32_t r = first.num_ranks; r < first.tp_size; ++r) {
+    KVF_RETURN_IF_ERROR(ReleaseRank(host, port, r, first.tp_size, request, curve, deadline));
   }
   return Status::Ok();
 }

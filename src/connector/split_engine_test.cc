@@ -312,6 +312,32 @@ TEST(SplitEngineTest, AReleaseReachesEveryRankOfASplitP) {
   }
 }
 
+// A release sent to a port that answers as rank 1 (kv_transfer_params name rank 0's port) goes
+// no further: the other ranks' ports are counted from rank 0's, never from what a reply
+// claims, so rank 0 keeps its hold (until its lease ends) and D counts no release sent.
+TEST(SplitEngineTest, AReleaseAnsweredByAnotherRankThanZeroGoesNoFurther) {
+  Pair pair = Pair::Make({2, true}, {1, false});
+  if (pair.p == nullptr || pair.d == nullptr) return;
+  KvTransferParams offer = pair.Offer("astray", Ids({1, 2}), 20, 4);
+  offer.remote_port = pair.p->base_port + 1;
+  ConnectorMetadata meta;
+  meta.releases.push_back(offer);
+  pair.d->Bind(meta);
+  std::set<size_t> sent;
+  Deadline deadline = Deadline::AfterMs(1500);
+  while (!deadline.Expired()) {
+    for (size_t i = 0; i < pair.p->conns.size(); ++i) {
+      for (const std::string& s : pair.p->conns[i]->worker()->GetFinished().finished_sending) {
+        if (s == "astray") sent.insert(i);
+      }
+    }
+    pair.d->conns[0]->worker()->GetFinished();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_EQ(sent, std::set<size_t>{1}) << "the release reached ranks other than the one asked";
+  EXPECT_EQ(pair.d->conns[0]->Stats().notifications_sent, 0u);
+}
+
 // P's rank 1 serves somewhere other than rank 0's port + 1: D cannot find it, the handshake
 // fails within its deadline and the load is reported for recompute; nothing was read.
 TEST(SplitEngineTest, ASplitPRankNotAtItsPortFailsTheHandshake) {
