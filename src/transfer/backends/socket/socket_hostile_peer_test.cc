@@ -4,7 +4,8 @@
 // request or notification declaring more than the control limit, reads and writes outside every
 // registered region. Each connection is dropped or answered with an error, never with bytes
 // outside a region, the target's memory is unchanged, it keeps serving a real agent exactly, and
-// each refusal is counted once under its reason (Agent::Stats().refused_inbound).
+// each refusal is counted once under its reason (Agent::Stats().refused_inbound). And the other
+// way round: a fake target whose replies do not match the read asked of it.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -19,6 +20,7 @@
 
 #include "kvferry/common/deadline.h"
 #include "kvferry/transfer/agent.h"
+#include "transfer/backends/socket/socket_backend.h"
 #include "transfer/backends/socket/socket_blob.h"
 #include "transfer/backends/socket/socket_wire.h"
 #include "transfer/metadata.h"
@@ -235,6 +237,107 @@ TEST_F(SocketHostilePeerTest, ReadsAndWritesOutsideTheRegionsAreRefused) {
   }
   ExpectStillServesExactly();
   EXPECT_EQ(RefusedTotal(), 2 * ranges.size());
+}
+
+// Reads `n` bytes from a blocking socket (false on EOF or error).
+bool RecvAll(int fd, void* into, size_t n) {
+  auto* p = static_cast<char*>(into);
+  while (n > 0) {
+    const ssize_t r = ::recv(fd, p, n, 0);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// A raw TCP listener posing as a socket-backend target with one 4 KiB region: an agent that
+// loads its metadata connects, and the test answers its read requests by hand.
+class FakeTarget {
+ public:
+  FakeTarget() {
+    listen_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    ::inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    EXPECT_EQ(::bind(listen_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    EXPECT_EQ(::listen(listen_, 1), 0);
+    socklen_t len = sizeof(addr);
+    ::getsockname(listen_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~FakeTarget() {
+    if (conn_ >= 0) ::close(conn_);
+    ::close(listen_);
+  }
+  std::string Metadata() const {
+    return EncodeMetadata({.backend = "socket",
+                           .agent_name = "fake-target",
+                           .regions = {{.id = 1, .length = kBytes}},
+                           .backend_blob = EncodeSocketBlob({"127.0.0.1", port_, 77})});
+  }
+  // Accepts the agent's connection and reads its hello; then its read request's header.
+  bool AcceptHello() {
+    conn_ = ::accept(listen_, nullptr, nullptr);
+    FrameHdr h{};
+    if (conn_ < 0 || !RecvAll(conn_, &h, sizeof(h)) || h.type != kHello) return false;
+    std::string name(h.length, '\0');
+    return RecvAll(conn_, name.data(), name.size());
+  }
+  FrameHdr ReadRequest() {
+    FrameHdr h{};
+    EXPECT_TRUE(RecvAll(conn_, &h, sizeof(h)));
+    EXPECT_EQ(h.type, kReadReq);
+    std::string entries(h.length, '\0');
+    EXPECT_TRUE(RecvAll(conn_, entries.data(), entries.size()));
+    return h;
+  }
+  void Send(const std::string& bytes) const {
+    ASSERT_EQ(::send(conn_, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(bytes.size()));
+  }
+
+ private:
+  int listen_ = -1;
+  int conn_ = -1;
+  uint16_t port_ = 0;
+};
+
+TEST(SocketHostileTargetTest, RepliesThatMatchNoReadFailItAndAreCounted) {
+  FakeTarget target;
+  auto reader = std::move(*Agent::Create({.name = "reader", .backend = BackendKind::kSocket}));
+  std::vector<uint8_t> dst(kBytes, 0);
+  auto local = *reader->RegisterMemory(dst.data(), kBytes, MemoryKind::kHost);
+  auto peer = reader->LoadRemoteMetadata(target.Metadata());
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  ASSERT_TRUE(target.AcceptHello());
+  auto x = reader->PrepareTransfer(
+      {.op = XferOp::kRead, .peer = *peer, .local = {{local, 0, 16}}, .remote = {{{1}, 0, 16}}});
+  ASSERT_TRUE(x.ok()) << x.status();
+  const std::string junk(8, 'J');
+  struct Case {
+    std::string reply;  // for a read of 16 bytes, segment 0
+    const char* what;
+  };
+  const std::vector<Case> cases = {
+      {Frame({.type = kReadData, .length = 8}, junk), "read data of another length"},
+      {Frame({.type = kReadData, .length = 8, .index = 3}, junk), "read data of another segment"},
+      {Frame({.type = kWriteAck}), "a write acknowledgement"},
+      {Frame({.type = kReadErr, .code = 0}), "a read error without a reason"},
+  };
+  uint64_t n = 0;
+  for (const Case& c : cases) {
+    ASSERT_TRUE(reader->Post(*x).ok()) << c.what;
+    FrameHdr req = target.ReadRequest();
+    FrameHdr reply{};
+    std::memcpy(&reply, c.reply.data(), sizeof(reply));
+    reply.token = req.token;
+    target.Send(Pod(reply) + c.reply.substr(sizeof(reply)));
+    const Status s = reader->Wait(*x, Deadline::AfterMs(5000));
+    EXPECT_EQ(s.code(), StatusCode::kDataLoss) << c.what << ": " << s;
+    EXPECT_EQ(reader->Stats().refused_inbound.at("reply_mismatch"), ++n) << c.what;
+  }
+  EXPECT_EQ(dst, std::vector<uint8_t>(kBytes, 0)) << "a mismatched reply landed";
 }
 
 }  // namespace

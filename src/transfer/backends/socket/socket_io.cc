@@ -344,16 +344,21 @@ void SocketBackend::OnReply(Conn& c, const FrameHdr& h) {
   auto it = xfers_.find(h.token);
   if (it == xfers_.end()) return;  // released or failed meanwhile
   const bool is_read = h.type == kReadErr;
+  const char* mismatch = nullptr;
   if ((it->second.op == XferOp::kRead) != is_read) {
-    FailXfer(h.token, DataLossError("peer answered with the wrong reply kind"));
+    mismatch = "peer answered with the wrong reply kind";
   } else if (is_read && h.code == 0) {
-    FailXfer(h.token, DataLossError("peer refused the read without a reason"));
+    mismatch = "peer refused the read without a reason";
+  } else if (h.code == 0 && HasQueued(c, h.token)) {
+    mismatch = "peer acknowledged a write before receiving it";
+  }
+  if (mismatch != nullptr) {
+    refused_.Count(Refusal::kReplyMismatch);
+    FailXfer(h.token, DataLossError(mismatch));
   } else if (h.code != 0) {
     FailXfer(h.token, Status(static_cast<StatusCode>(h.code),
                              is_read ? "peer rejected the read (unknown region or range)"
                                      : "peer rejected the write (unknown region or range)"));
-  } else if (HasQueued(c, h.token)) {
-    FailXfer(h.token, DataLossError("peer acknowledged a write before receiving it"));
   } else {
     Finished(h.token);
   }
