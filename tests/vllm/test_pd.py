@@ -93,8 +93,8 @@ def check_pulled_response(resp):
     rec = (resp.get("kv_transfer_params") or {}).get("kvferry_load")
     check(rec is not None, f"D's response has no kvferry_load: {resp.get('kv_transfer_params')}")
     check(rec["outcome"] == "pulled", f"D did not pull: {rec}")
-    check(rec["bytes"] > 0 and rec["descriptors"] > 0, f"D pulled nothing: {rec}")
-    print(f"  pulled {rec['bytes']} B in {rec['descriptors']} descriptors, {rec['ms']} ms",
+    check(rec["pulled_bytes"] > 0 and rec["descriptors"] > 0, f"D pulled nothing: {rec}")
+    print(f"  pulled {rec['pulled_bytes']} B in {rec['descriptors']} descriptors, {rec['ms']} ms",
           flush=True)
     return rec
 

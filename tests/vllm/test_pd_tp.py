@@ -70,9 +70,9 @@ def case_tp2_and_across_tp_sizes():
         check(got[0] == want[0], f"token ids differ\n  D: {got[0]}\n  P alone: {want[0]}")
         check(got[1] == want[1], f"logprobs differ\n  D: {got[1]}\n  P alone: {want[1]}")
         rec = (d.get("kv_transfer_params") or {}).get("kvferry_load") or {}
-        check(rec.get("outcome") == "pulled" and rec.get("ranks") == 2 and rec["bytes"] > 0,
+        check(rec.get("outcome") == "pulled" and rec.get("ranks") == 2 and rec["pulled_bytes"] > 0,
               f"D did not pull with both ranks: {rec}")
-        print(f"  pulled {rec['bytes']} B by {rec['ranks']} ranks, {rec['ms']} ms", flush=True)
+        print(f"  pulled {rec['pulled_bytes']} B by {rec['ranks']} ranks, {rec['ms']} ms", flush=True)
     # P gives the holds back on D's notifications (vLLM frees a request's blocks once every
     # rank did), not at the lease's end.
     def sends_read():
@@ -106,11 +106,11 @@ def heterogeneous_tp():
         for prompt in PROMPTS:
             got, rec = pull(p_name, d_name, prompt)
             check(rec.get("outcome") == "pulled" and rec.get("ranks") == d_ranks and
-                  rec["bytes"] > 0, f"{p_name} -> {d_name}: D did not pull with every rank: {rec}")
+                  rec["pulled_bytes"] > 0, f"{p_name} -> {d_name}: D did not pull with every rank: {rec}")
             alone = vs.completion_tokens(servers[d_name].post("/v1/completions", {
                 "model": vs.MODEL_NAME, "prompt": prompt, "max_tokens": 12, "temperature": 0,
                 "logprobs": 1, "return_tokens_as_token_ids": True}))
-            print(f"  {p_name} -> {d_name}: pulled {rec['bytes']} B by {rec['ranks']} ranks; "
+            print(f"  {p_name} -> {d_name}: pulled {rec['pulled_bytes']} B by {rec['ranks']} ranks; "
                   f"token ids {'equal' if got[0] == alone[0] else 'differ from'} D alone's, "
                   f"logprobs {'equal' if got[1] == alone[1] else 'differ'}", flush=True)
     check(re.search(r"lease of request \S+ expired", servers["P"].log_text() +

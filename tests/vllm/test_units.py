@@ -244,7 +244,7 @@ def case_pull_with_generations():
             params = pd.finish_on_p("r1", [1, 2, 3])
             check(params["remote_block_generations"] == [1, 1, 1], f"{params}")
             rec, failed = pd.pull_on_d("d1", params, [9, 10, 11])
-            check(rec["outcome"] == "pulled" and rec["bytes"] > 0 and not failed, f"{rec}")
+            check(rec["outcome"] == "pulled" and rec["pulled_bytes"] > 0 and not failed, f"{rec}")
             check(pd.same_pages([1, 2, 3], [9, 10, 11]), f"{backend}: pulled pages differ")
             pd.p_until_sent("r1")
             # The same params again (a retried request): P gave the blocks back, so the
@@ -433,7 +433,7 @@ def case_scheduler_spans():
     check(d.request_finished(aborted, [[11, 12, 13, 14, 15]]) == (False, None), "aborted D")
     d.update_connector_output(SimpleNamespace(
         finished_sending=None, kv_connector_worker_meta=KvferryWorkerMetadata(
-            {"d1": {"outcome": "pulled", "bytes": 1, "descriptors": 1}})))
+            {"d1": {"outcome": "pulled", "pulled_bytes": 1, "descriptors": 1}})))
     check(not d._records and not d._gone and not d._loading,
           f"an aborted pull's record kept: {d._records} {d._gone} {d._loading}")
     # D at TP 2: its ranks may report one pull in different steps; the records merge (bytes
@@ -443,7 +443,7 @@ def case_scheduler_spans():
     def rank_reports(rid, ms):
         d2.update_connector_output(SimpleNamespace(
             finished_sending=None, kv_connector_worker_meta=KvferryWorkerMetadata(
-                {rid: {"outcome": "pulled", "bytes": 100, "descriptors": 2, "ms": ms}})))
+                {rid: {"outcome": "pulled", "pulled_bytes": 100, "descriptors": 2, "ms": ms}})))
     for rid in ("t1", "t2"):
         r = SimpleNamespace(request_id=rid, kv_transfer_params=dict(params, tp_size=2),
                             num_prompt_tokens=300)
@@ -455,7 +455,8 @@ def case_scheduler_spans():
     done = SimpleNamespace(request_id="t1", kv_transfer_params={"do_remote_decode": False},
                            status=RequestStatus.FINISHED_STOPPED)
     rec = d2.request_finished(done, [[1]])[1]["kvferry_load"]
-    check(rec == {"outcome": "pulled", "bytes": 200, "descriptors": 4, "ms": 9.0, "ranks": 2},
+    check(rec == {"outcome": "pulled", "pulled_bytes": 200, "descriptors": 4, "ms": 9.0,
+                  "ranks": 2},
           f"two ranks' records: {rec}")
     rank_reports("t2", 1.0)
     d2.request_finished(SimpleNamespace(request_id="t2", kv_transfer_params={"x": 1},
@@ -588,7 +589,7 @@ def case_hetero_tp():
                 for r, w in enumerate(p.workers):
                     sent[r] |= w.get_finished()[0]
                 time.sleep(0.005)
-            check(len(records) == d_tp and all(x["outcome"] == "pulled" and x["bytes"] > 0
+            check(len(records) == d_tp and all(x["outcome"] == "pulled" and x["pulled_bytes"] > 0
                                                for x in records.values()),
                   f"P TP {p_tp} -> D TP {d_tp}: {records}")
             check(all("r" in x for x in sent), f"a P rank still holds r: {sent}")

@@ -68,7 +68,8 @@ class KvferryConnectorMetadata(KVConnectorMetadata):
 class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
     # request id -> {"outcome": "pulled" | "failed_handshake" | "failed_transfer" |
     #                "failed_deadline" | "failed_generation" (kvferry's LoadOutcome names),
-    #                "bytes": int, "descriptors": int, "ms": float and "relayout": bool
+    #                "pulled_tokens": int, "pulled_bytes": int, "descriptors": int (the names
+    #                of kvferry serve's kv_load), "ms": float and "relayout": bool
     #                (pulled), "error": str (failures), "ranks": int (TP ranks it merges;
     #                see merge_records)}
     records: dict[str, dict] = field(default_factory=dict)
@@ -83,11 +84,12 @@ class KvferryWorkerMetadata(KVConnectorWorkerMetadata):
 def merge_records(mine: dict | None, rec: dict) -> dict:
     """One request's record from two TP ranks' (each pulls its own heads, and they may report
     in different steps): the worst outcome, bytes and descriptors summed, the slowest ms, and
-    "ranks" how many reported."""
+    "ranks" how many reported. pulled_tokens is each rank's (every rank pulls the same tokens,
+    its own heads of them)."""
     if mine is None:
         return dict(rec, ranks=rec.get("ranks", 1))
     merged = dict(mine)
-    merged["bytes"] = mine.get("bytes", 0) + rec.get("bytes", 0)
+    merged["pulled_bytes"] = mine.get("pulled_bytes", 0) + rec.get("pulled_bytes", 0)
     merged["descriptors"] = mine.get("descriptors", 0) + rec.get("descriptors", 0)
     merged["ranks"] = mine.get("ranks", 1) + rec.get("ranks", 1)
     if "ms" in rec:

@@ -126,8 +126,8 @@ class KvferryWorker:
 
     def _record(self, report: dict) -> None:
         rid, outcome = report["request_id"], report["outcome"]
-        record = {"outcome": outcome, "bytes": report["bytes"],
-                  "descriptors": report["descriptors"]}
+        record = {"outcome": outcome, "pulled_tokens": report["tokens"],
+                  "pulled_bytes": report["bytes"], "descriptors": report["descriptors"]}
         if outcome == "pulled":
             record.update(ms=round(report["pull_ms"], 3), relayout=report["staged"])
             self._stats.data["pulls"] += 1
