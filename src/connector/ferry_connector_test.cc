@@ -623,8 +623,10 @@ TEST(FerryConnectorTest, ARepeatedNotificationCountsOnce) {
   const std::string meta = AgentMetadataOf(p);
   const std::string note = internal::EncodePullNotification(params.remote_request_id, 2);
   auto notify = [&](const std::string& name, int times) {
-    auto a = std::move(
-        *transfer::Agent::Create({.name = name, .backend = transfer::BackendKind::kLoopback}));
+    transfer::AgentOptions options;
+    options.name = name;
+    options.backend = transfer::BackendKind::kLoopback;
+    auto a = std::move(*transfer::Agent::Create(options));
     auto peer = a->LoadRemoteMetadata(meta);
     ASSERT_TRUE(peer.ok()) << peer.status();
     for (int i = 0; i < times; ++i) ASSERT_TRUE(a->SendNotification(*peer, note).ok());
