@@ -21,9 +21,11 @@ from harness.netns import sh
 
 KINDS = ("kill9", "sigstop", "proxy_restart", "etcd_member_kill", "etcd_leader_kill", "link_cut",
          "pd_link_netem")
-ANY = cc.PREFILL + cc.DECODE + cc.PROXIES
-TARGETS = {"kill9": ANY, "sigstop": ANY, "proxy_restart": cc.PROXIES,
-           "link_cut": cc.PREFILL + cc.DECODE}
+# Target groups per kind: each use takes the next group of a seeded order (every group once per
+# len(groups) uses: a 3-minute run kills a P, a D and a proxy), then a seeded member of it.
+TARGETS = {"kill9": (cc.PREFILL, cc.DECODE, cc.PROXIES),
+           "sigstop": (cc.PREFILL, cc.DECODE, cc.PROXIES),
+           "proxy_restart": (cc.PROXIES,), "link_cut": (cc.PREFILL, cc.DECODE)}
 HOLD_S = {"kill9": 2.0, "sigstop": 4.0, "proxy_restart": 0.0, "etcd_member_kill": 3.0,
           "etcd_leader_kill": 3.0, "link_cut": 4.0, "pd_link_netem": 10.0}
 NETEM = {"delay_ms": 50, "loss": 0.05, "reorder": 0.1}
@@ -59,6 +61,7 @@ class Fault:
 def schedule(seed):
     """Endless (kind, target, gap before it): rounds of every kind in a seeded order."""
     rng = random.Random(seed)
+    groups = {kind: [] for kind in TARGETS}
     while True:
         kinds = list(KINDS)
         rng.shuffle(kinds)
@@ -67,8 +70,12 @@ def schedule(seed):
                 target = f"{rng.choice(cc.PREFILL)}-{rng.choice(cc.DECODE)}"
             elif kind == "etcd_member_kill":
                 target = rng.randrange(2)  # which follower, chosen when it runs
+            elif kind in TARGETS:
+                if not groups[kind]:
+                    groups[kind] = rng.sample(TARGETS[kind], len(TARGETS[kind]))
+                target = rng.choice(groups[kind].pop())
             else:
-                target = rng.choice(TARGETS[kind]) if kind in TARGETS else None
+                target = None  # the etcd leader, found when it runs
             yield kind, target, rng.uniform(2.0, 4.0)
 
 

@@ -55,7 +55,7 @@ def inject_until(cluster, injector, judge, faults, end):
                             f"{RECOVERY_BOUND_S} s after the heal")
             return
         fault.t_recovered = time.monotonic()
-        print(f"  recovered in {fault.recovery_s:.2f} s {fault.detail}", flush=True)
+        print(f"  {fault.target} recovered in {fault.recovery_s:.2f} s {fault.detail}", flush=True)
 
 
 def pools_clean(cluster):
