@@ -72,7 +72,7 @@ class Judge:
                 r.detail = f"got {answer!r:.300} want {want!r:.300}"
         else:
             r.kind = "pending_cut"  # judged in verdict()
-        if r.kind in ("mismatch", "late"):
+        if r.kind in ("mismatch", "late", "error"):
             self.violation(f"request #{r.i} (entry {r.k}, stream {r.stream}): {r.kind} {r.detail}")
 
     def verdict(self, results, faults):
