@@ -26,6 +26,7 @@ struct VllmStyleFlags {
   std::vector<int> prefiller_ports, decoder_ports;
   kvferry::tools::SecurityFlags security;
   kvferry::tools::UpstreamFlags upstream;
+  int shutdown_timeout_s = 10;
 };
 
 bool AppendHostPorts(const std::vector<std::string>& hosts, const std::vector<int>& ports,
@@ -76,8 +77,9 @@ int RunProxy(kvferry::proxy::ProxyOptions o, const VllmStyleFlags& v) {
   while ((sig = kvferry::tools::StopSignal()) == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  KVF_LOG_INFO("kvferry proxy: {}, stopping", strsignal(sig));
-  (*proxy)->Stop();
+  KVF_LOG_INFO("kvferry proxy: {}, draining (up to {} s)", strsignal(sig), v.shutdown_timeout_s);
+  (*proxy)->Shutdown(int64_t{v.shutdown_timeout_s} * 1000);
+  KVF_LOG_INFO("kvferry proxy: stopped");
   return 0;
 }
 
@@ -105,6 +107,11 @@ void AddProxy(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--decode-timeout-ms", o->decode_timeout_ms,
                   "Longest wait for a decode instance's first byte and between streamed chunks")
+      ->capture_default_str();
+  sub->add_option("--shutdown-timeout", v->shutdown_timeout_s,
+                  "On SIGTERM/SIGINT, seconds to let running requests finish (new ones get 503); "
+                  "streams still running then end with an error event")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   kvferry::tools::AddSecurityFlags(sub, &v->security);
   kvferry::tools::AddUpstreamFlags(sub, &v->upstream);

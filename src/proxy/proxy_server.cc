@@ -14,6 +14,7 @@
 #include "kvferry/http/request_deadline.h"
 #include "kvferry/http/route_errors.h"
 #include "kvferry/proxy/upstream.h"
+#include "proxy/drain.h"
 #include "proxy/request_flow.h"
 #include "proxy/upstream_auth.h"
 #include "proxy/upstream_client.h"
@@ -55,6 +56,7 @@ struct ProxyServer::Impl {
   std::unique_ptr<httplib::Server> http;      // plain or TLS (MakeHttpServer)
   std::shared_ptr<http::ConnectionThreads> connections;  // its task queue
   std::unique_ptr<http::RequestDeadline> deadline;       // for reading each request
+  Drain drain;                                           // flow.drain points here
   std::thread thread;
   int bound_port = 0;
 
@@ -107,6 +109,7 @@ StatusOr<std::unique_ptr<ProxyServer>> ProxyServer::Create(ProxyOptions options)
                 options.decode_timeout_ms,       options.max_tries,
                 options.routing.affinity_prefix, options.upstream};
   impl->flow.first_token_from_prefill = options.first_token_from_prefill;
+  impl->flow.drain = &impl->drain;
   impl->options = std::move(options);
   return std::unique_ptr<ProxyServer>(new ProxyServer(std::move(impl)));
 }
@@ -119,9 +122,10 @@ void ProxyServer::Impl::InstallRoutes(httplib::Server& http) {
     }));
   }
   for (const char* path : {"/health", "/healthcheck"}) {
-    http.Get(path, arrived.Guard([](const httplib::Request&, httplib::Response& res) {
-      res.status = 200;
-      res.set_content("{\"status\":\"ok\"}", "application/json");
+    http.Get(path, arrived.Guard([this](const httplib::Request&, httplib::Response& res) {
+      const bool up = !drain.draining();
+      res.status = up ? 200 : 503;
+      res.set_content(up ? "{\"status\":\"ok\"}" : "{\"status\":\"draining\"}", "application/json");
     }));
   }
   http.Get("/metrics", arrived.Guard([this](const httplib::Request&, httplib::Response& res) {
@@ -171,6 +175,25 @@ Status ProxyServer::Start() {
 }
 
 int ProxyServer::port() const { return impl_->bound_port; }
+
+void ProxyServer::BeginDrain() { impl_->drain.Begin(); }
+
+bool ProxyServer::WaitIdle(const Deadline& deadline) { return impl_->drain.WaitIdle(deadline); }
+
+void ProxyServer::CutStreams() { impl_->drain.Cut(); }
+
+int64_t ProxyServer::in_flight() const { return impl_->drain.in_flight(); }
+
+void ProxyServer::Shutdown(int64_t drain_timeout_ms) {
+  BeginDrain();
+  if (!WaitIdle(Deadline::AfterMs(drain_timeout_ms))) {
+    KVF_LOG_WARN("kvferry proxy: {} request(s) still running after {} ms; ending them", in_flight(),
+                 drain_timeout_ms);
+    CutStreams();
+    WaitIdle(Deadline::AfterMs(1000));
+  }
+  Stop();
+}
 
 void ProxyServer::Stop() {
   if (impl_->thread.joinable()) {

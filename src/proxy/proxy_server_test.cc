@@ -52,6 +52,70 @@ int DeadPort() {
   return ntohs(addr.sin_port);
 }
 
+// Waits (up to 5 s) until `proxy` has `n` requests in flight.
+bool AwaitInFlight(const ProxyServer& proxy, int64_t n) {
+  const Deadline deadline = Deadline::AfterMs(5000);
+  while (proxy.in_flight() != n && !deadline.Expired()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return proxy.in_flight() == n;
+}
+
+// A streamed completion through `port`, on its own thread; its body once joined.
+struct StreamingClient {
+  StreamingClient(int port, int max_tokens)
+      : thread([this, port, max_tokens] {
+          httplib::Client c("127.0.0.1", port);
+          c.set_read_timeout(std::chrono::seconds(30));
+          auto r = c.Post(
+              "/v1/completions",
+              json{{"prompt", "abcdef"}, {"max_tokens", max_tokens}, {"stream", true}}.dump(),
+              "application/json");
+          if (r) body = r->body;
+        }) {}
+  std::string Join() {
+    thread.join();
+    return body;
+  }
+  std::string body;
+  std::thread thread;
+};
+
+// SIGTERM's drain: a stream admitted before it runs to its end while new requests and /health
+// answer 503; past the drain timeout a stream still running ends with an error event and
+// [DONE], not cut off mid-body.
+TEST(ProxyServerTest, ShutdownDrainsRunningStreamsAndEndsTheRestWithAnError) {
+  Instance p;
+  Instance d({}, /*token_interval_ms=*/20);
+  auto proxy = StartProxy({p.url()}, {d.url()});
+  StreamingClient running(proxy->port(), 30);  // ~0.6 s of tokens
+  ASSERT_TRUE(AwaitInFlight(*proxy, 1));
+  proxy->BeginDrain();
+  httplib::Client c("127.0.0.1", proxy->port());
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  auto refused =
+      c.Post("/v1/completions", R"({"prompt":"abc","max_tokens":5})", "application/json");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 503);
+  EXPECT_NE(refused->body.find("shutting down"), std::string::npos) << refused->body;
+  EXPECT_TRUE(proxy->WaitIdle(Deadline::AfterMs(20000)));
+  const std::string whole = running.Join();
+  EXPECT_EQ(whole.find("error"), std::string::npos) << whole;
+  EXPECT_TRUE(whole.ends_with("data: [DONE]\n\n")) << whole;
+
+  auto cut_proxy = StartProxy({p.url()}, {d.url()});
+  StreamingClient left(cut_proxy->port(), 200);  // ~4 s of tokens
+  ASSERT_TRUE(AwaitInFlight(*cut_proxy, 1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // some tokens went out
+  cut_proxy->Shutdown(/*drain_timeout_ms=*/100);
+  const std::string ended = left.Join();
+  EXPECT_NE(ended.find("shutting down"), std::string::npos) << ended;
+  EXPECT_TRUE(ended.ends_with("data: [DONE]\n\n")) << ended;
+  EXPECT_EQ(cut_proxy->in_flight(), 0);
+}
+
 TEST(ProxyServerTest, HandsOffFromPrefillToDecodeRoundRobin) {
   Instance p1, p2, d1;
   auto proxy = StartProxy({p1.url(), p2.url()}, {d1.url()});

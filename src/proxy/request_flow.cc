@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -82,8 +83,33 @@ Attempt AnswerError(Status error) {
 
 // Relays the rest of D's stream into `sink` (the provider's return value): a failure mid-stream
 // ends it with an OpenAI error event and [DONE]; tokens that went out are never repeated.
+// The proxy stops: the stream ends with an error event and [DONE], D's stream is closed.
+bool EndForShutdown(StreamRelay& relay, Route& route, httplib::DataSink& sink) {
+  relay.Cancel();
+  route.Finish(Route::Outcome::kNeutral);
+  const std::string ev =
+      "data: " +
+      OpenAiErrorBody(UnavailableError("kvferry proxy is shutting down (--shutdown-timeout)")) +
+      "\n\ndata: [DONE]\n\n";
+  sink.write(ev.data(), ev.size());
+  sink.done();
+  return true;
+}
+
+// Waits up to `gap` for D's next chunk, in slices, so that a drain's cut is seen within one.
+// False when the proxy is cutting its streams.
+bool AwaitChunk(StreamRelay& relay, const Deadline& gap, const Drain* drain) {
+  constexpr int64_t kSliceMs = 100;
+  const auto cut = [drain] { return drain != nullptr && drain->cut(); };
+  while (!cut() && !relay.WaitReady(Deadline::AfterMs(std::min(gap.RemainingMs(), kSliceMs)))) {
+    if (gap.Expired()) return true;  // NextChunk reports the stall
+  }
+  return !cut();
+}
+
 bool PumpRelay(StreamRelay& relay, Route& route, httplib::DataSink& sink, int64_t gap_ms,
-               const std::string& who, cluster::Cluster* cluster, const std::string& id) {
+               const std::string& who, cluster::Cluster* cluster, const std::string& id,
+               const Drain* drain) {
   auto write = [&](const std::string& data) {
     if (sink.write(data.data(), data.size())) return true;
     relay.Cancel();  // client gone: close D's stream, D aborts the request
@@ -91,7 +117,9 @@ bool PumpRelay(StreamRelay& relay, Route& route, httplib::DataSink& sink, int64_
     return false;
   };
   while (true) {
-    auto chunk = relay.NextChunk(Deadline::AfterMs(gap_ms));
+    const Deadline gap = Deadline::AfterMs(gap_ms);
+    if (!AwaitChunk(relay, gap, drain)) return EndForShutdown(relay, route, sink);
+    auto chunk = relay.NextChunk(gap);
     if (!chunk.ok()) {
       KVF_LOG_WARN("decode {}: {} failed mid-stream: {}", id, who, chunk.status().ToString());
       route.Finish(Route::Outcome::kFailed);
@@ -124,12 +152,14 @@ struct ResumedStream {
 
 class Flow : public std::enable_shared_from_this<Flow> {
  public:
-  Flow(cluster::Cluster* cluster, const FlowOptions& options, const httplib::Request& req)
+  Flow(cluster::Cluster* cluster, const FlowOptions& options, const httplib::Request& req,
+       std::shared_ptr<Drain::Ticket> ticket)
       : cluster_(cluster),
         options_(options),
         req_(req),
         route_request_(RouteRequestOf(req.body, options.affinity_prefix)),
-        stream_(WantsStream(req.body)) {
+        stream_(WantsStream(req.body)),
+        ticket_(std::move(ticket)) {
     request_id_ = req.get_header_value("X-Request-Id");
     if (request_id_.empty()) request_id_ = NewRequestId();
   }
@@ -176,6 +206,8 @@ class Flow : public std::enable_shared_from_this<Flow> {
   const cluster::RouteRequest route_request_;
   const bool stream_;
   std::string request_id_;
+  // Held for the request's life, streams included (drain.h); null without a drain.
+  const std::shared_ptr<Drain::Ticket> ticket_;
 };
 
 template <typename TryOnce>
@@ -411,7 +443,7 @@ bool Flow::PumpResumed(ResumedStream& state, httplib::DataSink& sink) {
     return false;
   }
   return PumpRelay(*state.relay, *state.route, sink, options_.decode_timeout_ms,
-                   "decode instance " + state.route->url(), cluster_, request_id_);
+                   "decode instance " + state.route->url(), cluster_, request_id_, options_.drain);
 }
 
 void Flow::RelayStream(httplib::Response& res, Attempt a, std::unique_ptr<Route> route_owned) {
@@ -424,16 +456,18 @@ void Flow::RelayStream(httplib::Response& res, Attempt a, std::unique_ptr<Route>
   const std::string who = "decode instance " + route->url();
   cluster::Cluster* cluster = cluster_;
   const std::string id = request_id_;
+  const Drain* drain = options_.drain;
   res.set_chunked_content_provider(
       a.content_type.empty() ? "text/event-stream" : a.content_type,
-      [relay, route, first, gap_ms, who, cluster, id](size_t, httplib::DataSink& sink) {
+      [relay, route, first, gap_ms, who, cluster, id, drain, ticket = ticket_](
+          size_t, httplib::DataSink& sink) {
         const std::string head = std::exchange(*first, std::string());
         if (!head.empty() && !sink.write(head.data(), head.size())) {
           relay->Cancel();  // client gone: close D's stream, D aborts the request
           route->Finish(Route::Outcome::kNeutral);
           return false;
         }
-        return PumpRelay(*relay, *route, sink, gap_ms, who, cluster, id);
+        return PumpRelay(*relay, *route, sink, gap_ms, who, cluster, id, drain);
       },
       [relay, route](bool) {
         relay->Cancel();
@@ -445,9 +479,16 @@ void Flow::RelayStream(httplib::Response& res, Attempt a, std::unique_ptr<Route>
 
 void ServeGenerate(cluster::Cluster* cluster, const FlowOptions& options,
                    const httplib::Request& req, httplib::Response& res) {
+  std::shared_ptr<Drain::Ticket> ticket;
+  if (options.drain != nullptr && (ticket = options.drain->Admit()) == nullptr) {
+    res.status = 503;
+    res.set_content(OpenAiErrorBody(UnavailableError("kvferry proxy is shutting down")),
+                    "application/json");
+    return;
+  }
   // Shared: a stream resumed after P's first token places its D leg from the stream provider,
   // which runs after this returns (the request outlives it: httplib writes the response first).
-  std::make_shared<Flow>(cluster, options, req)->Run(res);
+  std::make_shared<Flow>(cluster, options, req, std::move(ticket))->Run(res);
 }
 
 }  // namespace kvferry::proxy

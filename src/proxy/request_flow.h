@@ -33,6 +33,7 @@
 
 #include "kvferry/cluster/cluster.h"
 #include "kvferry/proxy/upstream.h"
+#include "proxy/drain.h"
 
 namespace httplib {
 struct Request;
@@ -49,6 +50,7 @@ struct FlowOptions {
   int32_t affinity_prefix = 128;
   UpstreamAccess upstream;               // toward P and D: the proxy's key and CA bundle
   bool first_token_from_prefill = true;  // ProxyOptions::first_token_from_prefill
+  Drain* drain = nullptr;                // the proxy's shutdown state (drain.h); null: none
 };
 
 // Serves `req` (POST /v1/completions or /v1/chat/completions) into `res`.

@@ -87,6 +87,12 @@ StatusOr<std::optional<std::string>> StreamRelay::NextChunk(Deadline deadline) {
   return std::optional<std::string>();
 }
 
+bool StreamRelay::WaitReady(Deadline deadline) {
+  MutexLock lock(&mu_);
+  return cv_.WaitUntil(&mu_, deadline.time_point(),
+                       [this]() REQUIRES(mu_) { return !chunks_.empty() || finished_; });
+}
+
 StatusOr<std::string> StreamRelay::ReadAll(Deadline deadline) {
   std::string all;
   while (true) {

@@ -45,6 +45,10 @@ class StreamRelay {
   // mid-body or nothing arrived before `deadline`.
   StatusOr<std::optional<std::string>> NextChunk(Deadline deadline);
 
+  // True once NextChunk would answer at once (a chunk, the end, or the failure); false when
+  // `deadline` passed first.
+  bool WaitReady(Deadline deadline);
+
   // The rest of the body, concatenated (for error answers).
   StatusOr<std::string> ReadAll(Deadline deadline);
 

@@ -109,7 +109,7 @@ int Proxy(const std::map<std::string, std::string>& args) {
   std::printf("PORT %d\n", (*p)->port());
   std::fflush(stdout);
   WaitForTermination();
-  (*p)->Stop();
+  (*p)->Shutdown(std::atoll(Get(args, "--shutdown-timeout-ms", "10000").c_str()));
   return 0;
 #else
   return Fail("built without the proxy library");

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "kvferry/cluster/routing.h"
+#include "kvferry/common/deadline.h"
 #include "kvferry/common/status.h"
 #include "kvferry/http/api_key.h"
 #include "kvferry/http/tls_server.h"
@@ -71,6 +72,18 @@ class ProxyServer {
   Status Start();
   int port() const;
   void Stop();
+
+  // Shutting down (SIGTERM, docs/serving.md): from BeginDrain() on, new generation requests and
+  // /health answer 503 while the requests already admitted run on; WaitIdle() returns true once
+  // none is left, false at `deadline`; CutStreams() then ends the streams still relayed with an
+  // error event and [DONE] (within ~0.1 s) rather than leaving them cut off by Stop().
+  void BeginDrain();
+  bool WaitIdle(const Deadline& deadline);
+  void CutStreams();
+  int64_t in_flight() const;
+  // All of it, as `kvferry proxy` does on SIGTERM: BeginDrain, WaitIdle for `drain_timeout_ms`,
+  // then CutStreams and 1 s for them to end, then Stop.
+  void Shutdown(int64_t drain_timeout_ms);
 
  private:
   struct Impl;

@@ -1,6 +1,7 @@
 // FakeInstance (tests only): an OpenAiServer on an ephemeral loopback port in front of a
 // FakeGenerationService — an upstream that answers like `kvferry serve` without a model, for the
-// proxy's tests. `options` may add API keys or TLS; the port is always ephemeral.
+// proxy's tests. `options` may add API keys or TLS; the port is always ephemeral;
+// `token_interval_ms` paces the fake's tokens.
 //
 // Thread-safety: as OpenAiServer; `fake` records what reached the engine.
 #pragma once
@@ -16,7 +17,8 @@
 namespace kvferry::server::testing {
 
 struct FakeInstance {
-  explicit FakeInstance(ServerOptions options = {}) : tls(options.tls.enabled()) {
+  explicit FakeInstance(ServerOptions options = {}, int token_interval_ms = 1)
+      : tls(options.tls.enabled()), fake(token_interval_ms) {
     options.port = 0;
     server = std::make_unique<OpenAiServer>(options, &fake, &metrics);
     EXPECT_TRUE(server->Start().ok());
