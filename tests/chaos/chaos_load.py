@@ -126,9 +126,10 @@ class Load:
     """`concurrency` clients, each sending the next request as soon as its last one ended, until
     stop(). Request i is a seeded choice of catalog entry, streamed with probability 1/2, sent to
     proxy i % 2 of `proxies()` (the proxies running now); a client whose proxy refuses or drops
-    the connection before any answer byte tries the other (as a TCP load balancer in front of two
-    proxies would). `incarnation_at(name, t)` says which start of a proxy a connection reached;
-    `classify(result, answer, error, done)` (the invariants' judge) sets each result's kind."""
+    the connection before any answer byte, or answers 503 while it drains, tries the other (as
+    a load balancer in front of two proxies would). `incarnation_at(name, t)` says which start of
+    a proxy a connection reached; `classify(result, answer, error, done)` (the invariants' judge)
+    sets each result's kind."""
 
     def __init__(self, proxies, incarnation_at, classify, concurrency, seed, timeout_s):
         self.proxies, self.incarnation_at, self.classify = proxies, incarnation_at, classify
@@ -208,6 +209,10 @@ class Load:
             r.decode = resp.getheader("X-Kvferry-Decode")
             r.prefill = resp.getheader("X-Kvferry-Prefill")
             raw = self._read(resp)
+            if resp.status == 503 and "proxy is shutting down" in raw:  # draining: go elsewhere
+                r.failovers.append(f"{px.name} (start {incarnation[1]}): draining")
+                r.status = None
+                return None
             if resp.status != 200:
                 return None, f"HTTP {resp.status}: {raw[:300]}", False
             if not body["stream"]:
