@@ -1,6 +1,8 @@
 #include "kvferry/cluster/cluster.h"
 
+#include <chrono>
 #include <map>
+#include <thread>
 
 #include "cluster/cluster_state.h"
 #include "cluster/load_poller.h"
@@ -65,6 +67,14 @@ StatusOr<std::unique_ptr<Cluster>> Cluster::Start(ClusterOptions o) {
   if (o.fetch_metrics) poll.fetch = o.fetch_metrics;
   c->poller_ = LoadPoller::Start(std::move(poll), c->state_.get());
   return c;
+}
+
+bool Cluster::WaitRoutable(const Deadline& deadline) const {
+  while (!state_->BothLegsHealthy()) {
+    if (deadline.Expired()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return true;
 }
 
 void Cluster::Stop() {

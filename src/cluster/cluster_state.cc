@@ -21,6 +21,16 @@ bool Serves(MemberRole role, Leg leg) {
 
 std::string_view LegName(Leg leg) { return leg == Leg::kPrefill ? "prefill" : "decode"; }
 
+bool ClusterState::BothLegsHealthy() const {
+  MutexLock lock(&mu_);
+  bool legs[2] = {false, false};
+  for (const auto& [id, r] : members_) {
+    if (!r.health.routable()) continue;
+    for (Leg leg : {Leg::kPrefill, Leg::kDecode}) legs[LegIndex(leg)] |= Serves(r.info.role, leg);
+  }
+  return legs[0] && legs[1];
+}
+
 Route::~Route() { Finish(Outcome::kNeutral); }
 
 void Route::Finish(Outcome outcome) {

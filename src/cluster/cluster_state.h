@@ -81,6 +81,8 @@ class ClusterState : public RegistryListener {
   };
   std::vector<MemberView> Members() const;
   bool registry_connected() const;
+  // A healthy member for each leg: both legs can be routed now.
+  bool BothLegsHealthy() const;
 
   std::string RenderMetrics() const;  // Prometheus text
   std::string RenderTable() const;    // JSON: registry state and one object per member

@@ -57,6 +57,14 @@ TEST_F(ClusterStateTest, JoiningMembersAreUsedOnlyWhenNothingElseIs) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(PickId(Leg::kPrefill), "p1");
 }
 
+TEST_F(ClusterStateTest, BothLegsAreHealthyOnceAPAndADAnsweredAProbe) {
+  EXPECT_FALSE(state_.BothLegsHealthy());  // listed, not probed
+  state_.OnPoll("p1", Member("p1", MemberRole::kPrefill).url, Load(0, 0), now_);
+  EXPECT_FALSE(state_.BothLegsHealthy());  // no D yet
+  state_.OnPoll("d0", Member("d0", MemberRole::kDecode).url, Load(0, 0), now_);
+  EXPECT_TRUE(state_.BothLegsHealthy());
+}
+
 TEST_F(ClusterStateTest, InFlightLegsCountAsLoadUntilFinished) {
   PollAll();
   RouteRequest big;

@@ -49,6 +49,9 @@ void ReplyError(httplib::Response& res, const Status& s) {
 
 }  // namespace
 
+// How long Start waits for a registry proxy's first routable view of its cluster.
+constexpr int64_t kFirstViewWaitMs = 5000;
+
 struct ProxyServer::Impl {
   ProxyOptions options;
   FlowOptions flow;
@@ -167,6 +170,15 @@ Status ProxyServer::Start() {
                                    {"GET", "/healthcheck"},
                                    {"GET", "/metrics"},
                                    {"GET", "/cluster"}});
+  // A registry proxy first learns its members (the registry's list, one probe each), so that
+  // it does not answer 503 "the registry is unreachable" for its first moments (found by the
+  // chaos soak when a proxy restarts under load); bounded: a cluster without a healthy P or D
+  // gets its 503s as before.
+  if (impl->cluster->uses_registry() &&
+      !impl->cluster->WaitRoutable(Deadline::AfterMs(kFirstViewWaitMs))) {
+    KVF_LOG_WARN("kvferry proxy: no healthy prefill and decode member after {} ms; serving anyway",
+                 kFirstViewWaitMs);
+  }
   KVF_ASSIGN_OR_RETURN(impl->bound_port, StartHttpListener(http, impl->options.host,
                                                            impl->options.port, &impl->thread));
   impl->connections->SetListenPort(impl->bound_port);

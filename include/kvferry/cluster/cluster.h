@@ -21,6 +21,7 @@
 #include "kvferry/cluster/member.h"
 #include "kvferry/cluster/route.h"
 #include "kvferry/cluster/routing.h"
+#include "kvferry/common/deadline.h"
 #include "kvferry/common/status.h"
 
 namespace kvferry::cluster {
@@ -68,6 +69,10 @@ class Cluster {
   std::string RenderMetrics() const;  // the proxy's /metrics
   std::string RenderTable() const;    // the proxy's /cluster (JSON)
   bool uses_registry() const { return uses_registry_; }
+  // Waits until a healthy member serves each leg (the registry listed, the members probed):
+  // true then, false at `deadline`. A proxy calls it before it listens, so that a restarted
+  // proxy does not answer 503 for want of a first view.
+  bool WaitRoutable(const Deadline& deadline) const;
 
   void Stop();
 

@@ -68,7 +68,8 @@ class ProxyServer {
   ProxyServer& operator=(const ProxyServer&) = delete;
 
   // Binds and serves on a background thread; Unavailable when the address cannot be bound,
-  // InvalidArgument for unusable TLS files or API keys.
+  // InvalidArgument for unusable TLS files or API keys. With a registry it first waits (up to
+  // 5 s) for a healthy prefill and decode member, so its first requests are routed.
   Status Start();
   int port() const;
   void Stop();
