@@ -10,7 +10,7 @@ import time
 
 from cluster.cluster_harness import Etcd, Kvferry, proxy, serve
 from harness import web
-from harness.netns import sh
+from harness.netns import BridgedHosts, sh
 from harness.runner import check, wait_until
 
 TAG = f"{os.getpid() % 100000}"
@@ -26,40 +26,9 @@ UCX = {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0"}
 PROXY_ARGS = ["--prefill-timeout-ms", "6000", "--decode-timeout-ms", "10000"]
 
 
-def ns(host):
-    return f"kvs{TAG}{host}"
-
-
-def ip(host):
-    return f"{NET}.{HOSTS[host]}"
-
-
-def veth(host):
-    return f"kx{TAG}{HOSTS[host]}"
-
-
-def teardown():
-    for h in HOSTS:
-        sh("ip", "link", "del", veth(h), check_rc=False)
-        sh("ip", "netns", "del", ns(h), check_rc=False)
-    sh("ip", "link", "del", BRIDGE, check_rc=False)
-
-
-def setup():
-    teardown()
-    sh("ip", "link", "add", BRIDGE, "type", "bridge")
-    sh("ip", "addr", "add", f"{NET}.254/24", "dev", BRIDGE)
-    sh("ip", "link", "set", BRIDGE, "up")
-    for h in HOSTS:
-        sh("ip", "netns", "add", ns(h))
-        sh("ip", "-n", ns(h), "link", "set", "lo", "up")
-        sh("ip", "link", "add", veth(h), "type", "veth", "peer", "name", f"kxp{TAG}")
-        sh("ip", "link", "set", f"kxp{TAG}", "netns", ns(h))
-        sh("ip", "-n", ns(h), "link", "set", f"kxp{TAG}", "name", "eth0")
-        sh("ip", "-n", ns(h), "addr", "add", f"{ip(h)}/24", "dev", "eth0")
-        sh("ip", "-n", ns(h), "link", "set", "eth0", "up")
-        sh("ip", "link", "set", veth(h), "master", BRIDGE)
-        sh("ip", "link", "set", veth(h), "up")
+HOSTS_NET = BridgedHosts(f"kvs{TAG}", "kx", TAG, BRIDGE, NET, HOSTS)
+ns, ip, veth = HOSTS_NET.ns, HOSTS_NET.ip, HOSTS_NET.veth
+setup, teardown = HOSTS_NET.setup, HOSTS_NET.teardown
 
 
 def role_of(name):

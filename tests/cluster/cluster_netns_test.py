@@ -20,7 +20,7 @@ import time
 
 from cluster_harness import Etcd, colocated_reference, parse_args, proxy, run, serve
 from harness.kvferry_api import sse_text
-from harness.netns import set_up_or_skip, sh
+from harness.netns import BridgedHosts, set_up_or_skip, sh
 from harness.runner import check, measure, wait_until
 
 args = None
@@ -39,40 +39,9 @@ KILL_AFTER = REQUESTS * 3 // 10  # completed requests before p0 and d0 are kille
 UCX = {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0"}
 
 
-def ns(host):
-    return f"kvc{TAG}{host}"
-
-
-def ip(host):
-    return f"{NET}.{HOSTS[host]}"
-
-
-def veth(host):
-    return f"kv{TAG}{HOSTS[host]}"
-
-
-def teardown():
-    for h in HOSTS:
-        sh("ip", "link", "del", veth(h), check_rc=False)
-        sh("ip", "netns", "del", ns(h), check_rc=False)
-    sh("ip", "link", "del", BRIDGE, check_rc=False)
-
-
-def setup():
-    teardown()
-    sh("ip", "link", "add", BRIDGE, "type", "bridge")
-    sh("ip", "addr", "add", f"{NET}.254/24", "dev", BRIDGE)
-    sh("ip", "link", "set", BRIDGE, "up")
-    for h in HOSTS:
-        sh("ip", "netns", "add", ns(h))
-        sh("ip", "-n", ns(h), "link", "set", "lo", "up")
-        sh("ip", "link", "add", veth(h), "type", "veth", "peer", "name", f"kvp{TAG}")
-        sh("ip", "link", "set", f"kvp{TAG}", "netns", ns(h))
-        sh("ip", "-n", ns(h), "link", "set", f"kvp{TAG}", "name", "eth0")
-        sh("ip", "-n", ns(h), "addr", "add", f"{ip(h)}/24", "dev", "eth0")
-        sh("ip", "-n", ns(h), "link", "set", "eth0", "up")
-        sh("ip", "link", "set", veth(h), "master", BRIDGE)
-        sh("ip", "link", "set", veth(h), "up")
+HOSTS_NET = BridgedHosts(f"kvc{TAG}", "kv", TAG, BRIDGE, NET, HOSTS)
+ns, ip, veth = HOSTS_NET.ns, HOSTS_NET.ip, HOSTS_NET.veth
+setup, teardown = HOSTS_NET.setup, HOSTS_NET.teardown
 
 
 def start(name, role, registry):
