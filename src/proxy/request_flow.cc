@@ -81,8 +81,6 @@ Attempt AnswerError(Status error) {
   return a;
 }
 
-// Relays the rest of D's stream into `sink` (the provider's return value): a failure mid-stream
-// ends it with an OpenAI error event and [DONE]; tokens that went out are never repeated.
 // The proxy stops: the stream ends with an error event and [DONE], D's stream is closed.
 bool EndForShutdown(StreamRelay& relay, Route& route, httplib::DataSink& sink) {
   relay.Cancel();
@@ -107,6 +105,8 @@ bool AwaitChunk(StreamRelay& relay, const Deadline& gap, const Drain* drain) {
   return !cut();
 }
 
+// Relays the rest of D's stream into `sink` (the provider's return value): a failure mid-stream
+// ends it with an OpenAI error event and [DONE]; tokens that went out are never repeated.
 bool PumpRelay(StreamRelay& relay, Route& route, httplib::DataSink& sink, int64_t gap_ms,
                const std::string& who, cluster::Cluster* cluster, const std::string& id,
                const Drain* drain) {
@@ -461,6 +461,7 @@ void Flow::RelayStream(httplib::Response& res, Attempt a, std::unique_ptr<Route>
       a.content_type.empty() ? "text/event-stream" : a.content_type,
       [relay, route, first, gap_ms, who, cluster, id, drain, ticket = ticket_](
           size_t, httplib::DataSink& sink) {
+        (void)ticket;  // held by the provider: the request is in flight until it is destroyed
         const std::string head = std::exchange(*first, std::string());
         if (!head.empty() && !sink.write(head.data(), head.size())) {
           relay->Cancel();  // client gone: close D's stream, D aborts the request
