@@ -9,6 +9,9 @@
 #include <sys/stat.h>
 
 #include <cstdlib>
+#include <vector>
+
+#include "kvferry/common/tsan_ignore.h"
 
 namespace kvferry::http {
 namespace {
@@ -26,18 +29,26 @@ int LocalPort(int fd) {
 }  // namespace
 
 void ForEachSocketOnPort(int port, const std::function<void(int fd)>& fn) {
-  DIR* dir = ::opendir("/proc/self/fd");
-  if (dir == nullptr) return;
-  while (const dirent* e = ::readdir(dir)) {
-    const int fd = std::atoi(e->d_name);
-    struct stat st {};
-    if (fd <= 2 || fd == ::dirfd(dir) || ::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
-    if (LocalPort(fd) == port) fn(fd);
+  // Other threads open and close these descriptors meanwhile (common/tsan_ignore.h): a call on
+  // one that closed fails, and the callers check the socket they act on (request_deadline.cc).
+  std::vector<int> fds;
+  {
+    [[maybe_unused]] TsanIgnoreScope ignore;
+    DIR* dir = ::opendir("/proc/self/fd");
+    if (dir == nullptr) return;
+    while (const dirent* e = ::readdir(dir)) {
+      const int fd = std::atoi(e->d_name);
+      struct stat st {};
+      if (fd <= 2 || fd == ::dirfd(dir) || ::fstat(fd, &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+      if (LocalPort(fd) == port) fds.push_back(fd);
+    }
+    ::closedir(dir);
   }
-  ::closedir(dir);
+  for (int fd : fds) fn(fd);
 }
 
 std::string PeerKey(int fd) {
+  [[maybe_unused]] TsanIgnoreScope ignore;  // as ForEachSocketOnPort
   sockaddr_storage addr{};
   socklen_t len = sizeof(addr);
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "";

@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "kvferry/common/tsan_ignore.h"
 #include "kvferry/http/http_error.h"
 #include "port_sockets.h"
 
@@ -111,6 +112,7 @@ void RequestDeadline::Scan(Clock::time_point now) {
 void RequestDeadline::Cut(int fd, const std::string& key) {
   // The descriptor may have closed since the scan and been reused by a new connection.
   if (PeerKey(fd) != key) return;
+  [[maybe_unused]] TsanIgnoreScope ignore;  // httplib's thread owns the descriptor (port_sockets.h)
   if (options_.plaintext) {
     const std::string response = TimeoutResponse(options_.timeout);
     (void)::send(fd, response.data(), response.size(), MSG_DONTWAIT | MSG_NOSIGNAL);

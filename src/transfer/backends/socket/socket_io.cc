@@ -16,38 +16,20 @@
 #include <cstring>
 
 #include "kvferry/common/logging.h"
+#include "kvferry/common/tsan_ignore.h"
 #include "transfer/backends/socket/socket_backend.h"
 
 namespace kvferry::transfer::sock {
 namespace {
 
-#if defined(__SANITIZE_THREAD__)
-#define KVF_SOCKET_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define KVF_SOCKET_TSAN 1
-#endif
-#endif
-#ifdef KVF_SOCKET_TSAN
-extern "C" void __tsan_ignore_thread_begin();
-extern "C" void __tsan_ignore_thread_end();
-#endif
-
-// Ignores ThreadSanitizer's view of the memory one send/recv touches. These are the only two
-// places where bytes of registered memory cross the socket, on behalf of a peer process; the
-// application's accesses to that memory are ordered with them through that other process (it
-// asks after it was told, over its own channel), which TSan cannot see. Left to TSan, each such
-// send/recv is one "race" per word, symbolized and suppressed one by one: megabytes took
-// seconds and stalled transfers past their deadlines. The buffers queued and parsed here (frame
-// headers, requests) are the backend's own and under its mutex, where TSan still checks them.
-class TsanIgnoreScope {
- public:
-#ifdef KVF_SOCKET_TSAN
-  TsanIgnoreScope() { __tsan_ignore_thread_begin(); }
-  ~TsanIgnoreScope() { __tsan_ignore_thread_end(); }
-#endif
-};
-
+// ThreadSanitizer ignores the memory one send/recv of registered memory touches
+// (common/tsan_ignore.h). These are the only two places where bytes of registered memory cross
+// the socket, on behalf of a peer process; the application's accesses to that memory are
+// ordered with them through that other process (it asks after it was told, over its own
+// channel), which TSan cannot see. Left to TSan, each such send/recv is one "race" per word,
+// symbolized and suppressed one by one: megabytes took seconds and stalled transfers past their
+// deadlines. The buffers queued and parsed here (frame headers, requests) are the backend's own
+// and under its mutex, where TSan still checks them.
 ssize_t SendRegistered(int fd, const msghdr* msg) {
   [[maybe_unused]] TsanIgnoreScope ignore;
   return ::sendmsg(fd, msg, MSG_NOSIGNAL | MSG_DONTWAIT);
