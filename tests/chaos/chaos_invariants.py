@@ -42,6 +42,9 @@ def proc_usage(pid):
         return None
 
 
+PULLED_SHARE = 0.9  # of the exact answers, at least this many pulled (see Judge._judge_pulls)
+
+
 class Judge:
     """Classifies each finished request: r.kind "ok", "mismatch", "error", or (judged at the end,
     once every fault's window is known) "cut" / "proxy_lost" / an unexplained one."""
@@ -80,12 +83,26 @@ class Judge:
         for r in results:
             if r.kind == "pending_cut":
                 self._judge_cut(r, faults)
+        self._judge_pulls(results)
         kinds = {}
         for r in results:
             if r.kind != "ok":
                 key = r.kind if r.kind != "error" else "error: " + _error_class(r.detail)
                 kinds[key] = kinds.get(key, 0) + 1
         return kinds
+
+    def _judge_pulls(self, results):
+        """An exact answer is also what a recompute gives: the KV must really have moved. Loads
+        fail only around faults (0.1 % of answers in a 25-minute run), so at least
+        PULLED_SHARE of the exact answers must say D pulled P's blocks (or needed none:
+        notify_only), and some must have pulled bytes."""
+        ok = [r for r in results if r.kind == "ok"]
+        outcomes = [(r.kv_load or {}).get("outcome") for r in ok]
+        pulled = sum(o == "pulled" for o in outcomes)
+        moved = pulled + sum(o == "notify_only" for o in outcomes)
+        if ok and (pulled == 0 or moved < PULLED_SHARE * len(ok)):
+            self.violation(f"only {moved} of {len(ok)} exact answers pulled their KV ({pulled} "
+                           f"pulled bytes): the rest were recomputed")
 
     def _judge_cut(self, r, faults):
         want_text = self.want[r.k][0]
