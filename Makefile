@@ -6,7 +6,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_GEN  := $(shell command -v ninja >/dev/null 2>&1 && echo "-G Ninja")
 CTEST_ARGS ?=
 
-.PHONY: all build deps configure pyenv wheel test test-long chaos test-vllm format format-check tidy tidy-core tsa asan tsan fuzz bench demo \
+.PHONY: all build deps configure pyenv wheel test test-long chaos test-vllm test-vllm-tp format format-check tidy tidy-core tsa asan tsan fuzz bench demo \
   demo-cluster msgpack-c-check package clean
 
 all: build
@@ -47,6 +47,14 @@ test-vllm: deps configure
 	cmake -S . -B $(BUILD) -DKVFERRY_VLLM_TESTS=ON
 	cmake --build $(BUILD) -j $(JOBS) --target kvferry kvferry_python
 	cd $(BUILD) && $(VLLM_ENV) ctest --output-on-failure -L vllm $(CTEST_ARGS)
+
+# vLLM P/D at TP 2 and across TP sizes (kept out of test-vllm: docs/vllm.md, "What does not work
+# yet").
+test-vllm-tp: deps configure
+	scripts/install-vllm.sh $(BUILD)
+	cmake -S . -B $(BUILD) -DKVFERRY_VLLM_TESTS=ON
+	cmake --build $(BUILD) -j $(JOBS) --target kvferry kvferry_python
+	cd $(BUILD) && $(VLLM_ENV) ctest --output-on-failure -L tp2 $(CTEST_ARGS)
 
 # The long-labelled suites (full P/D matrices, load, netns faults, the cluster over netns) in
 # the main build. Fuzzing, -Wthread-safety and ASan+UBSan share one clang build: `make asan`.

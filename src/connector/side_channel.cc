@@ -24,6 +24,8 @@ std::string BindAddress(const std::string& host, int32_t port) {
 }
 
 constexpr int kPollMs = 20;
+// The first round trip's share of the deadline; each retry waits one share longer.
+constexpr int64_t kAttemptMs = 500;
 
 StatusOr<std::string> DecodeKey(const std::string& z85, std::string_view what) {
   std::string raw(32, '\0');
@@ -199,11 +201,9 @@ void UseCurveClient(zmq::socket_t& sock, const CurveClientKeys& keys) {
   sock.set(zmq::sockopt::curve_secretkey, keys.secret_key);
 }
 
-}  // namespace
-
-StatusOr<std::string> FetchOverSideChannel(const std::string& host, int32_t port,
-                                           std::string_view request, Deadline deadline,
-                                           const std::optional<CurveClientKeys>& curve) {
+// One REQ round trip on a fresh context and socket, within `deadline`.
+StatusOr<std::string> FetchOnce(const std::string& host, int32_t port, std::string_view request,
+                                Deadline deadline, const std::optional<CurveClientKeys>& curve) {
   const std::string where = fmt::format("{}:{}", host, port);
   try {
     zmq::context_t context(1);
@@ -258,6 +258,30 @@ StatusOr<std::string> FetchOverSideChannel(const std::string& host, int32_t port
     }
   } catch (const zmq::error_t& e) {
     return FromZmq(e, fmt::format("fetch from {}", where));
+  }
+}
+
+}  // namespace
+
+StatusOr<std::string> FetchOverSideChannel(const std::string& host, int32_t port,
+                                           std::string_view request, Deadline deadline,
+                                           const std::optional<CurveClientKeys>& curve) {
+  // A round trip that got no reply is tried again on a new socket while the deadline lasts: a
+  // request can be lost on a connection ZeroMQ set up (seen with vLLM at TP 2, where the first
+  // handshake after P's prefill went unanswered for the whole deadline although P's server
+  // answered every other client at once). The requests are idempotent.
+  int attempts = 0;
+  while (true) {
+    ++attempts;
+    const Deadline attempt =
+        Deadline::AfterMs(std::min<int64_t>(deadline.RemainingMs(), kAttemptMs * attempts));
+    StatusOr<std::string> reply = FetchOnce(host, port, request, attempt, curve);
+    if (reply.ok() || reply.status().code() != StatusCode::kDeadlineExceeded) return reply;
+    if (deadline.Expired()) {
+      return DeadlineExceededError(
+          fmt::format("side channel {}:{}: no reply within the handshake deadline ({} attempts)",
+                      host, port, attempts));
+    }
   }
 }
 

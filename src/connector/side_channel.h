@@ -4,7 +4,8 @@
 // frame goes to the handler, whose return value is the reply. Garbage (wrong frame counts, bytes
 // the handler rejects) is answered with whatever the handler returns and never stops the server.
 //
-// FetchOverSideChannel: one REQ round trip with a deadline (connect, send, wait, receive);
+// FetchOverSideChannel: a REQ round trip with a deadline (connect, send, wait, receive), tried
+// again on a new socket while the deadline lasts when no reply came;
 // DeadlineExceeded when P does not answer in time, Unavailable for socket errors.
 //
 // CURVE (docs/deploy.md, "Side-channel keys"): with CurveServerKeys the server speaks only

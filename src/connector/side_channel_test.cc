@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
 #include <zmq.hpp>
 
 #include "kvferry/connector/curve_keys.h"
@@ -32,6 +35,37 @@ TEST(SideChannelTest, NoServerIsDeadlineExceededInTime) {
   auto reply = FetchOverSideChannel("127.0.0.1", port, "hi", Deadline::AfterMs(300));
   EXPECT_EQ(reply.status().code(), StatusCode::kDeadlineExceeded) << reply.status();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
+}
+
+// A server that leaves the first request unanswered (a round trip lost on its connection) and
+// answers the next: the fetch tries again on a new socket within its deadline and gets the reply.
+TEST(SideChannelTest, ARequestLeftUnansweredIsSentAgainWithinTheDeadline) {
+  zmq::context_t ctx(1);
+  zmq::socket_t router(ctx, zmq::socket_type::router);
+  router.set(zmq::sockopt::linger, 0);
+  router.bind("tcp://127.0.0.1:*");
+  const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
+  const int32_t port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+  std::atomic<int> seen{0};
+  std::thread server([&] {
+    for (int i = 0; i < 2; ++i) {
+      std::vector<zmq::message_t> frames;  // identity, empty delimiter, payload
+      for (int f = 0; f < 3; ++f) {
+        zmq::message_t m;
+        if (!router.recv(m)) return;
+        frames.push_back(std::move(m));
+      }
+      if (seen.fetch_add(1) == 0) continue;  // the first request is dropped
+      router.send(frames[0], zmq::send_flags::sndmore);
+      router.send(zmq::message_t(), zmq::send_flags::sndmore);
+      router.send(zmq::str_buffer("second"), zmq::send_flags::none);
+    }
+  });
+  auto reply = FetchOverSideChannel("127.0.0.1", port, "hi", Deadline::AfterMs(5000));
+  server.join();
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_EQ(*reply, "second");
+  EXPECT_EQ(seen.load(), 2);
 }
 
 TEST(SideChannelTest, GarbageFromARawSocketDoesNotStopTheServer) {
