@@ -266,10 +266,10 @@ StatusOr<std::string> FetchOnce(const std::string& host, int32_t port, std::stri
 StatusOr<std::string> FetchOverSideChannel(const std::string& host, int32_t port,
                                            std::string_view request, Deadline deadline,
                                            const std::optional<CurveClientKeys>& curve) {
-  // A round trip that got no reply is tried again on a new socket while the deadline lasts: a
-  // request can be lost on a connection ZeroMQ set up (seen with vLLM at TP 2, where the first
-  // handshake after P's prefill went unanswered for the whole deadline although P's server
-  // answered every other client at once). The requests are idempotent.
+  // A round trip that got no reply is tried again on a new socket while the deadline lasts. Seen
+  // with vLLM at TP 2: D's first handshake after P's prefill went unanswered for the whole
+  // deadline while P's server answered every other client at once; sent again, it was answered
+  // (why the first was not is not known: docs/vllm.md). Handshakes and releases are idempotent.
   int attempts = 0;
   while (true) {
     ++attempts;

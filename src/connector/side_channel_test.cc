@@ -43,6 +43,7 @@ TEST(SideChannelTest, ARequestLeftUnansweredIsSentAgainWithinTheDeadline) {
   zmq::context_t ctx(1);
   zmq::socket_t router(ctx, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::rcvtimeo, 10000);  // the server thread ends even if no retry comes
   router.bind("tcp://127.0.0.1:*");
   const std::string endpoint = router.get(zmq::sockopt::last_endpoint);
   const int32_t port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
