@@ -6,6 +6,12 @@ A `vllm serve` is three processes (API server, EngineCore, Worker), so each one 
 session of its own and killed as a process group: a SIGKILL to the API server alone would leave
 the engine running. Every server is registered with harness.procs, so run_cases kills it when its
 case ends and at exit.
+
+A test killed from outside (CTest's SIGKILL at its TIMEOUT) runs no exit handler, so its servers
+would live on and compete for the cores with every later test (a vLLM worker spins on
+sched_yield while it waits). Each server's process group is therefore written to a ledger
+(SERVER_LEDGER, with the pid of the test that started it); the first server a test starts
+first kills the groups whose test is gone (reap_strays).
 """
 
 import json
@@ -13,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from harness import procs, runner, web
@@ -32,6 +39,71 @@ VLLM_ENV = {
     "VLLM_LOGGING_LEVEL": "INFO", "TOKENIZERS_PARALLELISM": "false", "UCX_TLS": "tcp,shm,self",
 }
 STARTUP_TIMEOUT_S = float(os.environ.get("KVF_VLLM_STARTUP_TIMEOUT_S", "420"))
+# Lines "PGID TEST_PID": the servers' process groups, and the test process that started each.
+SERVER_LEDGER = os.path.join(tempfile.gettempdir(), f"kvferry-vllm-servers-{os.getuid()}")
+_reaped = False
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _group_members(pgid):
+    """Pids whose process group is pgid (from /proc)."""
+    pids = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        if int(stat[stat.rindex(")") + 2:].split()[2]) == pgid:  # field 5: pgrp
+            pids.append(int(d))
+    return pids
+
+
+def _ledger_lines():
+    try:
+        with open(SERVER_LEDGER) as f:
+            return [tuple(int(v) for v in line.split()) for line in f if len(line.split()) == 2]
+    except (OSError, ValueError):
+        return []
+
+
+def reap_strays():
+    """Kills the server process groups in the ledger whose test process is gone; returns how
+    many processes it killed (printed: a stray is why a later test would be starved)."""
+    keep, killed = [], 0
+    for pgid, test_pid in _ledger_lines():
+        members = _group_members(pgid)
+        if not members:
+            continue
+        if _alive(test_pid):
+            keep.append((pgid, test_pid))
+            continue
+        print(f"killing {len(members)} stray vLLM processes (group {pgid}) of a test that died "
+              f"(pid {test_pid})", flush=True)
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+            killed += len(members)
+        except ProcessLookupError:
+            pass
+    with open(SERVER_LEDGER, "w") as f:
+        f.writelines(f"{pgid} {pid}\n" for pgid, pid in keep)
+    return killed
+
+
+def _record_server(pgid):
+    with open(SERVER_LEDGER, "a") as f:
+        f.write(f"{pgid} {os.getpid()}\n")
 
 
 def kvferry_kv_config(side_channel_port, **extra):
@@ -48,6 +120,10 @@ class VllmServer:
     """One `vllm serve MODEL_DIR` on 127.0.0.1:port, its output in log_path."""
 
     def __init__(self, name, model_dir, port, log_path, kv_config=None, extra_args=()):
+        global _reaped
+        if not _reaped:
+            reap_strays()
+            _reaped = True
         self.name, self.port, self.log_path = name, port, log_path
         cmd = ["nice", "-n", "10", os.path.join(VENV_BIN, "vllm"), "serve", model_dir,
                "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16",
@@ -61,6 +137,7 @@ class VllmServer:
         self._log = open(log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env,
                                      start_new_session=True)
+        _record_server(self.proc.pid)
         self.started = time.monotonic()
         procs._STARTED.append(self)
 
