@@ -7,6 +7,9 @@ staging P's host buffer.
 Usage: build/venv/bin/python tests/vllm/test_units.py   (PYTHONPATH=tests)
 """
 
+import os
+import subprocess
+import tempfile
 import time
 from types import SimpleNamespace
 
@@ -18,6 +21,7 @@ from harness.runner import check
 from kvferry.vllm.config import ConfigError, parse_config
 from kvferry.vllm.layout import cache_of_kv_caches
 from kvferry.vllm.metadata import Hold, Save
+import vllm_serve
 
 
 def expect_error(fn, exc, text):
@@ -643,6 +647,36 @@ def case_stats_and_prometheus():
                                {"model_name": "m", "engine": "0"}) == 0, "engine 0 touched")
 
 
+def case_stray_servers_reaped():
+    """reap_strays kills a ledger's vLLM process group whose test is gone, and nothing else: not
+    the group of a test still running, not a group that is not vLLM's (a reused id)."""
+    saved = vllm_serve.SERVER_LEDGER
+    procs = []
+    try:
+        vllm_serve.SERVER_LEDGER = os.path.join(tempfile.mkdtemp(), "ledger")
+
+        def group(title):
+            p = subprocess.Popen(["bash", "-c", f"exec -a {title} sleep 60"], start_new_session=True)
+            procs.append(p)
+            return p
+        stray, live, other = group("VLLM::EngineCore"), group("VLLM::Worker"), group("sleeper")
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        time.sleep(0.3)  # the exec -a titles in place
+        with open(vllm_serve.SERVER_LEDGER, "w") as f:
+            f.write(f"{stray.pid} {gone.pid}\n{live.pid} {os.getpid()}\n{other.pid} {gone.pid}\n")
+        check(vllm_serve.reap_strays() == 1, "not exactly the one stray killed")
+        check(stray.wait(timeout=5) == -9, "the stray group lives")
+        check(live.poll() is None and other.poll() is None, "a group not stray was killed")
+        with open(vllm_serve.SERVER_LEDGER) as f:
+            check(f.read() == f"{live.pid} {os.getpid()}\n", "the ledger keeps only live tests'")
+    finally:
+        vllm_serve.SERVER_LEDGER = saved
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
 runner.run_cases([("config", case_config),
                   ("cache_spec_refusals", case_cache_spec_refusals),
                   ("stats_and_prometheus", case_stats_and_prometheus),
@@ -653,4 +687,5 @@ runner.run_cases([("config", case_config),
                   ("host_buffer", case_host_buffer),
                   ("hetero_tp", case_hetero_tp),
                   ("scheduler_spans", case_scheduler_spans),
-                  ("other_vllm_version_refused", case_other_vllm_version_refused)])
+                  ("other_vllm_version_refused", case_other_vllm_version_refused),
+                  ("stray_servers_reaped", case_stray_servers_reaped)])

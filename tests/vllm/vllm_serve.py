@@ -55,7 +55,9 @@ def _alive(pid):
 
 
 def _group_members(pgid):
-    """Pids whose process group is pgid (from /proc)."""
+    """Pids whose process group is pgid and whose command line names vLLM (`vllm serve`, the
+    `VLLM::` titles of its engine and workers), from /proc: a group id reused by another program
+    after our servers ended is never touched."""
     pids = []
     for d in os.listdir("/proc"):
         if not d.isdigit():
@@ -65,8 +67,14 @@ def _group_members(pgid):
                 stat = f.read()
         except OSError:
             continue
-        if int(stat[stat.rindex(")") + 2:].split()[2]) == pgid:  # field 5: pgrp
-            pids.append(int(d))
+        if int(stat[stat.rindex(")") + 2:].split()[2]) != pgid:  # field 5: pgrp
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                if b"vllm" in f.read().lower():
+                    pids.append(int(d))
+        except OSError:
+            continue
     return pids
 
 
