@@ -157,12 +157,12 @@ class HeadSharding:
 
 class CacheSpec:
     """
-    The byte geometry of a KV cache (standard attention): one region per layer and part (NHD, HND) or per layer (VLLM_CPU: per block and head, the K tile transposed, then the V tile).
+    The byte geometry of a KV cache (standard attention): one region per layer and part (NHD, HND) or per layer (VLLM_CPU, VLLM_CPU_AMX: per block and head, the K tile, then the V tile, as vLLM's vec or AMX attention packs them).
     """
 
     def __init__(self, num_layers: int, num_kv_heads: int, head_dim: int, dtype: str, layout: str, block_size_kernel: int, num_blocks_kernel: int) -> None:
         """
-        dtype: 'f32' | 'f16' | 'bf16'; layout: 'NHD' | 'HND' | 'VLLM_CPU'. ValueError naming the field when one is unknown, zero or negative.
+        dtype: 'f32' | 'f16' | 'bf16'; layout: 'NHD' | 'HND' | 'VLLM_CPU' | 'VLLM_CPU_AMX'. ValueError naming the field when one is unknown, zero or negative.
         """
 
     @property

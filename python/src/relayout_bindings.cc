@@ -1,7 +1,8 @@
 // kvferry.CacheSpec and kvferry.relayout_tokens: the byte geometry of a KV cache (kv/cache_spec.h)
 // and the one re-layout between two of them (kv/relayout.h), so Python callers (kvferry.vllm's
 // worker, when P and D block sizes differ) copy tokens with the C++ code kvferry's own connector
-// uses, not a second implementation. Standard attention only (NHD, HND, VLLM_CPU).
+// uses, not a second implementation. Standard attention only (NHD, HND, VLLM_CPU,
+// VLLM_CPU_AMX).
 #include "relayout_bindings.h"
 
 #include <nanobind/stl/optional.h>
@@ -88,8 +89,9 @@ std::string Repr(const CacheSpec& s) {
 void RegisterRelayout(nb::module_& m) {
   nb::class_<CacheSpec>(m, "CacheSpec",
                         "The byte geometry of a KV cache (standard attention): one region per "
-                        "layer and part (NHD, HND) or per layer (VLLM_CPU: per block and head, "
-                        "the K tile transposed, then the V tile).")
+                        "layer and part (NHD, HND) or per layer (VLLM_CPU, VLLM_CPU_AMX: per "
+                        "block and head, the K tile, then the V tile, as vLLM's vec or AMX "
+                        "attention packs them).")
       .def(
           "__init__",
           [](CacheSpec* self, int32_t layers, int32_t heads, int32_t head_dim,
@@ -100,8 +102,8 @@ void RegisterRelayout(nb::module_& m) {
           },
           nb::arg("num_layers"), nb::arg("num_kv_heads"), nb::arg("head_dim"), nb::arg("dtype"),
           nb::arg("layout"), nb::arg("block_size_kernel"), nb::arg("num_blocks_kernel"),
-          "dtype: 'f32' | 'f16' | 'bf16'; layout: 'NHD' | 'HND' | 'VLLM_CPU'. ValueError naming "
-          "the field when one is unknown, zero or negative.")
+          "dtype: 'f32' | 'f16' | 'bf16'; layout: 'NHD' | 'HND' | 'VLLM_CPU' | 'VLLM_CPU_AMX'. "
+          "ValueError naming the field when one is unknown, zero or negative.")
       .def_ro("num_layers", &CacheSpec::num_layers)
       .def_ro("num_kv_heads", &CacheSpec::num_kv_heads)
       .def_ro("head_dim", &CacheSpec::head_dim)

@@ -114,8 +114,9 @@ StatusOr<int32_t> AllocateCaches(const EngineConfig& config, const ModelConfig& 
   if (config.kv_cache_layout != kv::Layout::kNHD && config.kv_cache_layout != kv::Layout::kHND) {
     return InvalidArgumentError("kv_cache_layout " +
                                 std::string(kv::LayoutName(config.kv_cache_layout)) +
-                                ": kvferry's attention kernels read NHD or HND (VLLM_CPU is vLLM's "
-                                "CPU layout, which only the connector's re-layout handles)");
+                                ": kvferry's attention kernels read NHD or HND (VLLM_CPU and "
+                                "VLLM_CPU_AMX are vLLM's CPU layouts, which only the connector's "
+                                "re-layout handles)");
   }
   kv::CacheSpec spec;
   spec.num_layers = mc.num_layers;

@@ -50,8 +50,14 @@ std::string_view LayoutName(Layout layout) {
       return "HND";
     case Layout::kVllmCpu:
       return "VLLM_CPU";
+    case Layout::kVllmCpuAmx:
+      return "VLLM_CPU_AMX";
   }
   return "?";
+}
+
+bool IsVllmCpuPage(Layout layout) {
+  return layout == Layout::kVllmCpu || layout == Layout::kVllmCpuAmx;
 }
 
 StatusOr<DType> ParseDType(std::string_view name) {
@@ -65,8 +71,9 @@ StatusOr<Layout> ParseLayout(std::string_view name) {
   if (name == "NHD" || name == "nhd") return Layout::kNHD;
   if (name == "HND" || name == "hnd") return Layout::kHND;
   if (name == "VLLM_CPU" || name == "vllm_cpu") return Layout::kVllmCpu;
+  if (name == "VLLM_CPU_AMX" || name == "vllm_cpu_amx") return Layout::kVllmCpuAmx;
   return InvalidArgumentError("unknown layout '" + std::string(name) +
-                              "' (known: NHD, HND, VLLM_CPU)");
+                              "' (known: NHD, HND, VLLM_CPU, VLLM_CPU_AMX)");
 }
 
 Status CacheSpec::Validate() const {
@@ -78,12 +85,14 @@ Status CacheSpec::Validate() const {
   if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16) {
     return InvalidArgumentError("cache spec: unknown dtype");
   }
-  if (layout != Layout::kNHD && layout != Layout::kHND && layout != Layout::kVllmCpu) {
+  if (layout != Layout::kNHD && layout != Layout::kHND && !IsVllmCpuPage(layout)) {
     return InvalidArgumentError("cache spec: unknown layout");
   }
-  if (layout == Layout::kVllmCpu && kind != AttentionKind::kStandard) {
-    return InvalidArgumentError("cache spec: layout VLLM_CPU holds standard attention only");
+  if (IsVllmCpuPage(layout) && kind != AttentionKind::kStandard) {
+    return InvalidArgumentError("cache spec: layout " + std::string(LayoutName(layout)) +
+                                " holds standard attention only");
   }
+  KVF_RETURN_IF_ERROR(ValidateAmxTiles());
   if (kind != AttentionKind::kStandard && kind != AttentionKind::kMLA) {
     return InvalidArgumentError("cache spec: unknown attention kind");
   }
@@ -105,13 +114,30 @@ Status CacheSpec::Validate() const {
   return Status::Ok();
 }
 
+// VLLM_CPU_AMX packs K in 16-token tiles of dim pairs and V in 16-dim tiles of token pairs,
+// 32-bit pairs of 16-bit elements.
+Status CacheSpec::ValidateAmxTiles() const {
+  if (layout != Layout::kVllmCpuAmx) return Status::Ok();
+  if (DTypeBytes(dtype) != 2) {
+    return InvalidArgumentError("cache spec: layout VLLM_CPU_AMX holds 16-bit elements, not " +
+                                std::string(DTypeName(dtype)));
+  }
+  if (block_size_kernel % 16 != 0 || head_dim % 16 != 0) {
+    return InvalidArgumentError(
+        "cache spec: layout VLLM_CPU_AMX needs block_size_kernel and "
+        "head_dim multiples of 16, got " +
+        std::to_string(block_size_kernel) + " and " + std::to_string(head_dim));
+  }
+  return Status::Ok();
+}
+
 int32_t CacheSpec::num_regions() const {
-  const bool one_per_layer = kind == AttentionKind::kMLA || layout == Layout::kVllmCpu;
+  const bool one_per_layer = kind == AttentionKind::kMLA || IsVllmCpuPage(layout);
   return one_per_layer ? num_layers : 2 * num_layers;
 }
 
 size_t CacheSpec::bytes_per_token_slot() const {
-  const size_t parts = layout == Layout::kVllmCpu ? 2 : 1;
+  const size_t parts = IsVllmCpuPage(layout) ? 2 : 1;
   return parts * num_kv_heads * head_dim * DTypeBytes(dtype);
 }
 
@@ -125,12 +151,12 @@ size_t CacheSpec::region_bytes() const {
 
 std::vector<int64_t> CacheSpec::RegionShape() const {
   if (layout == Layout::kNHD) return {num_blocks_kernel, block_size_kernel, num_kv_heads, head_dim};
-  const int64_t row = layout == Layout::kVllmCpu ? 2 * head_dim : head_dim;
+  const int64_t row = IsVllmCpuPage(layout) ? 2 * head_dim : head_dim;
   return {num_blocks_kernel, num_kv_heads, block_size_kernel, row};
 }
 
 std::vector<int64_t> CacheSpec::RegionStrides() const {
-  const int64_t d = layout == Layout::kVllmCpu ? 2 * head_dim : head_dim;
+  const int64_t d = IsVllmCpuPage(layout) ? 2 * head_dim : head_dim;
   const int64_t block = static_cast<int64_t>(block_size_kernel) * num_kv_heads * d;
   if (layout == Layout::kNHD) return {block, num_kv_heads * d, d, 1};
   return {block, block_size_kernel * d, d, 1};
@@ -151,18 +177,24 @@ size_t CacheSpec::ElementOffset(KernelBlockId kernel_block, int32_t token_in_blo
 CacheSpec::RowLocation CacheSpec::Row(int32_t layer, Part part, KernelBlockId kernel_block,
                                       int32_t token_in_block, int32_t head) const {
   const size_t p = static_cast<size_t>(part);
-  if (layout != Layout::kVllmCpu) {
+  if (!IsVllmCpuPage(layout)) {
     const int32_t region =
         kind == AttentionKind::kMLA ? layer : 2 * layer + static_cast<int32_t>(p);
-    return {region, ElementOffset(kernel_block, token_in_block, head), 1};
+    return {region, ElementOffset(kernel_block, token_in_block, head)};
   }
-  // One (block, head) page: the K tile [dim][token], then the V tile [token][dim].
+  // One (block, head) page: the K tile, then the V tile (N tokens x D dims each).
   const size_t n = static_cast<size_t>(block_size_kernel);
   const size_t d = static_cast<size_t>(head_dim);
   const size_t page = (static_cast<size_t>(kernel_block.value()) * num_kv_heads + head) * 2 * n * d;
   const size_t t = static_cast<size_t>(token_in_block);
-  if (part == Part::kKey) return {layer, page + t, n};
-  return {layer, page + n * d + t * d, 1};
+  if (layout == Layout::kVllmCpu) {  // K [dim][token], V [token][dim]
+    if (part == Part::kKey) return {layer, page + t, n};
+    return {layer, page + n * d + t * d};
+  }
+  // VLLM_CPU_AMX: K [token / 16][dim / 2][token % 16][dim % 2],
+  //               V [dim / 16][token / 2][dim % 16][token % 2].
+  if (part == Part::kKey) return {layer, page + (t / 16) * 16 * d + (t % 16) * 2, 1, 2, 32};
+  return {layer, page + n * d + (t / 2) * 32 + t % 2, 2, 16, 16 * n};
 }
 
 CacheSpec::ByteRange CacheSpec::KernelBlockBytes(KernelBlockId first, int32_t count) const {
@@ -179,7 +211,7 @@ std::vector<CacheSpec::ByteRange> CacheSpec::HeadSliceBytes(KernelBlockId first,
   std::vector<ByteRange> out;
   for (int32_t i = 0; i < count; ++i) {
     const KernelBlockId b(first.value() + i);
-    if (layout == Layout::kVllmCpu) {  // a head's page is K then V, 2 * tokens * row bytes
+    if (IsVllmCpuPage(layout)) {  // a head's page is K then V, 2 * tokens * row bytes
       const uint64_t page = 2 * static_cast<uint64_t>(block_size_kernel) * row;
       out.push_back({(static_cast<uint64_t>(b.value()) * num_kv_heads + first_head) * page,
                      static_cast<uint64_t>(num_heads) * page});

@@ -57,16 +57,16 @@ Status Validate(const KvSourceView& src, const KvDestView& dst, int64_t token_be
                    token_begin, token_end);
 }
 
-// Copies `n` elements of `es` bytes between two rows whose consecutive elements lie `*_stride`
-// elements apart (1: contiguous, one memcpy).
-void CopyRow(std::byte* dst, size_t dst_stride, const std::byte* src, size_t src_stride, int32_t n,
-             size_t es) {
-  if (dst_stride == 1 && src_stride == 1) {
-    std::memcpy(dst, src, n * es);
+// Copies the `n` elements of `es` bytes of one row to another, each row where its
+// RowLocation puts it (one memcpy when both are contiguous).
+void CopyRow(std::byte* dst_region, const CacheSpec::RowLocation& dr, const std::byte* src_region,
+             const CacheSpec::RowLocation& sr, int32_t n, size_t es) {
+  if (dr.contiguous() && sr.contiguous()) {
+    std::memcpy(dst_region + dr.offset * es, src_region + sr.offset * es, n * es);
     return;
   }
   for (int32_t i = 0; i < n; ++i) {
-    std::memcpy(dst + i * dst_stride * es, src + i * src_stride * es, es);
+    std::memcpy(dst_region + dr.ElementAt(i) * es, src_region + sr.ElementAt(i) * es, es);
   }
 }
 
@@ -94,7 +94,7 @@ std::vector<Chunk> ChunksOf(const KvSourceView& src, const KvDestView& dst, int6
 }
 
 // Every (layer, part, token, head) row of a chunk, found with CacheSpec::Row: any pair of
-// layouts, VLLM_CPU's transposed K tile included.
+// layouts, vLLM's transposed (VLLM_CPU) and AMX-packed (VLLM_CPU_AMX) tiles included.
 void CopyChunkRows(const KvSourceView& src, const KvDestView& dst, const Chunk& c, HeadRange h) {
   const CacheSpec& s = src.spec;
   const CacheSpec& d = dst.spec;
@@ -106,8 +106,7 @@ void CopyChunkRows(const KvSourceView& src, const KvDestView& dst, const Chunk& 
         for (int32_t i = 0; i < h.count; ++i) {
           const auto sr = s.Row(layer, part, c.sb, c.so + t, h.src_first + i);
           const auto dr = d.Row(layer, part, c.db, c.doff + t, h.dst_first + i);
-          CopyRow(dst.regions[dr.region] + dr.offset * es, dr.stride,
-                  src.regions[sr.region] + sr.offset * es, sr.stride, s.head_dim, es);
+          CopyRow(dst.regions[dr.region], dr, src.regions[sr.region], sr, s.head_dim, es);
         }
       }
     }
@@ -221,14 +220,14 @@ Status RelayoutTokens(const KvSourceView& src, const KvDestView& dst, int64_t to
   const bool all_heads = h.count == s.num_kv_heads && h.count == d.num_kv_heads;
   const bool same_geometry =
       all_heads && s.layout == d.layout && s.block_size_kernel == d.block_size_kernel;
-  const bool vllm_cpu = s.layout == Layout::kVllmCpu || d.layout == Layout::kVllmCpu;
+  const bool vllm_cpu = IsVllmCpuPage(s.layout) || IsVllmCpuPage(d.layout);
   for (const Chunk& c : ChunksOf(src, dst, token_begin, token_end)) {
     if (same_geometry && c.n == s.block_size_kernel) {  // whole block, same byte order
       for (int32_t r = 0; r < s.num_regions(); ++r) {
         std::memcpy(dst.regions[r] + d.KernelBlockBytes(c.db).offset,
                     src.regions[r] + s.KernelBlockBytes(c.sb).offset, s.bytes_per_kernel_block());
       }
-    } else if (vllm_cpu) {  // rows (K transposed on the VLLM_CPU side)
+    } else if (vllm_cpu) {  // rows (vLLM's packed tiles on a VLLM_CPU* side)
       CopyChunkRows(src, dst, c, h);
     } else {
       for (int32_t r = 0; r < s.num_regions(); ++r) {

@@ -69,7 +69,7 @@ bool SameBytes(const KvCache& a, const KvCache& b) {
 int32_t Rows(const CacheSpec& s) { return s.num_layers * s.num_parts(); }
 
 // The bytes of (row, token, head) of a sequence, read with the cache's own geometry
-// (CacheSpec::Row: VLLM_CPU's K is gathered from its transposed tile).
+// (CacheSpec::Row: vLLM's K and V are gathered from their packed tiles).
 std::vector<std::byte> Row(const KvCache& c, std::span<const KernelBlockId> table, int32_t row,
                            int64_t t, int32_t h) {
   const CacheSpec& s = c.spec();
@@ -79,7 +79,7 @@ std::vector<std::byte> Row(const KvCache& c, std::span<const KernelBlockId> tabl
             table[t / s.block_size_kernel], static_cast<int32_t>(t % s.block_size_kernel), h);
   std::vector<std::byte> out;
   for (int32_t d = 0; d < s.head_dim; ++d) {
-    const std::byte* p = c.region(loc.region).base + (loc.offset + d * loc.stride) * es;
+    const std::byte* p = c.region(loc.region).base + loc.ElementAt(d) * es;
     out.insert(out.end(), p, p + es);
   }
   return out;
@@ -289,6 +289,102 @@ TEST(RelayoutTest, VllmCpuHeadSlicesAreContiguousPages) {
   EXPECT_EQ(mla.Validate().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseLayout("VLLM_CPU").value(), Layout::kVllmCpu);
   EXPECT_EQ(LayoutName(Layout::kVllmCpu), "VLLM_CPU");
+}
+
+// VLLM_CPU_AMX is what vLLM's AMX ISA writes into the same tensor (bf16, block sizes a
+// multiple of 32, on CPUs with AMX tiles): K in 16-token tiles of dim pairs, V in 16-dim tiles
+// of token pairs (tests/vllm/test_cpu_layout.py checks the formula below against vLLM's own
+// cpu_attn_reshape_and_cache where the CPU has AMX). Every element copied from NHD lands where
+// the formula says, and AMX round-trips through VLLM_CPU and another block size bit for bit.
+TEST(RelayoutTest, VllmCpuAmxLayoutPutsEveryElementWhereVllmDoes) {
+  std::mt19937 rng(12);
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    CacheSpec nhd = KernelSpec(16, Layout::kNHD, dtype);
+    nhd.head_dim = 32;
+    CacheSpec amx = KernelSpec(32, Layout::kVllmCpuAmx, dtype);
+    amx.head_dim = 32;
+    ASSERT_TRUE(amx.Validate().ok());
+    Side a = MakeSide(nhd, rng);
+    Side b = MakeSide(amx, rng);
+    ASSERT_TRUE(
+        RelayoutTokens(SourceViewOf(*a.cache, a.table), DestViewOf(*b.cache, b.table), 0, kTokens)
+            .ok());
+    const int64_t n = amx.block_size_kernel, dim = amx.head_dim, heads = amx.num_kv_heads;
+    for (int32_t layer = 0; layer < nhd.num_layers; ++layer) {
+      const auto* out = reinterpret_cast<const uint16_t*>(b.cache->region(layer).base);
+      for (int64_t t = 0; t < kTokens; ++t) {
+        const int64_t blk = b.table[t / n].value(), tok = t % n;
+        for (int32_t h = 0; h < heads; ++h) {
+          const int64_t page = (blk * heads + h) * 2 * n * dim;
+          for (int32_t part = 0; part < 2; ++part) {
+            const auto* in =
+                reinterpret_cast<const uint16_t*>(a.cache->region(2 * layer + part).base) +
+                nhd.ElementOffset(a.table[t / 16], static_cast<int32_t>(t % 16), h);
+            for (int64_t d = 0; d < dim; ++d) {
+              const int64_t at =
+                  part == 0 ? page + (tok / 16) * 16 * dim + (d / 2) * 32 + (tok % 16) * 2 + d % 2
+                            : page + n * dim + (d / 16) * 16 * n + (tok / 2) * 32 + (d % 16) * 2 +
+                                  tok % 2;
+              ASSERT_EQ(out[at], in[d]) << "layer " << layer << (part ? " V" : " K") << " token "
+                                        << t << " head " << h << " dim " << d;
+            }
+          }
+        }
+      }
+    }
+    // AMX 32 -> VLLM_CPU 128 -> AMX 64 -> NHD 16: every row as it was; fast == reference.
+    CacheSpec vec = KernelSpec(128, Layout::kVllmCpu, dtype);
+    vec.head_dim = 32;
+    CacheSpec amx64 = KernelSpec(64, Layout::kVllmCpuAmx, dtype);
+    amx64.head_dim = 32;
+    Side c = MakeSide(vec, rng);
+    Side e = MakeSide(amx64, rng);
+    Side back = MakeSide(nhd, rng);
+    auto e_ref = Clone(*e.cache);
+    ASSERT_TRUE(
+        RelayoutTokens(SourceViewOf(*b.cache, b.table), DestViewOf(*c.cache, c.table), 0, kTokens)
+            .ok());
+    ASSERT_TRUE(
+        RelayoutTokens(SourceViewOf(*c.cache, c.table), DestViewOf(*e.cache, e.table), 0, kTokens)
+            .ok());
+    ASSERT_TRUE(RelayoutTokensReference(SourceViewOf(*c.cache, c.table),
+                                        DestViewOf(*e_ref, e.table), 0, kTokens)
+                    .ok());
+    ASSERT_TRUE(SameBytes(*e.cache, *e_ref));
+    ASSERT_TRUE(RelayoutTokens(SourceViewOf(*e.cache, e.table), DestViewOf(*back.cache, back.table),
+                               37, 291)
+                    .ok());
+    for (int32_t r = 0; r < Rows(nhd); ++r) {
+      for (int64_t t = 37; t < 291; ++t) {
+        for (int32_t h = 0; h < heads; ++h) {
+          ASSERT_EQ(Row(*back.cache, back.table, r, t, h), Row(*a.cache, a.table, r, t, h));
+        }
+      }
+    }
+  }
+}
+
+// AMX tiles hold pairs of 16-bit elements in 16-row tiles: other element sizes and geometries
+// are refused by name; a rank's heads are whole pages as in VLLM_CPU.
+TEST(RelayoutTest, VllmCpuAmxRefusesWhatItCannotHold) {
+  CacheSpec s = KernelSpec(32, Layout::kVllmCpuAmx, DType::kBF16);
+  s.head_dim = 64;
+  s.num_kv_heads = 4;
+  ASSERT_TRUE(s.Validate().ok());
+  EXPECT_EQ(s.num_regions(), s.num_layers);
+  EXPECT_EQ(s.HeadSliceBytes(KernelBlockId(3), 1, 1, 2).front().offset,
+            (3 * 4 + 1) * 2 * 32 * 64 * 2u);
+  CacheSpec f32 = s;
+  f32.dtype = DType::kF32;
+  EXPECT_NE(f32.Validate().message().find("16-bit"), std::string_view::npos);
+  CacheSpec odd_block = s;
+  odd_block.block_size_kernel = 24;
+  EXPECT_EQ(odd_block.Validate().code(), StatusCode::kInvalidArgument);
+  CacheSpec odd_dim = s;
+  odd_dim.head_dim = 40;
+  EXPECT_NE(odd_dim.Validate().message().find("multiples of 16"), std::string_view::npos);
+  EXPECT_EQ(ParseLayout("VLLM_CPU_AMX").value(), Layout::kVllmCpuAmx);
+  EXPECT_EQ(LayoutName(Layout::kVllmCpuAmx), "VLLM_CPU_AMX");
 }
 
 TEST(RelayoutTest, RejectsHeadRangesOutsideEitherSide) {

@@ -19,7 +19,7 @@ import kvferry
 from harness import runner
 from harness.runner import check
 from kvferry.vllm.config import ConfigError, parse_config
-from kvferry.vllm.layout import cache_of_kv_caches
+from kvferry.vllm.layout import attention_isa, cache_of_kv_caches
 from kvferry.vllm.metadata import Hold, Save
 import vllm_serve
 
@@ -60,29 +60,41 @@ def kv_caches(num_layers, num_blocks, heads, block_size, head_size, dtype=torch.
 
 
 def case_cache_spec_refusals():
-    """vLLM's tensors become a VLLM_CPU cache spec, and anything else refuses to start."""
+    """vLLM's tensors become a VLLM_CPU or VLLM_CPU_AMX cache spec by the attention ISA, and
+    anything else refuses to start."""
     _, caches = kv_caches(2, 8, 2, 32, 64)
-    spec, regions = cache_of_kv_caches(caches, kv_cache_layout="LBHNC")
+    spec, regions = cache_of_kv_caches(caches, kv_cache_layout="LBHNC", attn_isa="vec")
     names = sorted(caches)
     check((spec.num_layers, spec.num_kv_heads, spec.head_dim, spec.block_size_kernel,
            spec.num_blocks_kernel, spec.layout, spec.dtype) ==
           (2, 2, 64, 32, 8, "VLLM_CPU", "bf16"), f"{spec}")
+    amx, _ = cache_of_kv_caches(caches, kv_cache_layout="LBHNC", attn_isa="amx")
+    check(amx.layout == "VLLM_CPU_AMX" and amx.region_bytes == spec.region_bytes, f"{amx}")
+    expect_error(lambda: cache_of_kv_caches(caches, kv_cache_layout="LBHNC", attn_isa="neon"),
+                 ValueError, "ISA 'neon'")
+    # vLLM's own choice for these tensors on this CPU (amx only with AMX tiles).
+    check(attention_isa(caches) == ("amx" if torch.cpu._is_amx_tile_supported() else "vec"),
+          f"attention ISA {attention_isa(caches)}")
     check(regions == [caches[n].data_ptr() for n in names] and
           regions[1] - regions[0] == spec.region_bytes, f"regions {regions}")
-    expect_error(lambda: cache_of_kv_caches(caches, kv_cache_layout="NHD"), ValueError,
-                 "kv_cache_layout 'NHD'")
+    expect_error(lambda: cache_of_kv_caches(caches, kv_cache_layout="NHD", attn_isa="vec"),
+                 ValueError, "kv_cache_layout 'NHD'")
     other = dict(caches, **{names[1]: torch.zeros_like(caches[names[1]])})
-    expect_error(lambda: cache_of_kv_caches(other, kv_cache_layout="LBHNC"), ValueError,
+    expect_error(lambda: cache_of_kv_caches(other, kv_cache_layout="LBHNC", attn_isa="vec"),
+                 ValueError,
                  "not in the first layer's storage")
     strided = {n: t.transpose(1, 2) for n, t in caches.items()}
-    expect_error(lambda: cache_of_kv_caches(strided, kv_cache_layout="LBHNC"), ValueError,
+    expect_error(lambda: cache_of_kv_caches(strided, kv_cache_layout="LBHNC", attn_isa="vec"),
+                 ValueError,
                  "not dense")
     _, odd = kv_caches(1, 8, 1, 32, 64)
     odd = {n: t[..., :127] for n, t in odd.items()}
-    expect_error(lambda: cache_of_kv_caches(odd, kv_cache_layout="LBHNC"), ValueError,
+    expect_error(lambda: cache_of_kv_caches(odd, kv_cache_layout="LBHNC", attn_isa="vec"),
+                 ValueError,
                  "not dense")
     _, f64 = kv_caches(1, 8, 1, 32, 64, dtype=torch.float64)
-    expect_error(lambda: cache_of_kv_caches(f64, kv_cache_layout="LBHNC"), ValueError,
+    expect_error(lambda: cache_of_kv_caches(f64, kv_cache_layout="LBHNC", attn_isa="vec"),
+                 ValueError,
                  "torch.float64")
 
 
@@ -228,9 +240,9 @@ def case_pull_through_relayout():
             check(not bad, f"{bs_p}->{bs_d}: {bad} differs")
             last = num_tokens % bs_d
             for name in pd.d_caches:
-                tail = pd.d_caches[name][d_blocks[-1]].reshape(2, 2, bs_d * 32)
-                k_tail = tail[:, 0].reshape(2, 32, bs_d)[:, :, last:]
-                check(not last or not k_tail.any(), f"{bs_p}->{bs_d}: wrote past the end")
+                for pos in range(last, bs_d if last else 0):
+                    k, v = token_kv(pd.d_caches[name], d_blocks[-1], pos, 32)
+                    check(not k.any() and not v.any(), f"{bs_p}->{bs_d}: wrote past the end")
             pd.p_until_sent(f"r{bs_p}")
         finally:
             pd.close()
@@ -374,13 +386,19 @@ def case_other_vllm_version_refused():
 
 
 def token_kv(layer, block, pos, head_size):
-    """Reference: token `pos` of kernel block `block`: K (read down the transposed tile) and V,
-    per head, as vLLM's CPU page keeps them."""
+    """Reference: token `pos` of kernel block `block`: K and V, per head, where vLLM's CPU page
+    keeps them for the ISA vLLM picks for this tensor on this CPU (tests/vllm/test_cpu_layout.py
+    checks both formulas against vLLM's own op): vec, K down the transposed tile and V plain;
+    amx, K in 16-token tiles of dim pairs and V in 16-dim tiles of token pairs."""
     heads, bs = layer.shape[1], layer.shape[2]
     tiles = layer[block].reshape(heads, 2, bs * head_size)
-    k = tiles[:, 0].reshape(heads, head_size, bs)[:, :, pos]
-    v = tiles[:, 1].reshape(heads, bs, head_size)[:, pos, :]
-    return k, v
+    d = torch.arange(head_size)
+    if attention_isa({"l": layer}) == "amx":
+        k_at = (pos // 16) * 16 * head_size + (d // 2) * 32 + (pos % 16) * 2 + d % 2
+        v_at = (d // 16) * 16 * bs + (pos // 2) * 32 + (d % 16) * 2 + pos % 2
+    else:
+        k_at, v_at = d * bs + pos, pos * head_size + d
+    return tiles[:, 0][:, k_at], tiles[:, 1][:, v_at]
 
 
 def model_config(kv_heads=1):

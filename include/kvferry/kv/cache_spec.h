@@ -3,7 +3,8 @@
 // A cache is a set of *regions*, each one contiguous, block-major memory area:
 //   standard attention: 2 regions per layer, K then V, region index = 2*layer + {0 for K, 1 for V}
 //   MLA:                1 region per layer (the latent), region index = layer
-//   vLLM's CPU attention (layout VLLM_CPU): 1 region per layer holding K and V, region = layer
+//   vLLM's CPU attention (layouts VLLM_CPU, VLLM_CPU_AMX): 1 region per layer holding K and V,
+//   region = layer
 // Within a region, kernel block b occupies bytes [b*bytes_per_kernel_block, (b+1)*...), laid out
 //   NHD: [token][head][dim]   (MLA: [token][latent | rope key], head count 1,
 //                              head_dim = latent dim + mla_rope_dim)
@@ -11,6 +12,13 @@
 //   VLLM_CPU: [head][K tile: dim x token (K transposed)][V tile: token x dim] — what vLLM's CPU
 //             backend (CPU_ATTN, vllm-cpu 0.32) writes into its per-layer tensor
 //             [num_blocks, num_kv_heads, block_size, 2 * head_dim]; standard attention only
+//   VLLM_CPU_AMX: the same tensor and pages as written by vLLM's AMX ISA (bf16 on CPUs with AMX
+//             tiles, block sizes a multiple of 32), whose tiles are packed for AMX instead:
+//               K tile: [token / 16][dim / 2][token % 16][dim % 2]
+//               V tile: [dim / 16][token / 2][dim % 16][token % 2]
+//             16-bit dtypes only, block_size_kernel and head_dim multiples of 16. Same shape,
+//             other bytes: a cache registered as VLLM_CPU when vLLM wrote AMX tiles would move
+//             the right bytes for whole blocks and wrong ones for every re-layout.
 // so a logical block's R kernel blocks are one contiguous byte range in every region. Row()
 // finds one (layer, K|V, token, head) row in any layout; ElementOffset is for NHD/HND/MLA.
 //
@@ -35,12 +43,15 @@
 namespace kvferry::kv {
 
 enum class DType : uint8_t { kF32 = 0, kF16 = 1, kBF16 = 2 };
-enum class Layout : uint8_t { kNHD = 0, kHND = 1, kVllmCpu = 2 };
+enum class Layout : uint8_t { kNHD = 0, kHND = 1, kVllmCpu = 2, kVllmCpuAmx = 3 };
 enum class AttentionKind : uint8_t { kStandard = 0, kMLA = 1 };
 
 size_t DTypeBytes(DType dtype);
 std::string_view DTypeName(DType dtype);     // "f32" | "f16" | "bf16"
-std::string_view LayoutName(Layout layout);  // "NHD" | "HND" | "VLLM_CPU"
+std::string_view LayoutName(Layout layout);  // "NHD" | "HND" | "VLLM_CPU" | "VLLM_CPU_AMX"
+// vLLM's CPU page (VLLM_CPU or VLLM_CPU_AMX): one region per layer, per (block, head) a K tile
+// then a V tile.
+bool IsVllmCpuPage(Layout layout);
 StatusOr<DType> ParseDType(std::string_view name);
 StatusOr<Layout> ParseLayout(std::string_view name);
 
@@ -60,8 +71,8 @@ struct CacheSpec {
   // InvalidArgument naming the field when something is zero/negative or inconsistent.
   Status Validate() const;
 
-  int32_t num_regions() const;  // 2*layers (standard NHD/HND), layers (MLA, VLLM_CPU)
-  // The bytes of one token in one region: heads * head_dim * dtype bytes (VLLM_CPU: twice
+  int32_t num_regions() const;  // 2*layers (standard NHD/HND), layers (MLA, VLLM_CPU*)
+  // The bytes of one token in one region: heads * head_dim * dtype bytes (VLLM_CPU*: twice
   // that, K and V).
   size_t bytes_per_token_slot() const;
   size_t bytes_per_kernel_block() const;  // block_size_kernel * bytes_per_token_slot()
@@ -70,26 +81,34 @@ struct CacheSpec {
   // Element shape and strides (in elements) of one region, outermost first:
   //   NHD: {num_blocks_kernel, block_size_kernel, num_kv_heads, head_dim}
   //   HND: {num_blocks_kernel, num_kv_heads, block_size_kernel, head_dim}
-  //   VLLM_CPU: {num_blocks_kernel, num_kv_heads, block_size_kernel, 2 * head_dim} (vLLM's
-  //             tensor shape; the K tile inside a (block, head) is transposed, see above)
+  //   VLLM_CPU*: {num_blocks_kernel, num_kv_heads, block_size_kernel, 2 * head_dim} (vLLM's
+  //             tensor shape; the tiles inside a (block, head) are packed, see above)
   std::vector<int64_t> RegionShape() const;
   std::vector<int64_t> RegionStrides() const;
 
   // Element offset, within a region, of (kernel block, token in block, head, dim 0), for NHD,
-  // HND and MLA (where a row is contiguous; not VLLM_CPU: use Row). Memory is addressed by
+  // HND and MLA (where a row is contiguous; not VLLM_CPU*: use Row). Memory is addressed by
   // KERNEL ids only: a LogicalBlockId (or a bare int) does not compile here.
   size_t ElementOffset(KernelBlockId kernel_block, int32_t token_in_block, int32_t head) const;
 
   // Which part of a layer's KV a row belongs to (MLA has one: its latent row, kKey).
   enum class Part : uint8_t { kKey = 0, kValue = 1 };
   int32_t num_parts() const { return kind == AttentionKind::kMLA ? 1 : 2; }
-  // Where the head_dim elements of one row live: the region, the element offset of element 0
-  // in it, and the distance in elements between consecutive elements (1, except VLLM_CPU's
-  // transposed K tile: block_size_kernel).
+  // Where the head_dim elements of one row live: the region, and element d at
+  //   offset + (d / group) * group_stride + (d % group) * stride
+  // elements into it. NHD/HND/MLA: stride 1, one group (a contiguous row); VLLM_CPU: K's stride
+  // is block_size_kernel (the tile is transposed), V contiguous; VLLM_CPU_AMX: K in groups of 2
+  // (dim pairs, 32 elements apart), V in groups of 16 with stride 2.
   struct RowLocation {
     int32_t region = 0;
     size_t offset = 0;
     size_t stride = 1;
+    size_t group = SIZE_MAX;  // elements per group (SIZE_MAX: the whole row is one group)
+    size_t group_stride = 0;  // elements between the starts of consecutive groups
+    size_t ElementAt(size_t d) const {
+      return offset + (d / group) * group_stride + (d % group) * stride;
+    }
+    bool contiguous() const { return stride == 1 && group == SIZE_MAX; }
   };
   RowLocation Row(int32_t layer, Part part, KernelBlockId kernel_block, int32_t token_in_block,
                   int32_t head) const;
@@ -109,6 +128,9 @@ struct CacheSpec {
                                         int32_t num_heads) const;
 
   friend bool operator==(const CacheSpec&, const CacheSpec&) = default;
+
+ private:
+  Status ValidateAmxTiles() const;
 };
 
 // One region of allocated memory.

@@ -4,8 +4,17 @@ C++ connector as a cache spec.
 vLLM 0.32.0's CPU attention (CPU_ATTN, layout LBHNC) hands a connector one tensor per layer,
 shaped ``[num_blocks_kernel, num_kv_heads, block_size_kernel, 2 * head_size]``, all layers views
 of one storage (layer-outermost). A kernel block of one layer is one dense page: per head, the K
-tile (stored transposed, [head_size, block_size_kernel]) then the V tile: kvferry's layout
-``VLLM_CPU`` (include/kvferry/kv/cache_spec.h). Each layer is one region of that cache.
+tile then the V tile. How the tiles are packed depends on the ISA vLLM's CPU attention picked
+for this cache (``_get_attn_isa``: dtype, block size, head size, KV dtype, and the CPU):
+
+* ``vec`` / ``vec16``: K transposed ([head_size, block_size_kernel]), V plain: kvferry's layout
+  ``VLLM_CPU``;
+* ``amx`` (bf16, block sizes a multiple of 32, a CPU with AMX tiles): K in 16-token tiles of dim
+  pairs, V in 16-dim tiles of token pairs: kvferry's ``VLLM_CPU_AMX``;
+* any other (ARM, POWER, s390x, RISC-V): not known, refused at startup.
+
+The tensor's shape is the same for every ISA, so the ISA, not the shape, names the layout
+(include/kvferry/kv/cache_spec.h). Each layer is one region of that cache.
 
 The scheduler's block ids are LOGICAL (``cache_config.block_size`` tokens); the tensors' first
 dimension counts KERNEL blocks of ``shape[2]`` tokens. The mapping between them is the C++
@@ -21,16 +30,34 @@ _DTYPES = {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf
 # vLLM's cache_config.kv_cache_layout of the page above; another could mean other bytes in the
 # same tensor shape, so it is refused rather than guessed.
 KNOWN_KV_CACHE_LAYOUT = "LBHNC"
+# vLLM's CPU attention ISA -> kvferry's layout of the pages it writes.
+LAYOUT_OF_ISA = {"vec": "VLLM_CPU", "vec16": "VLLM_CPU", "amx": "VLLM_CPU_AMX"}
 
 
-def cache_of_kv_caches(kv_caches: dict, *, kv_cache_layout: str) -> tuple[CacheSpec, list[int]]:
-    """The cache spec of vLLM's per-layer tensors (one VLLM_CPU region per layer, in sorted
-    layer-name order: P and D of one model name the same layers) and each region's address.
-    Raises ValueError if they are not the layout this module knows (a vLLM whose layout changed
-    must fail at startup, not move wrong bytes)."""
+def attention_isa(kv_caches: dict, model_dtype=None, kv_cache_dtype: str = "auto") -> str:
+    """The ISA vLLM's CPU attention uses for these tensors, asked of vLLM's own choice
+    (``cpu_attn._get_attn_isa``) with the arguments its metadata builder passes: the model's
+    dtype (default: the tensors'), the kernel block size, the head size and the KV dtype."""
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    first = kv_caches[sorted(kv_caches)[0]]
+    return str(_get_attn_isa(model_dtype or first.dtype, int(first.shape[2]),
+                             int(first.shape[3]) // 2, kv_cache_dtype))
+
+
+def cache_of_kv_caches(kv_caches: dict, *, kv_cache_layout: str,
+                       attn_isa: str) -> tuple[CacheSpec, list[int]]:
+    """The cache spec of vLLM's per-layer tensors (one region per layer, in sorted layer-name
+    order: P and D of one model name the same layers; VLLM_CPU or VLLM_CPU_AMX by the attention
+    ISA) and each region's address. Raises ValueError if they are not a layout this module knows
+    (a vLLM whose layout changed must fail at startup, not move wrong bytes)."""
     if kv_cache_layout != KNOWN_KV_CACHE_LAYOUT:
         raise ValueError(f"KvferryConnector: kv_cache_layout {kv_cache_layout!r}; only "
                          f"{KNOWN_KV_CACHE_LAYOUT!r} (vLLM 0.32.0's CPU page) is known")
+    layout = LAYOUT_OF_ISA.get(attn_isa)
+    if layout is None:
+        raise ValueError(f"KvferryConnector: vLLM's CPU attention packs this KV cache for ISA "
+                         f"{attn_isa!r}; only {sorted(LAYOUT_OF_ISA)} are known")
     if not kv_caches:
         raise ValueError("KvferryConnector: register_kv_caches got no layers")
     names = sorted(kv_caches)
@@ -45,7 +72,7 @@ def cache_of_kv_caches(kv_caches: dict, *, kv_cache_layout: str) -> tuple[CacheS
         raise ValueError(f"KvferryConnector: KV dtype {first.dtype} is not one of "
                          f"{sorted(_DTYPES)}")
     spec = CacheSpec(num_layers=len(names), num_kv_heads=num_heads, head_dim=two_d // 2,
-                     dtype=dtype, layout="VLLM_CPU", block_size_kernel=block_size_kernel,
+                     dtype=dtype, layout=layout, block_size_kernel=block_size_kernel,
                      num_blocks_kernel=num_blocks)
     return spec, [kv_caches[name].data_ptr() for name in names]
 

@@ -3,8 +3,9 @@ connector over vLLM's KV tensors.
 
 Each rank runs one :class:`kvferry.ConnectorWorker`, the worker half of kvferry's C++
 ``FerryConnector`` (the code kvferry's own engine runs), over its rank's KV heads: vLLM's
-per-layer tensors are borrowed as a ``VLLM_CPU`` cache (kvferry's name for vLLM's CPU page)
-and registered with the connector's transfer agent. The connector then does everything
+per-layer tensors are borrowed as a ``VLLM_CPU`` or ``VLLM_CPU_AMX`` cache (kvferry's names for
+vLLM's CPU page as its vec and AMX attention ISAs pack it) and registered with the connector's
+transfer agent. The connector then does everything
 between P and D:
 
 * P: serves its side channel (ZeroMQ, the versioned msgpack handshake with its compatibility
@@ -30,7 +31,7 @@ import json
 import kvferry
 from kvferry import LogicalBlockId
 from kvferry.vllm.config import ConnectorConfig
-from kvferry.vllm.layout import cache_of_kv_caches
+from kvferry.vllm.layout import attention_isa, cache_of_kv_caches
 from kvferry.vllm.metadata import KvferryConnectorMetadata, KvferryStats
 
 from vllm.logger import init_logger
@@ -68,6 +69,9 @@ class KvferryWorker:
         self._model = vllm_config.model_config.model
         self._block_size_logical = vllm_config.cache_config.block_size
         self._kv_cache_layout = str(vllm_config.cache_config.kv_cache_layout)
+        self._model_dtype = getattr(vllm_config.model_config, "dtype", None)
+        self._kv_cache_dtype = str(getattr(vllm_config.cache_config, "cache_dtype", "auto"))
+        self.layout = ""   # kvferry's name for the registered pages (VLLM_CPU, VLLM_CPU_AMX)
         self._tp_rank = _tp_rank()
         self._tp_size = int(vllm_config.parallel_config.tensor_parallel_size)
         self._model_kv_heads = int(vllm_config.model_config.get_total_num_kv_heads())
@@ -85,13 +89,16 @@ class KvferryWorker:
 
     def register_kv_caches(self, kv_caches: dict) -> None:
         self._kv_caches = kv_caches
-        spec, regions = cache_of_kv_caches(kv_caches, kv_cache_layout=self._kv_cache_layout)
+        isa = attention_isa(kv_caches, self._model_dtype, self._kv_cache_dtype)
+        spec, regions = cache_of_kv_caches(kv_caches, kv_cache_layout=self._kv_cache_layout,
+                                           attn_isa=isa)
         self._conn.register_kv_cache(spec, regions, self._block_size_logical,
                                      model_kv_heads=self._model_kv_heads)
-        logger.info("KvferryConnector: registered %d layers, %.1f MiB; kernel block %d tokens "
-                    "(%d B/layer page), logical block %d; side channel %s:%d",
-                    spec.num_layers, spec.num_regions * spec.region_bytes / 2**20,
-                    spec.block_size_kernel, spec.bytes_per_kernel_block,
+        self.layout = spec.layout
+        logger.info("KvferryConnector: registered %d layers, %.1f MiB, %s (attention ISA %s); "
+                    "kernel block %d tokens (%d B/layer page), logical block %d; side channel "
+                    "%s:%d", spec.num_layers, spec.num_regions * spec.region_bytes / 2**20,
+                    spec.layout, isa, spec.block_size_kernel, spec.bytes_per_kernel_block,
                     self._block_size_logical, self._cfg.side_channel_host,
                     self._conn.side_channel_port)
 
