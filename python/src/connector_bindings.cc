@@ -79,6 +79,7 @@ nb::dict StatsDict(const connector::ConnectorStats& s) {
   d["leases_released_by_notification"] = s.leases_released_by_notification;
   d["leases_expired"] = s.leases_expired;
   d["notifications_before_hold"] = s.notifications_before_hold;
+  d["releases_before_hold"] = s.releases_before_hold;
   d["notifications_late"] = s.notifications_late;
   d["notifications_duplicate"] = s.notifications_duplicate;
   d["blocks_held"] = s.blocks_held;

@@ -805,6 +805,22 @@ TEST(FerryConnectorExternalSchedulerTest, NotificationBeforeItsHoldEndsTheHoldOn
   EXPECT_EQ(e.p.conn->Stats().blocks_held, 0);
 }
 
+// D's release reaches P over the side channel before P's worker got the hold (a split P's
+// replica rank, told when the pull starts): it is kept, and the hold ends on arrival instead of
+// at the lease's end.
+TEST(FerryConnectorExternalSchedulerTest, ReleaseBeforeItsHoldEndsTheHoldOnArrival) {
+  External e(false);
+  KvTransferParams offer = e.Prefill("early-rel", Ids({1, 2}), 100, 3);
+  ConnectorMetadata meta;
+  meta.releases.push_back(offer);
+  e.d.conn->worker()->BindMetadata(meta);
+  ASSERT_TRUE(WaitStats(e.p, [](const ConnectorStats& s) { return s.releases_before_hold > 0; }));
+  e.Hold(offer, offer.remote_block_generations);
+  EXPECT_TRUE(WaitSent(e.p, "early-rel"));
+  EXPECT_EQ(e.p.conn->Stats().blocks_held, 0);
+  EXPECT_EQ(e.p.conn->Stats().leases_expired, 0u);
+}
+
 // The scheduler promised generations P's worker does not hold: the hold ends at once and D,
 // comparing what it read with the promise, recomputes.
 TEST(FerryConnectorExternalSchedulerTest, OtherGenerationsThanPromisedEndTheHold) {

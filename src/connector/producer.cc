@@ -200,7 +200,9 @@ void Producer::Poll(ConnectorOutput* out) {
     MutexLock lock(&released_mu_);
     released.swap(released_);
   }
-  for (const std::string& id : released) EndLease(id, out);
+  for (std::string& id : released) NoteRelease(std::move(id), out);
+  for (std::string& id : release_at_poll_) EndLease(id, out);
+  release_at_poll_.clear();
   for (int32_t r = 0; r < reg_->tp_size(); ++r) {
     for (const transfer::Notification& n : reg_->rank(r).agent->GetNotifications()) {
       NoteNotification(r, n, out);
@@ -313,6 +315,22 @@ void Producer::Hold(const HoldSpec& hold) {
     replay_at_poll_.push_back(std::move(e->second));
     early_.erase(e);
   }
+  if (early_releases_.erase(id) != 0) release_at_poll_.push_back(id);
+}
+
+void Producer::NoteRelease(std::string request_id, ConnectorOutput* out) {
+  if (reg_->leases().Has(request_id)) {
+    EndLease(request_id, out);
+  } else if (ctx_->options.external_scheduler && !ended_.contains(request_id)) {
+    // Its hold is still on the way (a split P's replica rank hears D's release when the pull
+    // starts, which can be before this rank's next step brings the hold).
+    if (early_releases_.size() >= kMaxEarly) ForgetOld();
+    if (early_releases_.size() < kMaxEarly) {
+      early_releases_.insert_or_assign(std::move(request_id),
+                                       Deadline::AfterMs(ctx_->config.lease_ms));
+      ctx_->stats.Update([](ConnectorStats& s) { ++s.releases_before_hold; });
+    }
+  }
 }
 
 void Producer::RememberEarly(int32_t rank, const std::string& request_id,
@@ -336,6 +354,7 @@ void Producer::NoteEnded(const std::string& request_id) {
 void Producer::ForgetOld() {
   std::erase_if(early_, [](const auto& kv) { return kv.second.forget_at.Expired(); });
   std::erase_if(ended_, [](const auto& kv) { return kv.second.Expired(); });
+  std::erase_if(early_releases_, [](const auto& kv) { return kv.second.Expired(); });
 }
 
 void Producer::EndFailedHolds(ConnectorOutput* out) {

@@ -111,6 +111,9 @@ class Producer {
   // (notifications_duplicate) and changes nothing.
   void NoteNotification(int32_t rank, const transfer::Notification& n, ConnectorOutput* out);
   void EndLease(const std::string& request_id, ConnectorOutput* out);
+  // D's release over the side channel: ends the lease, or, with an outside scheduler and the
+  // hold not here yet, is remembered (releases_before_hold) so the hold ends when it comes.
+  void NoteRelease(std::string request_id, ConnectorOutput* out);
   bool TokenMatches(const std::string& presented) const;
   // A notification for no live lease: with an outside scheduler, its hold may still be on the
   // way (the hold reaches this worker a step after the kv_transfer_params left); remembered
@@ -145,6 +148,10 @@ class Producer {
   std::map<std::string, Early> early_;
   std::vector<Early> replay_at_poll_;      // early notifications whose hold has come
   std::map<std::string, Deadline> ended_;  // leases ended lately (NoteEnded), at most kMaxEarly
+  // Releases that came before their hold (forgotten after the lease time), and holds a release
+  // already ended, to end at the next Poll.
+  std::map<std::string, Deadline> early_releases_;
+  std::vector<std::string> release_at_poll_;
   // Holds to end at the next Poll: granted at other generations than promised, or with bytes
   // whose staging failed.
   std::vector<std::string> hold_failed_;

@@ -34,6 +34,9 @@ struct ConnectorStats {
   // With an outside scheduler: D notifications for no live lease, kept for a hold still to
   // come.
   uint64_t notifications_before_hold = 0;
+  // With an outside scheduler: side-channel releases for no live lease, kept for a hold still to
+  // come (which then ends at once).
+  uint64_t releases_before_hold = 0;
   // D notifications that came after their lease ended (expired, released, a hold that ended
   // at once, a D reading a retried request's old params): nothing left to free.
   uint64_t notifications_late = 0;
