@@ -216,7 +216,9 @@ struct Pair {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     EXPECT_EQ(reports.size(), d->conns.size());
-    if (until_sent) EXPECT_EQ(sent.size(), p->conns.size()) << "a P rank still holds " << id;
+    if (until_sent) {
+      EXPECT_EQ(sent.size(), p->conns.size()) << "a P rank still holds " << id;
+    }
     return reports;
   }
 
