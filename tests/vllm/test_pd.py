@@ -17,6 +17,11 @@ pulls the copy PHB staged and equals C and the plain pull. P's lease frees block
 and a D that reads them afterwards sees their generations changed and recomputes. The last case kills
 P after its prefill: D must recompute and still answer exactly, within a bound.
 
+A seventh, CPC, started once PHB and D32 are done with, is colocated with vLLM's prefix cache:
+asked a prompt of k * 128 + 1 tokens twice,
+it computes the last token as a one-token query over cached KV, as D does over pulled KV, and
+D's answer equals that one bit for bit on every ISA.
+
 The proxy cases put `kvferry proxy` (given as KVFERRY_BIN) in front of P and D unchanged: it
 copies P's kv_transfer_params to D as it does for kvferry's own engine.
 
@@ -40,7 +45,7 @@ MODEL_DIR, LOG_DIR = sys.argv[1], sys.argv[2]
 KVFERRY_BIN = sys.argv[3] if len(sys.argv) > 3 else None
 P_HTTP, D_HTTP, C_HTTP, PROXY_HTTP, D64_HTTP, D32_HTTP = 18301, 18302, 18303, 18304, 18305, 18306
 KP_HTTP, KD_HTTP, MIXED_PROXY_HTTP = 18307, 18308, 18310  # 18309: test_bad_config
-PHB_HTTP = 18311
+PHB_HTTP, CPC_HTTP = 18311, 18312
 P_SIDE, D_SIDE, D64_SIDE, D32_SIDE, KP_SIDE, KD_SIDE = 15601, 15611, 15621, 15631, 15641, 15651
 PHB_SIDE = 15681
 P_LEASE_S = 10
@@ -356,6 +361,37 @@ def case_host_buffer():
           "D's handshake with PHB saw no host buffer")
 
 
+def case_exact_against_a_prefix_hit():
+    """D computes the last prompt token as a one-token query over the KV it pulled (vLLM
+    recomputes that token). A colocated server computes the same when its prefix cache holds
+    every other token: a prompt of k * 128 + 1 tokens, asked twice, is a hit of k blocks the
+    second time. D's answer equals that one bit for bit on every attention ISA, AMX included,
+    where it may differ from a full prefill's in the last digits (vllm_serve.same_answer)."""
+    # A seventh server does not fit beside the six (24 GiB): PHB's and D32's cases are done.
+    for name in ("PHB", "D32"):
+        servers.pop(name).kill()
+    servers["CPC"] = vs.VllmServer("CPC", MODEL_DIR, CPC_HTTP, f"{LOG_DIR}/vllm_CPC.log",
+                                   extra_args=("--enable-prefix-caching",
+                                               "--enable-prompt-tokens-details"))
+    print(f"MEASURE startup_CPC: {servers['CPC'].wait_ready():.1f} s", flush=True)
+    ids = web.request("127.0.0.1", C_HTTP, "POST", "/tokenize",
+                      {"model": vs.MODEL_NAME, "prompt": PROMPTS[1]}).body["tokens"]
+    for blocks in (1, 2, 4):
+        body = completion_body((ids * 2)[:blocks * 128 + 1])
+        servers["CPC"].post("/v1/completions", body)   # fills CPC's prefix cache
+        hit = servers["CPC"].post("/v1/completions", body)
+        cached = ((hit.get("usage") or {}).get("prompt_tokens_details") or {}).get(
+            "cached_tokens")
+        check(cached == blocks * 128, f"CPC's second answer hit {cached} cached tokens, not "
+              f"{blocks * 128}: {hit.get('usage')}")
+        want = vs.completion_tokens(hit)
+        d = servers["D"].post("/v1/completions", via_pd("/v1/completions", body))
+        got = vs.completion_tokens(d)
+        check(got == want, f"{blocks * 128 + 1} tokens: D's answer is not the prefix hit's\n"
+              f"  D: {got}\n  CPC: {want}")
+        check_pulled_response(d)
+
+
 def check_recomputed(name, d_body, want, outcome):
     """Sends D `name` d_body: its answer must equal `want` and its kvferry_load say `outcome`
     (a load that failed on purpose, so vLLM recomputed). The record."""
@@ -513,6 +549,7 @@ def main():
              ("block_size_relayout", case_block_size_relayout),
              ("host_buffer", case_host_buffer),
              ("dtype_mismatch_refused", case_dtype_mismatch_refused),
+             ("exact_against_a_prefix_hit", case_exact_against_a_prefix_hit),
              ("peer_not_kvferry", case_peer_not_kvferry),
              ("lease_expires", case_lease_expires),
              ("stats_count_every_pull", case_stats_count_every_pull),
