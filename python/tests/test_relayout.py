@@ -70,6 +70,55 @@ def test_relayout_puts_every_value_where_the_destination_layout_says(src_layout,
                         assert dst_mem[r][i] == want, (layer, part, t, head, dim)
 
 
+def amx_element(spec, layer, part, block, t, head, dim):
+    """(region, element index) in a VLLM_CPU_AMX page: K [t / 16][dim / 2][t % 16][dim % 2],
+    V [dim / 16][t / 2][dim % 16][t % 2] (vLLM's AMX attention; docs/kv_layout.md)."""
+    n, h, d = spec.block_size_kernel, spec.num_kv_heads, spec.head_dim
+    page = (block * h + head) * 2 * n * d
+    if part == 0:
+        return layer, page + (t // 16) * 16 * d + (dim // 2) * 32 + (t % 16) * 2 + dim % 2
+    return layer, page + n * d + (dim // 16) * 16 * n + (t // 2) * 32 + (dim % 16) * 2 + t % 2
+
+
+def test_relayout_into_and_out_of_vllm_cpu_amx():
+    """NHD (bf16, 16 dims) -> VLLM_CPU_AMX of another block size -> VLLM_CPU: every 16-bit value
+    where each layout's formula puts it."""
+    dim, num_tokens = 16, 70
+    specs = [CacheSpec(LAYERS, HEADS, dim, "bf16", layout, bs, 8)
+             for layout, bs in (("NHD", 16), ("VLLM_CPU_AMX", 32), ("VLLM_CPU", 64))]
+    tables = [[KernelBlockId(b) for b in order][:-(-num_tokens // spec.block_size_kernel)]
+              for spec, order in zip(specs, ((5, 1, 7, 3, 0), (6, 2, 4), (1, 7)))]
+    mems = [[array("H", [0xFFFF]) * (s.region_bytes // 2) for _ in range(s.num_regions)]
+            for s in specs]
+
+    def at(i, layer, part, t, head, d):
+        spec, blocks = specs[i], tables[i]
+        b, o = blocks[t // spec.block_size_kernel].value, t % spec.block_size_kernel
+        if spec.layout == "VLLM_CPU_AMX":
+            return amx_element(spec, layer, part, b, o, head, d)
+        if spec.layout == "NHD":
+            return 2 * layer + part, ((b * spec.block_size_kernel + o) * HEADS + head) * dim + d
+        page = (b * HEADS + head) * 2 * spec.block_size_kernel * dim
+        n = spec.block_size_kernel
+        return layer, page + (d * n + o if part == 0 else n * dim + o * dim + d)
+
+    keys = [(layer, part, t, head, d) for layer in range(LAYERS) for part in (0, 1)
+            for t in range(num_tokens) for head in range(HEADS) for d in range(dim)]
+    for k, key in enumerate(keys):
+        r, i = at(0, *key)
+        mems[0][r][i] = k
+    for i in (0, 1):
+        relayout_tokens(specs[i], [m.buffer_info()[0] for m in mems[i]], tables[i],
+                        specs[i + 1], [m.buffer_info()[0] for m in mems[i + 1]], tables[i + 1],
+                        0, num_tokens)
+    for side in (1, 2):
+        for k, key in enumerate(keys):
+            r, i = at(side, *key)
+            assert mems[side][r][i] == k, (specs[side].layout, key)
+    with pytest.raises(kvferry.InvalidArgumentError, match="16-bit"):
+        CacheSpec(LAYERS, HEADS, dim, "f32", "VLLM_CPU_AMX", 32, 3)
+
+
 def test_spec_geometry_and_refusals():
     spec = CacheSpec(LAYERS, HEADS, DIM, "bf16", "VLLM_CPU", 16, 3)
     assert (spec.num_regions, spec.bytes_per_kernel_block) == (LAYERS, 16 * HEADS * 2 * DIM * 2)
