@@ -42,10 +42,11 @@ P_HTTP, D_HTTP, P_SIDE, D_SIDE = 18321, 18322, 15661, 15671   # side channels: p
 X_HTTP, X_SIDE = 18323, 15691
 # The transfer backend all three use (KVF_TP_BACKEND: ucx, the default, or socket). Two TP-2
 # servers on 2 cores keep both busy while a pull is in flight (vLLM's engines step without
-# pause while a request waits for KV or holds blocks for a D): one pull took 4 s here, so the
-# load deadline is 20 s and the lease 60 s (vllm_pd keeps 5 s).
+# pause while a request waits for KV or holds blocks for a D): one pull took 4 s here, and a
+# handshake with P's rank 1 got no reply for 5 s, so loads and handshakes get 20 s and the lease
+# 60 s (vllm_pd keeps 5 s).
 BACKEND = {"backend": os.environ.get("KVF_TP_BACKEND", "ucx"), "load_timeout_ms": 20000,
-           "lease_timeout_s": 60}
+           "handshake_timeout_ms": 20000, "lease_timeout_s": 60}
 if os.environ.get("KVF_TP_UCX_TRANSPORT"):  # ucx_transport, for UCX (auto, shm, tcp)
     BACKEND["ucx_transport"] = os.environ["KVF_TP_UCX_TRANSPORT"]
 PROMPTS = vs.PROMPTS
