@@ -14,13 +14,13 @@ for bit (on every ISA: a wrong byte in the re-layout shows there); a fifth, D32,
 KV and must refuse P's bfloat16 at the handshake, then recompute exactly, as D must when
 remote_port names something that is not kvferry. A sixth, PHB, is a P with the host buffer: D
 pulls the copy PHB staged and equals C and the plain pull. P's lease frees blocks no D reads,
-and a D that reads them afterwards sees their generations changed and recomputes. The last case kills
-P after its prefill: D must recompute and still answer exactly, within a bound.
+and a D that reads them afterwards sees their generations changed and recomputes. The last
+case kills P after its prefill: D must recompute and still answer exactly, within a bound.
 
 A seventh, CPC, started once PHB and D32 are done with, is colocated with vLLM's prefix cache:
-asked a prompt of k * 128 + 1 tokens twice,
-it computes the last token as a one-token query over cached KV, as D does over pulled KV, and
-D's answer equals that one bit for bit on every ISA.
+asked a prompt of k * 128 + 1 tokens twice, it computes the last token as a one-token query
+over cached KV, as D does over pulled KV, and D's answer equals that one bit for bit on every
+ISA.
 
 The proxy cases put `kvferry proxy` (given as KVFERRY_BIN) in front of P and D unchanged: it
 copies P's kv_transfer_params to D as it does for kvferry's own engine.
