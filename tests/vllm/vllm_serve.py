@@ -234,12 +234,12 @@ AMX_LOGPROB_TOLERANCE = 0.02
 
 def attention_isa(model_dir, block_size):
     """The ISA vLLM's CPU attention picks for a bfloat16 `vllm serve` of model_dir with
-    `block_size`-token blocks on this CPU (vllm.v1.attention.backends.cpu_attn)."""
+    `block_size`-token blocks on this CPU (kvferry.vllm.layout.attention_isa)."""
     import torch
-    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+    from kvferry.vllm.layout import attention_isa as isa_of
     with open(os.path.join(model_dir, "config.json")) as f:
         head_dim = json.load(f)["head_dim"]
-    return str(_get_attn_isa(torch.bfloat16, block_size, head_dim))
+    return isa_of(torch.bfloat16, block_size, head_dim)
 
 
 def same_answer(what, got, want, isa):

@@ -34,15 +34,14 @@ KNOWN_KV_CACHE_LAYOUT = "LBHNC"
 LAYOUT_OF_ISA = {"vec": "VLLM_CPU", "vec16": "VLLM_CPU", "amx": "VLLM_CPU_AMX"}
 
 
-def attention_isa(kv_caches: dict, model_dtype=None, kv_cache_dtype: str = "auto") -> str:
-    """The ISA vLLM's CPU attention uses for these tensors, asked of vLLM's own choice
-    (``cpu_attn._get_attn_isa``) with the arguments its metadata builder passes: the model's
-    dtype (default: the tensors'), the kernel block size, the head size and the KV dtype."""
+def attention_isa(dtype, block_size_kernel: int, head_size: int,
+                  kv_cache_dtype: str = "auto") -> str:
+    """The ISA vLLM's CPU attention picks for a cache of this model dtype, kernel block size,
+    head size and KV dtype on this CPU: vLLM's own choice (``cpu_attn._get_attn_isa``, called
+    with the arguments its metadata builder passes), so kvferry never restates the rule."""
     from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
 
-    first = kv_caches[sorted(kv_caches)[0]]
-    return str(_get_attn_isa(model_dtype or first.dtype, int(first.shape[2]),
-                             int(first.shape[3]) // 2, kv_cache_dtype))
+    return str(_get_attn_isa(dtype, int(block_size_kernel), int(head_size), kv_cache_dtype))
 
 
 def cache_of_kv_caches(kv_caches: dict, *, kv_cache_layout: str,

@@ -89,7 +89,9 @@ class KvferryWorker:
 
     def register_kv_caches(self, kv_caches: dict) -> None:
         self._kv_caches = kv_caches
-        isa = attention_isa(kv_caches, self._model_dtype, self._kv_cache_dtype)
+        first = kv_caches[sorted(kv_caches)[0]]   # [blocks, heads, block_size, 2 * head_size]
+        isa = attention_isa(self._model_dtype or first.dtype, first.shape[2],
+                            first.shape[3] // 2, self._kv_cache_dtype)
         spec, regions = cache_of_kv_caches(kv_caches, kv_cache_layout=self._kv_cache_layout,
                                            attn_isa=isa)
         self._conn.register_kv_cache(spec, regions, self._block_size_logical,
