@@ -71,7 +71,6 @@ class KvferryWorker:
         self._kv_cache_layout = str(vllm_config.cache_config.kv_cache_layout)
         self._model_dtype = getattr(vllm_config.model_config, "dtype", None)
         self._kv_cache_dtype = str(getattr(vllm_config.cache_config, "cache_dtype", "auto"))
-        self.layout = ""   # kvferry's name for the registered pages (VLLM_CPU, VLLM_CPU_AMX)
         self._tp_rank = _tp_rank()
         self._tp_size = int(vllm_config.parallel_config.tensor_parallel_size)
         self._model_kv_heads = int(vllm_config.model_config.get_total_num_kv_heads())
@@ -96,7 +95,6 @@ class KvferryWorker:
                                            attn_isa=isa)
         self._conn.register_kv_cache(spec, regions, self._block_size_logical,
                                      model_kv_heads=self._model_kv_heads)
-        self.layout = spec.layout
         logger.info("KvferryConnector: registered %d layers, %.1f MiB, %s (attention ISA %s); "
                     "kernel block %d tokens (%d B/layer page), logical block %d; side channel "
                     "%s:%d", spec.num_layers, spec.num_regions * spec.region_bytes / 2**20,
