@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "kvferry/common/logging.h"
@@ -37,6 +38,20 @@ ssize_t SendRegistered(int fd, const msghdr* msg) {
 ssize_t RecvRegistered(int fd, void* into, size_t n) {
   [[maybe_unused]] TsanIgnoreScope ignore;
   return ::recv(fd, into, n, MSG_DONTWAIT);
+}
+
+// The I/O thread warns when it ran this much later than it asked to: it was not scheduled, or
+// waited for the backend's lock (a peer then sees its transfers stall with no error here).
+constexpr int64_t kLateMs = 1000;
+using IoClock = std::chrono::steady_clock;
+
+void WarnIfLate(const std::string& agent, const char* what, IoClock::time_point since,
+                int64_t expected_ms) {
+  const int64_t ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(IoClock::now() - since).count();
+  if (ms <= expected_ms + kLateMs) return;
+  KVF_LOG_WARN("transfer: agent '{}': socket I/O thread {} took {} ms (expected {} ms)", agent,
+               what, ms, expected_ms);
 }
 
 }  // namespace
@@ -274,6 +289,8 @@ bool SocketBackend::OnFrame(Conn& c, RecvMode mode, std::vector<Notification>* n
     case kHello:
       c.hello_seen = true;
       c.peer_name = std::move(c.buf);
+      KVF_LOG_DEBUG("transfer: agent '{}': connection {} is from '{}'", ctx_.agent_name, c.id,
+                    c.peer_name);
       break;
     case kReadReq:
       ServeRead(c, h);
@@ -363,6 +380,8 @@ void SocketBackend::Finished(uint64_t token) {
 }
 
 void SocketBackend::ServeRead(Conn& c, const FrameHdr& h) {
+  KVF_LOG_DEBUG("transfer: agent '{}': serving READ {} ({} segments) to '{}'", ctx_.agent_name,
+                h.token, h.count, c.peer_name);
   std::vector<ReadEntry> es(h.count);
   std::memcpy(es.data(), c.buf.data(), h.length);
   if (const Refusal why = CheckReadEntries(es.data(), h.count, regions_); why != Refusal::kNone) {
@@ -393,7 +412,8 @@ void SocketBackend::AcceptAll() {
     const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) return;
     SetNoDelay(fd);
-    NewConn(fd, /*outbound=*/false);
+    const Conn& c = NewConn(fd, /*outbound=*/false);
+    KVF_LOG_DEBUG("transfer: agent '{}': accepted connection {}", ctx_.agent_name, c.id);
   }
 }
 
@@ -438,15 +458,19 @@ void SocketBackend::IoLoop() {
       }
       timeout_ms = xfers_.empty() ? 100 : 5;
     }
+    const IoClock::time_point polled = IoClock::now();
     if (::poll(pfds.data(), pfds.size(), timeout_ms) < 0 && errno != EINTR) {
       KVF_LOG_ERROR("transfer: socket backend poll: {}", std::strerror(errno));
     }
+    WarnIfLate(ctx_.agent_name, "poll", polled, timeout_ms);
     if (pfds[1].revents & POLLIN) {
       uint64_t v;
       [[maybe_unused]] ssize_t r = ::read(wake_fd_, &v, sizeof(v));
     }
     {
+      const IoClock::time_point locking = IoClock::now();
       MutexLock l(&mu_);
+      WarnIfLate(ctx_.agent_name, "waiting for its lock", locking, 0);
       if (pfds[0].revents & POLLIN) AcceptAll();
       for (size_t i = 0; i < ids.size(); ++i) {
         const int16_t ev = pfds[i + 2].revents;
