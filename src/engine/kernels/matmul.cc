@@ -71,18 +71,72 @@ struct F16cWeights {
 // ---- Tiles. Each output follows exactly the canonical Dot order: one V8 accumulator over k in
 // steps of 8, the fixed lane combine, then the tail. ----
 
-// A 2 (rows of x) by 4 (rows of W) tile.
+// Asks for the cache lines of `rows` (4 rows of W, ldw apart) covering elements [k, k + 32):
+// one 64-byte line per row for 16-bit weights, two for f32.
 template <typename L>
-inline void Tile2x4(const float* x0, const float* x1, const typename L::T* w, int64_t ldw,
-                    int64_t K, float* y0, float* y1) {
+inline __attribute__((always_inline)) void Prefetch4x32(const typename L::T* rows, int64_t ldw,
+                                                        int64_t k) {
+  for (int r = 0; r < 4; ++r) {
+    const typename L::T* p = rows + r * ldw + k;
+    __builtin_prefetch(p, 0, 3);
+    if constexpr (sizeof(typename L::T) == 4) __builtin_prefetch(p + 16, 0, 3);
+  }
+}
+
+// One row of x by 4 rows of W (M = 1, odd M). With one row of x the tile is bound by memory,
+// not arithmetic: while it reads its 4 rows it asks for the next tile's (`next`, 4 rows ldw
+// apart, or null for none) 32 elements at a time, as far ahead as the tile is long. The
+// accumulation is the canonical order whatever the unrolling.
+template <typename L>
+inline void Tile1x4(const float* x0, const typename L::T* w, int64_t ldw, int64_t K, float* y0,
+                    const typename L::T* next) {
   const typename L::T* w0 = w;
   const typename L::T* w1 = w + ldw;
   const typename L::T* w2 = w + 2 * ldw;
   const typename L::T* w3 = w + 3 * ldw;
   const int64_t k8 = K & ~int64_t{7};
+  const int64_t k32 = next != nullptr ? K & ~int64_t{31} : 0;
+  V8 a0 = Splat8(0), a1 = Splat8(0), a2 = Splat8(0), a3 = Splat8(0);
+  auto step = [&](int64_t k) __attribute__((always_inline)) {
+    const V8 vx0 = Load8(x0 + k);
+    a0 += vx0 * L::Load(w0 + k);
+    a1 += vx0 * L::Load(w1 + k);
+    a2 += vx0 * L::Load(w2 + k);
+    a3 += vx0 * L::Load(w3 + k);
+  };
+  int64_t k = 0;
+  for (; k < k32; k += 32) {
+    Prefetch4x32<L>(next, ldw, k);
+    step(k);
+    step(k + 8);
+    step(k + 16);
+    step(k + 24);
+  }
+  for (; k < k8; k += 8) step(k);
+  float s[4] = {Combine8(a0), Combine8(a1), Combine8(a2), Combine8(a3)};
+  for (k = k8; k < K; ++k) {
+    s[0] += x0[k] * L::At(w0 + k);
+    s[1] += x0[k] * L::At(w1 + k);
+    s[2] += x0[k] * L::At(w2 + k);
+    s[3] += x0[k] * L::At(w3 + k);
+  }
+  for (int i = 0; i < 4; ++i) y0[i] = s[i];
+}
+
+// A 2 (rows of x) by 4 (rows of W) tile; `next` as for Tile1x4 (the first pair of rows of a
+// row block reads W from memory, the others from cache, and pass null).
+template <typename L>
+inline void Tile2x4(const float* x0, const float* x1, const typename L::T* w, int64_t ldw,
+                    int64_t K, float* y0, float* y1, const typename L::T* next) {
+  const typename L::T* w0 = w;
+  const typename L::T* w1 = w + ldw;
+  const typename L::T* w2 = w + 2 * ldw;
+  const typename L::T* w3 = w + 3 * ldw;
+  const int64_t k8 = K & ~int64_t{7};
+  const int64_t k32 = next != nullptr ? K & ~int64_t{31} : 0;
   V8 a00 = Splat8(0), a01 = Splat8(0), a02 = Splat8(0), a03 = Splat8(0);
   V8 a10 = Splat8(0), a11 = Splat8(0), a12 = Splat8(0), a13 = Splat8(0);
-  for (int64_t k = 0; k < k8; k += 8) {
+  auto step = [&](int64_t k) __attribute__((always_inline)) {
     const V8 vx0 = Load8(x0 + k), vx1 = Load8(x1 + k);
     const V8 vw0 = L::Load(w0 + k), vw1 = L::Load(w1 + k);
     const V8 vw2 = L::Load(w2 + k), vw3 = L::Load(w3 + k);
@@ -94,10 +148,19 @@ inline void Tile2x4(const float* x0, const float* x1, const typename L::T* w, in
     a11 += vx1 * vw1;
     a12 += vx1 * vw2;
     a13 += vx1 * vw3;
+  };
+  int64_t k = 0;
+  for (; k < k32; k += 32) {
+    Prefetch4x32<L>(next, ldw, k);
+    step(k);
+    step(k + 8);
+    step(k + 16);
+    step(k + 24);
   }
+  for (; k < k8; k += 8) step(k);
   float s[8] = {Combine8(a00), Combine8(a01), Combine8(a02), Combine8(a03),
                 Combine8(a10), Combine8(a11), Combine8(a12), Combine8(a13)};
-  for (int64_t k = k8; k < K; ++k) {
+  for (k = k8; k < K; ++k) {
     const float v0 = L::At(w0 + k), v1 = L::At(w1 + k), v2 = L::At(w2 + k), v3 = L::At(w3 + k);
     s[0] += x0[k] * v0;
     s[1] += x0[k] * v1;
@@ -112,32 +175,6 @@ inline void Tile2x4(const float* x0, const float* x1, const typename L::T* w, in
     y0[i] = s[i];
     y1[i] = s[4 + i];
   }
-}
-
-// One row of x by 4 rows of W (odd M).
-template <typename L>
-inline void Tile1x4(const float* x0, const typename L::T* w, int64_t ldw, int64_t K, float* y0) {
-  const typename L::T* w0 = w;
-  const typename L::T* w1 = w + ldw;
-  const typename L::T* w2 = w + 2 * ldw;
-  const typename L::T* w3 = w + 3 * ldw;
-  const int64_t k8 = K & ~int64_t{7};
-  V8 a0 = Splat8(0), a1 = Splat8(0), a2 = Splat8(0), a3 = Splat8(0);
-  for (int64_t k = 0; k < k8; k += 8) {
-    const V8 vx0 = Load8(x0 + k);
-    a0 += vx0 * L::Load(w0 + k);
-    a1 += vx0 * L::Load(w1 + k);
-    a2 += vx0 * L::Load(w2 + k);
-    a3 += vx0 * L::Load(w3 + k);
-  }
-  float s[4] = {Combine8(a0), Combine8(a1), Combine8(a2), Combine8(a3)};
-  for (int64_t k = k8; k < K; ++k) {
-    s[0] += x0[k] * L::At(w0 + k);
-    s[1] += x0[k] * L::At(w1 + k);
-    s[2] += x0[k] * L::At(w2 + k);
-    s[3] += x0[k] * L::At(w3 + k);
-  }
-  for (int i = 0; i < 4; ++i) y0[i] = s[i];
 }
 
 // One row of x by one row of W: the canonical Dot with converted weights.
@@ -163,12 +200,14 @@ inline void PartColumns(const float* x, int64_t M, int64_t K, int64_t ldx, const
     int64_t n = n0;
     for (; n + 4 <= n1; n += 4) {
       const typename L::T* wn = w + n * ldw;
+      // The first tile of this W block asks for the next block's rows.
+      const typename L::T* next = n + 8 <= n1 ? wn + 4 * ldw : nullptr;
       int64_t m = mb;
       for (; m + 2 <= me; m += 2) {
         Tile2x4<L>(x + m * ldx, x + (m + 1) * ldx, wn, ldw, K, y + m * ldy + n,
-                   y + (m + 1) * ldy + n);
+                   y + (m + 1) * ldy + n, m == mb ? next : nullptr);
       }
-      if (m < me) Tile1x4<L>(x + m * ldx, wn, ldw, K, y + m * ldy + n);
+      if (m < me) Tile1x4<L>(x + m * ldx, wn, ldw, K, y + m * ldy + n, m == mb ? next : nullptr);
     }
     for (; n < n1; ++n) {
       for (int64_t m = mb; m < me; ++m) y[m * ldy + n] = Dot1<L>(x + m * ldx, w + n * ldw, K);
