@@ -12,7 +12,7 @@
 namespace kvferry::tools {
 
 // `threads` threads each sum their share of a 1 GiB buffer (far beyond any cache) with 8-wide
-// vector adds; the best of 5 passes, in GB/s.
+// vector adds (AVX2 where the CPU has it) and prefetches ahead; the best of 5 passes, in GB/s.
 double MemoryReadGbs(int threads);
 
 struct FmaPeak {
