@@ -68,6 +68,107 @@ struct F16cWeights {
 
 #endif  // !defined(__clang__)
 
+#if KVF_MATMUL_F16C
+#define KVF_MATMUL_AVX512 1
+// g++ 12's AVX-512 headers start some intrinsics from _mm512_undefined_* values and then warn
+// that they "may be used uninitialized" where those intrinsics inline.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#define KVF_AVX512 __attribute__((target("avx512f,avx512dq,avx2,f16c")))
+// ---- AVX-512: two rows of W side by side in one 16-lane vector. Lanes 0-7 are the canonical
+// 8-lane accumulator of one output and lanes 8-15 that of the next, so each output sees exactly
+// the IEEE operations, in the order, the 8-wide paths give it: same bits, twice the width. ----
+
+// Rows a and b's 8 weights from k on, as the low and high halves of one vector, converted exactly.
+struct F32Pairs {
+  using T = float;
+  static inline KVF_AVX512 __m512 Load(const float* a, const float* b) {
+    return _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_loadu_ps(a)), _mm256_loadu_ps(b), 1);
+  }
+  static float At(const float* p) { return *p; }
+};
+inline KVF_AVX512 __m256i LoadHalves(const uint16_t* a, const uint16_t* b) {
+  return _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
+}
+struct F16Pairs {
+  using T = uint16_t;
+  static inline KVF_AVX512 __m512 Load(const uint16_t* a, const uint16_t* b) {
+    return _mm512_cvtph_ps(LoadHalves(a, b));
+  }
+  static float At(const uint16_t* p) { return F16ToF32(*p); }
+};
+struct BF16Pairs {
+  using T = uint16_t;
+  static inline KVF_AVX512 __m512 Load(const uint16_t* a, const uint16_t* b) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(LoadHalves(a, b)), 16));
+  }
+  static float At(const uint16_t* p) { return BF16ToF32(*p); }
+};
+
+// The fixed lane combine (Combine8) of each half: the outputs of the pair's two rows.
+inline KVF_AVX512 void Combine16(__m512 a, float* lo, float* hi) {
+  alignas(64) float l[16];
+  _mm512_store_ps(l, a);
+  *lo = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+  *hi = ((l[8] + l[9]) + (l[10] + l[11])) + ((l[12] + l[13]) + (l[14] + l[15]));
+}
+
+// One k-step of Tile4x8: acc[r][p] += x[r][k..k+8) * (rows 2p, 2p+1 of W)[k..k+8).
+template <typename P>
+inline KVF_AVX512 __attribute__((always_inline)) void Step4x8(const float* const* xs,
+                                                              const typename P::T* w, int64_t ldw,
+                                                              int64_t k, __m512 (&acc)[4][4]) {
+  // Unrolled, so that the accumulators stay in registers (a loop kept them on the stack).
+  __m512 xb[4];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) xb[r] = _mm512_broadcast_f32x8(_mm256_loadu_ps(xs[r] + k));
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p) {
+    const __m512 wv = P::Load(w + (2 * p) * ldw + k, w + (2 * p + 1) * ldw + k);
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) acc[r][p] = _mm512_add_ps(acc[r][p], _mm512_mul_ps(xb[r], wv));
+  }
+}
+
+// 4 rows of x by 8 rows of W (4 pairs): 16 accumulators. x rows are 4 pointers, y rows too;
+// `next` as for Tile1x4 (8 rows).
+template <typename P>
+inline KVF_AVX512 void Tile4x8(const float* const* xs, const typename P::T* w, int64_t ldw,
+                               int64_t K, float* const* ys, const typename P::T* next) {
+  const int64_t k8 = K & ~int64_t{7};
+  __m512 acc[4][4];
+#pragma GCC unroll 4
+  for (int r = 0; r < 4; ++r) {
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; ++p) acc[r][p] = _mm512_setzero_ps();
+  }
+  int64_t k = 0;
+  if (next != nullptr) {
+    for (const int64_t k32 = K & ~int64_t{31}; k < k32; k += 32) {
+      for (int h = 0; h < 2; ++h) {
+        for (int r = 0; r < 4; ++r) {
+          const typename P::T* q = next + (4 * h + r) * ldw + k;
+          __builtin_prefetch(q, 0, 3);
+          if constexpr (sizeof(typename P::T) == 4) __builtin_prefetch(q + 16, 0, 3);
+        }
+      }
+#pragma GCC unroll 4
+      for (int u = 0; u < 32; u += 8) Step4x8<P>(xs, w, ldw, k + u, acc);
+    }
+  }
+  for (; k < k8; k += 8) Step4x8<P>(xs, w, ldw, k, acc);
+  for (int r = 0; r < 4; ++r) {
+    float s[8];
+    for (int p = 0; p < 4; ++p) Combine16(acc[r][p], &s[2 * p], &s[2 * p + 1]);
+    for (int64_t t = k8; t < K; ++t) {
+      for (int n = 0; n < 8; ++n) s[n] += xs[r][t] * P::At(w + n * ldw + t);
+    }
+    for (int n = 0; n < 8; ++n) ys[r][n] = s[n];
+  }
+}
+#endif  // KVF_MATMUL_F16C
+
 // ---- Tiles. Each output follows exactly the canonical Dot order: one V8 accumulator over k in
 // steps of 8, the fixed lane combine, then the tail. ----
 
@@ -215,8 +316,57 @@ inline void PartColumns(const float* x, int64_t M, int64_t K, int64_t ldx, const
   }
 }
 
-// Columns [n0, n1) of y (over all parts), with the loaders chosen for one SIMD path.
-template <typename F16L>
+#if KVF_MATMUL_AVX512
+// PartColumns with 4x8 AVX-512 tiles where they fit; the rows and columns left over take the
+// 8-wide tiles (same bits either way). P: the pair loader, L: the 8-wide loader of that dtype.
+template <typename P, typename L>
+inline KVF_AVX512 void PartColumnsWide(const float* x, int64_t M, int64_t K, int64_t ldx,
+                                       const typename L::T* w, int64_t ldw, float* y, int64_t ldy,
+                                       int64_t n0, int64_t n1) {
+  constexpr int64_t kRowBlock = 32;
+  const int64_t n8 = n0 + (n1 - n0) / 8 * 8;
+  for (int64_t mb = 0; mb < M; mb += kRowBlock) {
+    const int64_t me = std::min(M, mb + kRowBlock);
+    const int64_t m4 = mb + (me - mb) / 4 * 4;
+    for (int64_t n = n0; n < n8; n += 8) {
+      const typename L::T* wn = w + n * ldw;
+      const typename L::T* next = n + 16 <= n1 ? wn + 8 * ldw : nullptr;
+      for (int64_t m = mb; m < m4; m += 4) {
+        const float* xs[4] = {x + m * ldx, x + (m + 1) * ldx, x + (m + 2) * ldx, x + (m + 3) * ldx};
+        float* ys[4] = {y + m * ldy + n, y + (m + 1) * ldy + n, y + (m + 2) * ldy + n,
+                        y + (m + 3) * ldy + n};
+        Tile4x8<P>(xs, wn, ldw, K, ys, m == mb ? next : nullptr);
+      }
+    }
+    // Rows m4..me over the wide columns, and every row over the columns past n8.
+    if (m4 < me) PartColumns<L>(x + m4 * ldx, me - m4, K, ldx, w, ldw, y + m4 * ldy, ldy, n0, n8);
+    if (n8 < n1) PartColumns<L>(x + mb * ldx, me - mb, K, ldx, w, ldw, y + mb * ldy, ldy, n8, n1);
+  }
+}
+#endif  // KVF_MATMUL_AVX512
+
+// One dtype's part kernel on one SIMD path: PartColumns with 8-wide tiles, or (AVX-512) the
+// 4x8 tiles with the 8-wide ones for what is left.
+template <typename L>
+struct Narrow {
+  static inline void Run(const float* x, int64_t M, int64_t K, int64_t ldx, const typename L::T* w,
+                         int64_t ldw, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+    PartColumns<L>(x, M, K, ldx, w, ldw, y, ldy, n0, n1);
+  }
+};
+#if KVF_MATMUL_AVX512
+template <typename P, typename L>
+struct Wide {
+  static inline KVF_AVX512 void Run(const float* x, int64_t M, int64_t K, int64_t ldx,
+                                    const typename L::T* w, int64_t ldw, float* y, int64_t ldy,
+                                    int64_t n0, int64_t n1) {
+    PartColumnsWide<P, L>(x, M, K, ldx, w, ldw, y, ldy, n0, n1);
+  }
+};
+#endif
+
+// Columns [n0, n1) of y (over all parts), with each dtype's part kernel for one SIMD path.
+template <typename Bf16, typename F16, typename F32>
 inline void Columns(const float* x, int64_t M, int64_t K, int64_t ldx,
                     std::span<const WeightMatrix> parts, int64_t ldy, float* y, int64_t n0,
                     int64_t n1) {
@@ -225,18 +375,16 @@ inline void Columns(const float* x, int64_t M, int64_t K, int64_t ldx,
     const int64_t b = std::max(n0, first) - first, e = std::min(n1, first + p.rows) - first;
     if (b < e) {
       float* yp = y + first;
+      const auto* half = reinterpret_cast<const uint16_t*>(p.data);
       switch (p.dtype) {
         case formats::DType::kBF16:
-          PartColumns<BF16Weights>(x, M, K, ldx, reinterpret_cast<const uint16_t*>(p.data), p.ld(),
-                                   yp, ldy, b, e);
+          Bf16::Run(x, M, K, ldx, half, p.ld(), yp, ldy, b, e);
           break;
         case formats::DType::kF16:
-          PartColumns<F16L>(x, M, K, ldx, reinterpret_cast<const uint16_t*>(p.data), p.ld(), yp,
-                            ldy, b, e);
+          F16::Run(x, M, K, ldx, half, p.ld(), yp, ldy, b, e);
           break;
         default:
-          PartColumns<F32Weights>(x, M, K, ldx, reinterpret_cast<const float*>(p.data), p.ld(), yp,
-                                  ldy, b, e);
+          F32::Run(x, M, K, ldx, reinterpret_cast<const float*>(p.data), p.ld(), yp, ldy, b, e);
           break;
       }
     }
@@ -252,15 +400,28 @@ __attribute__((target("avx2,f16c"), flatten)) void ColumnsAvx2(const float* x, i
                                                                std::span<const WeightMatrix> parts,
                                                                int64_t ldy, float* y, int64_t n0,
                                                                int64_t n1) {
-  Columns<F16cWeights>(x, M, K, ldx, parts, ldy, y, n0, n1);
+  Columns<Narrow<BF16Weights>, Narrow<F16cWeights>, Narrow<F32Weights>>(x, M, K, ldx, parts, ldy, y,
+                                                                        n0, n1);
 }
 
+#endif
+
+#if KVF_MATMUL_AVX512
+KVF_AVX512 __attribute__((flatten)) void ColumnsAvx512(const float* x, int64_t M, int64_t K,
+                                                       int64_t ldx,
+                                                       std::span<const WeightMatrix> parts,
+                                                       int64_t ldy, float* y, int64_t n0,
+                                                       int64_t n1) {
+  Columns<Wide<BF16Pairs, BF16Weights>, Wide<F16Pairs, F16cWeights>, Wide<F32Pairs, F32Weights>>(
+      x, M, K, ldx, parts, ldy, y, n0, n1);
+}
 #endif
 
 __attribute__((flatten)) void ColumnsGeneric(const float* x, int64_t M, int64_t K, int64_t ldx,
                                              std::span<const WeightMatrix> parts, int64_t ldy,
                                              float* y, int64_t n0, int64_t n1) {
-  Columns<F16Weights>(x, M, K, ldx, parts, ldy, y, n0, n1);
+  Columns<Narrow<BF16Weights>, Narrow<F16Weights>, Narrow<F32Weights>>(x, M, K, ldx, parts, ldy, y,
+                                                                       n0, n1);
 }
 
 }  // namespace
@@ -280,29 +441,38 @@ namespace {
 
 std::atomic<MatMulPath> g_forced_path{MatMulPath::kAuto};
 
-bool UseF16cPath() {
-  switch (g_forced_path.load(std::memory_order_relaxed)) {
-    case MatMulPath::kPortable:
-      return false;
-    case MatMulPath::kF16c:
-      return MatMulHasF16cPath();
-    case MatMulPath::kAuto:
-      break;
-  }
-  return MatMulHasF16cPath();
-}
+using ColumnsFn = void (*)(const float*, int64_t, int64_t, int64_t, std::span<const WeightMatrix>,
+                           int64_t, float*, int64_t, int64_t);
 
-#if KVF_MATMUL_F16C
-constexpr auto ColumnsF16c = &ColumnsAvx2;
-#else
-constexpr auto ColumnsF16c = &ColumnsGeneric;  // never taken: MatMulHasF16cPath() is false
+// The widest path the CPU runs, or the one a test forced (falling back to the next narrower).
+ColumnsFn PickColumns() {
+  MatMulPath path = g_forced_path.load(std::memory_order_relaxed);
+  if (path == MatMulPath::kAuto) path = MatMulPath::kAvx512;
+#if KVF_MATMUL_AVX512
+  if (path == MatMulPath::kAvx512 && MatMulHasAvx512Path()) return &ColumnsAvx512;
 #endif
+#if KVF_MATMUL_F16C
+  if (path != MatMulPath::kPortable && MatMulHasF16cPath()) return &ColumnsAvx2;
+#endif
+  return &ColumnsGeneric;
+}
 
 }  // namespace
 
 bool MatMulHasF16cPath() {
 #if KVF_MATMUL_F16C
   return CpuHasAvx2();
+#else
+  return false;
+#endif
+}
+
+bool MatMulHasAvx512Path() {
+#if KVF_MATMUL_AVX512
+  // The builtin also checks that the OS saves the ZMM and mask registers.
+  static const bool has =
+      CpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+  return has;
 #else
   return false;
 #endif
@@ -321,7 +491,7 @@ void MatMulStrided(const float* x, int64_t M, int64_t K, int64_t ldx,
                    std::span<const WeightMatrix> parts, float* y, int64_t ldy, ThreadPool* pool) {
   int64_t N = 0;
   for (const WeightMatrix& p : parts) N += p.rows;
-  auto run = UseF16cPath() ? ColumnsF16c : &ColumnsGeneric;
+  const ColumnsFn run = PickColumns();
   auto body = [&](int64_t n0, int64_t n1) { run(x, M, K, ldx, parts, ldy, y, n0, n1); };
   // Split columns in multiples of 16 (whole tiles); small problems run inline.
   if (pool == nullptr || M * N * K < (int64_t{1} << 16)) {

@@ -36,13 +36,17 @@ void MatMulStrided(const float* x, int64_t M, int64_t K, int64_t ldx,
 void MatMul(const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y,
             ThreadPool* pool);
 
-// The SIMD path F16 weights take: F16C conversion (g++ builds on CPUs with AVX2 and F16C) or the
-// portable one. Both give the same bits — the conversion is exact — so P and D on different CPU
-// generations compute alike; ForceMatMulPathForTest lets a test run each path on one machine
-// (process-wide; not to be called while another thread runs MatMul). A forced kF16c falls back
-// to the portable path where MatMulHasF16cPath() is false.
-enum class MatMulPath { kAuto, kPortable, kF16c };
+// The SIMD paths: portable (8-wide GCC vectors, the F16 conversion in software), AVX2 with F16C
+// (g++ builds on CPUs with AVX2 and F16C), and AVX-512 (g++ builds on CPUs with AVX-512F/DQ:
+// 4x8 tiles whose 16-lane vectors hold two outputs' 8-lane accumulators). All give the same bits
+// — the conversion is exact and every output sees the same IEEE operations in the same order —
+// so P and D on different CPU generations compute alike. kAuto takes the widest the CPU runs;
+// ForceMatMulPathForTest lets a test run each path on one machine (process-wide; not to be
+// called while another thread runs MatMul). A forced path the CPU or build lacks falls back to
+// the next narrower one.
+enum class MatMulPath { kAuto, kPortable, kF16c, kAvx512 };
 bool MatMulHasF16cPath();
+bool MatMulHasAvx512Path();
 void ForceMatMulPathForTest(MatMulPath path);
 
 // Naive reference (same canonical Dot per element, no tiling), for tests.

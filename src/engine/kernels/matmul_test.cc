@@ -19,16 +19,21 @@ using testing_util::RandomFloats;
 
 TEST(MatMulTest, MatchesReferenceBitForBitOverShapes) {
   ThreadPool pool(2);
-  for (int64_t M : {1, 2, 3, 7, 33, 65}) {
-    for (int64_t K : {1, 8, 13, 64, 130}) {
-      for (int64_t N : {1, 4, 5, 17, 260}) {
+  for (int64_t M : {1, 2, 3, 4, 7, 33, 65}) {
+    for (int64_t K : {1, 8, 13, 64, 130, 200}) {
+      for (int64_t N : {1, 4, 5, 8, 17, 24, 260}) {
         const auto x = RandomFloats(M * K, 1);
         const auto w = RandomFloats(N * K, 2);
         std::vector<float> y(M * N), ref(M * N);
-        MatMul(x.data(), M, K, w.data(), N, y.data(), &pool);
         MatMulReference(x.data(), M, K, w.data(), N, ref.data());
-        ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
-            << "M=" << M << " K=" << K << " N=" << N;
+        for (MatMulPath path : {MatMulPath::kPortable, MatMulPath::kF16c, MatMulPath::kAvx512}) {
+          ForceMatMulPathForTest(path);
+          MatMul(x.data(), M, K, w.data(), N, y.data(), &pool);
+          ForceMatMulPathForTest(MatMulPath::kAuto);
+          ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+              << "M=" << M << " K=" << K << " N=" << N << " path " << static_cast<int>(path);
+        }
+        MatMul(x.data(), M, K, w.data(), N, y.data(), &pool);
         // And close to a double-precision dot product.
         for (int64_t m = 0; m < M; ++m) {
           for (int64_t n = 0; n < N; ++n) {
@@ -83,11 +88,12 @@ TEST(MatMulTest, HalfWeightsEqualF32OnEverySimdPath) {
     for (int64_t n = 0; n < N0 + N1; ++n) {
       ReadRowF32(n < N0 ? parts[0] : parts[1], n < N0 ? n : n - N0, wf.data() + n * K);
     }
-    for (int64_t M : {1, 2, 5, 33}) {
+    for (int64_t M : {1, 2, 4, 5, 33}) {
       const auto x = RandomFloats(M * K, 7);
       std::vector<float> ref(M * (N0 + N1));
       MatMul(x.data(), M, K, wf.data(), N0 + N1, ref.data(), &pool);
-      for (MatMulPath path : {MatMulPath::kPortable, MatMulPath::kF16c, MatMulPath::kAuto}) {
+      for (MatMulPath path :
+           {MatMulPath::kPortable, MatMulPath::kF16c, MatMulPath::kAvx512, MatMulPath::kAuto}) {
         ForceMatMulPathForTest(path);
         std::vector<float> y(ref.size());
         MatMul(x.data(), M, K, parts, y.data(), &pool);
@@ -97,8 +103,9 @@ TEST(MatMulTest, HalfWeightsEqualF32OnEverySimdPath) {
       }
     }
   }
-  std::printf("F16C path %s\n",
-              MatMulHasF16cPath() ? "run" : "unavailable here (CPU or clang build)");
+  std::printf("F16C path %s, AVX-512 path %s\n",
+              MatMulHasF16cPath() ? "run" : "unavailable here (CPU or clang build)",
+              MatMulHasAvx512Path() ? "run" : "unavailable here (CPU or clang build)");
 }
 
 }  // namespace
