@@ -42,9 +42,8 @@ test: deps format-check build
 # (scripts/install-vllm.sh; skipped when up to date), then the tests labelled `vllm`: `vllm
 # serve` P/D through KvferryConnector against a colocated `vllm serve`, at TP 1 and 2 (tests/vllm).
 VLLM_ENV = HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind
-# test-vllm-tp: vLLM P/D at TP 2 and across TP sizes, the tests labelled vllm-tp2 (kept out of
-# test-vllm and CI: a socket READ at TP 2 was seen unanswered for 20 s; docs/vllm.md, "What does
-# not work yet").
+# test-vllm-tp: vLLM P/D at TP 2 and across TP sizes alone, the tests labelled vllm-tp2 (also in
+# test-vllm and CI; docs/vllm.md, "Tensor parallelism").
 test-vllm: VLLM_LABEL = ^vllm$$
 test-vllm-tp: VLLM_LABEL = ^vllm-tp2$$
 test-vllm test-vllm-tp: deps configure
