@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "engine/spin_wait.h"
+
 namespace kvferry::engine {
 
 ThreadPool::ThreadPool(int32_t num_threads) : num_threads_(std::max<int32_t>(1, num_threads)) {
@@ -33,23 +35,23 @@ void ThreadPool::RunShare(int32_t share_index) {
 void ThreadPool::WorkerLoop(int32_t worker_index) {
   uint64_t seen = 0;
   for (;;) {
+    SpinUntil([&] { return generation_.load(std::memory_order_acquire) != seen; });
     {
       MutexLock lock(&mu_);
       // Timed wait in a loop: every wait has a deadline; an idle worker just waits again.
-      while (!stop_ && generation_ == seen) {
-        work_cv_.WaitFor(&mu_, std::chrono::milliseconds(200),
-                         [&]() REQUIRES(mu_) { return stop_ || generation_ != seen; });
+      while (!stop_ && generation_.load(std::memory_order_acquire) == seen) {
+        work_cv_.WaitFor(&mu_, std::chrono::milliseconds(200), [&]() REQUIRES(mu_) {
+          return stop_ || generation_.load(std::memory_order_acquire) != seen;
+        });
       }
       if (stop_) return;
-      seen = generation_;
+      seen = generation_.load(std::memory_order_acquire);
     }
     RunShare(worker_index);
-    bool last = false;
-    {
-      MutexLock lock(&mu_);
-      last = (--pending_ == 0);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      { MutexLock lock(&mu_); }  // the caller is now waiting or has not yet looked
+      done_cv_.NotifyAll();
     }
-    if (last) done_cv_.NotifyAll();
   }
 }
 
@@ -61,21 +63,20 @@ void ThreadPool::ParallelFor(int64_t n, int64_t grain,
     fn(0, n);
     return;
   }
+  job_ = &fn;
+  job_n_ = n;
+  job_grain_ = grain;
+  pending_.store(num_threads_ - 1, std::memory_order_relaxed);
   {
     MutexLock lock(&mu_);
-    job_ = &fn;
-    job_n_ = n;
-    job_grain_ = grain;
-    pending_ = num_threads_ - 1;
-    ++generation_;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   work_cv_.NotifyAll();
   RunShare(0);
+  auto finished = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (SpinUntil(finished)) return;
   MutexLock lock(&mu_);
-  while (pending_ > 0) {
-    done_cv_.WaitFor(&mu_, std::chrono::milliseconds(200),
-                     [&]() REQUIRES(mu_) { return pending_ == 0; });
-  }
+  while (!finished()) done_cv_.WaitFor(&mu_, std::chrono::milliseconds(200), finished);
 }
 
 void ThreadPool::RunOnEach(const std::function<void(int32_t)>& fn) {

@@ -45,11 +45,15 @@ class ThreadPool {
   const int32_t num_threads_;
   std::vector<std::thread> workers_;
 
+  // A job is published by bumping generation_ (under mu_, so that a sleeping worker cannot miss
+  // it) and finished when pending_ reaches 0 (the last worker then takes mu_ before it notifies,
+  // for the same reason). Both are atomics so that workers and the caller can first spin on them
+  // (spin_wait.h) without the lock.
   Mutex mu_;
   CondVar work_cv_;
   CondVar done_cv_;
-  uint64_t generation_ GUARDED_BY(mu_) = 0;
-  int32_t pending_ GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int32_t> pending_{0};
   bool stop_ GUARDED_BY(mu_) = false;
   // The current job; written by the caller before generation_ is bumped, read by workers after.
   const std::function<void(int64_t, int64_t)>* job_ = nullptr;

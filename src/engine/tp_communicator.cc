@@ -2,21 +2,11 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 
 #include "engine/kernels/row_parallel.h"
+#include "engine/spin_wait.h"
 
 namespace kvferry::engine {
-
-namespace {
-
-// About 50 us of spinning before sleeping: long enough for ranks that finish their share of a
-// layer together, short enough not to steal a core on an oversubscribed machine.
-constexpr int kSpinIterations = 2000;
-
-inline void CpuRelax() { __builtin_ia32_pause(); }
-
-}  // namespace
 
 void RankBarrier::ArriveAndWait() {
   if (num_threads_ == 1) return;
@@ -30,14 +20,7 @@ void RankBarrier::ArriveAndWait() {
     cv_.NotifyAll();
     return;
   }
-  for (int i = 0; i < kSpinIterations; ++i) {
-    if (round_.load(std::memory_order_acquire) != round) return;
-    if (i % 8 == 7) {
-      std::this_thread::yield();  // an oversubscribed machine: let the late rank run
-    } else {
-      CpuRelax();
-    }
-  }
+  if (SpinUntil([&] { return round_.load(std::memory_order_acquire) != round; })) return;
   MutexLock lock(&mu_);
   // Timed waits in a loop (every wait has a deadline): a rank is only ever late, never gone —
   // the ranks are threads of this process, joined only when the engine is destroyed.
