@@ -116,9 +116,8 @@ inline KVF_AVX512 void Combine16(__m512 a, float* lo, float* hi) {
 
 // One k-step of Tile4x8: acc[r][p] += x[r][k..k+8) * (rows 2p, 2p+1 of W)[k..k+8).
 template <typename P>
-inline KVF_AVX512 __attribute__((always_inline)) void Step4x8(const float* const* xs,
-                                                              const typename P::T* w, int64_t ldw,
-                                                              int64_t k, __m512 (&acc)[4][4]) {
+inline KVF_AVX512 void Step4x8(const float* const* xs, const typename P::T* w, int64_t ldw,
+                               int64_t k, __m512 (&acc)[4][4]) {
   // Unrolled, so that the accumulators stay in registers (a loop kept them on the stack).
   __m512 xb[4];
 #pragma GCC unroll 4
@@ -175,8 +174,7 @@ inline KVF_AVX512 void Tile4x8(const float* const* xs, const typename P::T* w, i
 // Asks for the cache lines of `rows` (4 rows of W, ldw apart) covering elements [k, k + 32):
 // one 64-byte line per row for 16-bit weights, two for f32.
 template <typename L>
-inline __attribute__((always_inline)) void Prefetch4x32(const typename L::T* rows, int64_t ldw,
-                                                        int64_t k) {
+inline void Prefetch4x32(const typename L::T* rows, int64_t ldw, int64_t k) {
   for (int r = 0; r < 4; ++r) {
     const typename L::T* p = rows + r * ldw + k;
     __builtin_prefetch(p, 0, 3);
@@ -407,11 +405,9 @@ __attribute__((target("avx2,f16c"), flatten)) void ColumnsAvx2(const float* x, i
 #endif
 
 #if KVF_MATMUL_AVX512
-KVF_AVX512 __attribute__((flatten)) void ColumnsAvx512(const float* x, int64_t M, int64_t K,
-                                                       int64_t ldx,
-                                                       std::span<const WeightMatrix> parts,
-                                                       int64_t ldy, float* y, int64_t n0,
-                                                       int64_t n1) {
+__attribute__((target("avx512f,avx512dq,avx2,f16c"), flatten)) void ColumnsAvx512(
+    const float* x, int64_t M, int64_t K, int64_t ldx, std::span<const WeightMatrix> parts,
+    int64_t ldy, float* y, int64_t n0, int64_t n1) {
   Columns<Wide<BF16Pairs, BF16Weights>, Wide<F16Pairs, F16cWeights>, Wide<F32Pairs, F32Weights>>(
       x, M, K, ldx, parts, ldy, y, n0, n1);
 }
