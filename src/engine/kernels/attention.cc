@@ -45,14 +45,47 @@ inline __attribute__((always_inline)) void AddScaled(float* acc, float e, const 
   for (int32_t i = d8; i < d; ++i) acc[i] += e * v[i];
 }
 
+// Four keys' canonical dots with the same query, interleaved: four independent chains where one
+// Dot is a single chain bound by the adds' latency. Each result is exactly Dot(q, k[i], d).
+inline __attribute__((always_inline)) void Dot4(const float* q, const float* k0, const float* k1,
+                                                const float* k2, const float* k3, int32_t d,
+                                                float* out) {
+  const int32_t d8 = d & ~7;
+  V8 a0 = Splat8(0.0f), a1 = Splat8(0.0f), a2 = Splat8(0.0f), a3 = Splat8(0.0f);
+  for (int32_t k = 0; k < d8; k += 8) {
+    const V8 vq = Load8(q + k);
+    a0 += vq * Load8(k0 + k);
+    a1 += vq * Load8(k1 + k);
+    a2 += vq * Load8(k2 + k);
+    a3 += vq * Load8(k3 + k);
+  }
+  float s0 = Combine8(a0), s1 = Combine8(a1), s2 = Combine8(a2), s3 = Combine8(a3);
+  for (int32_t k = d8; k < d; ++k) {
+    s0 += q[k] * k0[k];
+    s1 += q[k] * k1[k];
+    s2 += q[k] * k2[k];
+    s3 += q[k] * k3[k];
+  }
+  out[0] = s0;
+  out[1] = s1;
+  out[2] = s2;
+  out[3] = s3;
+}
+
 // One query head's step over keys [j0, j0 + n) (the header's per-chunk order).
 inline __attribute__((always_inline)) void ChunkStep(const float* qh, const float* keys,
                                                      const float* values, int32_t n, int32_t d,
                                                      float scale, float* scores, float* acc,
                                                      float* max, float* sum) {
   float chunk_max = -std::numeric_limits<float>::infinity();
-  for (int32_t j = 0; j < n; ++j) {
-    scores[j] = Dot(qh, keys + j * d, d) * scale;
+  int32_t j = 0;
+  for (; j + 4 <= n; j += 4) {
+    const float* k = keys + j * d;
+    Dot4(qh, k, k + d, k + 2 * d, k + 3 * d, d, scores + j);
+  }
+  for (; j < n; ++j) scores[j] = Dot(qh, keys + j * d, d);
+  for (j = 0; j < n; ++j) {
+    scores[j] *= scale;
     chunk_max = std::max(chunk_max, scores[j]);
   }
   const float m_new = std::max(*max, chunk_max);
