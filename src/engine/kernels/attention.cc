@@ -72,18 +72,18 @@ inline __attribute__((always_inline)) void Dot4(const float* q, const float* k0,
   out[3] = s3;
 }
 
-// One query head's step over keys [j0, j0 + n) (the header's per-chunk order).
-inline __attribute__((always_inline)) void ChunkStep(const float* qh, const float* keys,
-                                                     const float* values, int32_t n, int32_t d,
-                                                     float scale, float* scores, float* acc,
-                                                     float* max, float* sum) {
+// One query head's step over keys [j0, j0 + n) (the header's per-chunk order); keys[j] and
+// values[j] point at key j0 + j's head_dim floats.
+inline __attribute__((always_inline)) void ChunkStep(const float* qh, const float* const* keys,
+                                                     const float* const* values, int32_t n,
+                                                     int32_t d, float scale, float* scores,
+                                                     float* acc, float* max, float* sum) {
   float chunk_max = -std::numeric_limits<float>::infinity();
   int32_t j = 0;
   for (; j + 4 <= n; j += 4) {
-    const float* k = keys + j * d;
-    Dot4(qh, k, k + d, k + 2 * d, k + 3 * d, d, scores + j);
+    Dot4(qh, keys[j], keys[j + 1], keys[j + 2], keys[j + 3], d, scores + j);
   }
-  for (; j < n; ++j) scores[j] = Dot(qh, keys + j * d, d);
+  for (; j < n; ++j) scores[j] = Dot(qh, keys[j], d);
   for (j = 0; j < n; ++j) {
     scores[j] *= scale;
     chunk_max = std::max(chunk_max, scores[j]);
@@ -95,10 +95,30 @@ inline __attribute__((always_inline)) void ChunkStep(const float* qh, const floa
   for (int32_t j = 0; j < n; ++j) {
     const float e = std::exp(scores[j] - m_new);
     l += e;
-    AddScaled(acc, e, values + j * d, d);
+    AddScaled(acc, e, values[j], d);
   }
   *sum = l;
   *max = m_new;
+}
+
+// The rows of chunk [j0, j0 + n) of an f32 cache, in place, and a prefetch of the next chunk's
+// rows (up to position `last`): the dots then read them one chain at a time.
+inline void ChunkInPlace(const KvLayerView& view, const kv::KernelBlockId* table, int32_t head,
+                         int32_t j0, int32_t n, int32_t last, const float** krows,
+                         const float** vrows) {
+  for (int32_t j = 0; j < n; ++j) {
+    krows[j] = HeadInPlace(view, view.k, table, j0 + j, head);
+    vrows[j] = HeadInPlace(view, view.v, table, j0 + j, head);
+  }
+  const int32_t next = std::min(kAttentionChunk, last + 1 - (j0 + kAttentionChunk));
+  for (int32_t j = 0; j < next; ++j) {
+    const float* k = HeadInPlace(view, view.k, table, j0 + kAttentionChunk + j, head);
+    const float* v = HeadInPlace(view, view.v, table, j0 + kAttentionChunk + j, head);
+    for (int32_t e = 0; e < view.head_dim; e += 16) {
+      __builtin_prefetch(k + e, 0, 3);
+      __builtin_prefetch(v + e, 0, 3);
+    }
+  }
 }
 
 // A tile of queries at positions p0 .. p0 + nq - 1 of one sequence, one KV head: each key chunk
@@ -120,20 +140,30 @@ inline __attribute__((always_inline)) void TileImpl(const KvLayerView& view,
   sc.acc.assign(states * d, 0.0f);
   sc.max.assign(states, -std::numeric_limits<float>::infinity());
   sc.sum.assign(states, 0.0f);
+  // One query (decode) reads f32 rows where the cache keeps them: a copy would be read once.
+  // A tile of several queries copies each chunk once and reads it from cache for each query.
+  const bool in_place = t.num_queries == 1 && view.dtype == kv::DType::kF32;
   for (int32_t j0 = 0; j0 <= last; j0 += kAttentionChunk) {
     const int32_t loaded = std::min(kAttentionChunk, last + 1 - j0);
-    for (int32_t j = 0; j < loaded; ++j) {
-      LoadHead(view, view.k, s.kernel_table, j0 + j, t.kv_head, sc.keys.data() + j * d);
-      LoadHead(view, view.v, s.kernel_table, j0 + j, t.kv_head, sc.values.data() + j * d);
+    const float* krows[kAttentionChunk];
+    const float* vrows[kAttentionChunk];
+    if (in_place) {
+      ChunkInPlace(view, s.kernel_table, t.kv_head, j0, loaded, last, krows, vrows);
+    } else {
+      for (int32_t j = 0; j < loaded; ++j) {
+        krows[j] = sc.keys.data() + j * d;
+        vrows[j] = sc.values.data() + j * d;
+        LoadHead(view, view.k, s.kernel_table, j0 + j, t.kv_head, sc.keys.data() + j * d);
+        LoadHead(view, view.v, s.kernel_table, j0 + j, t.kv_head, sc.values.data() + j * d);
+      }
     }
     for (int32_t qi = std::max(0, j0 - p0); qi < t.num_queries; ++qi) {
       const int32_t n = std::min(kAttentionChunk, p0 + qi + 1 - j0);
       const float* qrow = q + (s.first_row + t.query + qi) * row_width;
       for (int32_t g = 0; g < group; ++g) {
         const size_t st = static_cast<size_t>(qi) * group + g;
-        ChunkStep(qrow + static_cast<int64_t>(t.kv_head * group + g) * d, sc.keys.data(),
-                  sc.values.data(), n, d, scale, sc.scores.data(), sc.acc.data() + st * d,
-                  &sc.max[st], &sc.sum[st]);
+        ChunkStep(qrow + static_cast<int64_t>(t.kv_head * group + g) * d, krows, vrows, n, d, scale,
+                  sc.scores.data(), sc.acc.data() + st * d, &sc.max[st], &sc.sum[st]);
       }
     }
   }

@@ -73,4 +73,11 @@ void LoadHead(const KvLayerView& view, const std::byte* region,
                std::span<float>(out, view.head_dim));
 }
 
+const float* HeadInPlace(const KvLayerView& view, const std::byte* region,
+                         const kv::KernelBlockId* kernel_table, int32_t pos, int32_t head) {
+  const kv::KernelBlockId block = kernel_table[pos / view.block_size_kernel];
+  const int64_t off = view.ElementOffset(block, pos % view.block_size_kernel, head);
+  return reinterpret_cast<const float*>(region) + off;
+}
+
 }  // namespace kvferry::engine::kernels

@@ -58,4 +58,9 @@ void StoreKv(const KvLayerView& view, const kv::KernelBlockId* kernel_table, int
 void LoadHead(const KvLayerView& view, const std::byte* region,
               const kv::KernelBlockId* kernel_table, int32_t pos, int32_t head, float* out);
 
+// Where head `head` of K (or V) at position `pos` starts in an f32 cache (view.dtype == kF32):
+// its head_dim floats, read in place (the values LoadHead copies).
+const float* HeadInPlace(const KvLayerView& view, const std::byte* region,
+                         const kv::KernelBlockId* kernel_table, int32_t pos, int32_t head);
+
 }  // namespace kvferry::engine::kernels
