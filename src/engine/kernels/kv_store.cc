@@ -34,11 +34,9 @@ KvLayerView MlaLayerView(kv::KvCache& cache, int32_t layer) {
 
 void StoreRow(const KvLayerView& view, const kv::KernelBlockId* kernel_table, int32_t pos,
               const float* row) {
-  const kv::KernelBlockId block = kernel_table[pos / view.block_size_kernel];
-  const int32_t t = pos % view.block_size_kernel;
   const size_t bytes = kv::DTypeBytes(view.dtype);
   for (int32_t h = 0; h < view.num_kv_heads; ++h) {
-    const size_t byte_off = static_cast<size_t>(view.ElementOffset(block, t, h)) * bytes;
+    const size_t byte_off = static_cast<size_t>(view.PositionOffset(kernel_table, pos, h)) * bytes;
     kv::StoreAs(
         view.dtype,
         std::span<const float>(row + static_cast<int64_t>(h) * view.head_dim, view.head_dim),
@@ -48,12 +46,9 @@ void StoreRow(const KvLayerView& view, const kv::KernelBlockId* kernel_table, in
 
 void StoreKv(const KvLayerView& view, const kv::KernelBlockId* kernel_table, int32_t pos,
              const float* k_row, const float* v_row) {
-  const kv::KernelBlockId block = kernel_table[pos / view.block_size_kernel];
-  const int32_t t = pos % view.block_size_kernel;
   const size_t bytes = kv::DTypeBytes(view.dtype);
   for (int32_t h = 0; h < view.num_kv_heads; ++h) {
-    const int64_t off = view.ElementOffset(block, t, h);
-    const size_t byte_off = static_cast<size_t>(off) * bytes;
+    const size_t byte_off = static_cast<size_t>(view.PositionOffset(kernel_table, pos, h)) * bytes;
     kv::StoreAs(
         view.dtype,
         std::span<const float>(k_row + static_cast<int64_t>(h) * view.head_dim, view.head_dim),
@@ -67,17 +62,14 @@ void StoreKv(const KvLayerView& view, const kv::KernelBlockId* kernel_table, int
 
 void LoadHead(const KvLayerView& view, const std::byte* region,
               const kv::KernelBlockId* kernel_table, int32_t pos, int32_t head, float* out) {
-  const kv::KernelBlockId block = kernel_table[pos / view.block_size_kernel];
-  const int64_t off = view.ElementOffset(block, pos % view.block_size_kernel, head);
+  const int64_t off = view.PositionOffset(kernel_table, pos, head);
   kv::LoadFrom(view.dtype, region + static_cast<size_t>(off) * kv::DTypeBytes(view.dtype),
                std::span<float>(out, view.head_dim));
 }
 
 const float* HeadInPlace(const KvLayerView& view, const std::byte* region,
                          const kv::KernelBlockId* kernel_table, int32_t pos, int32_t head) {
-  const kv::KernelBlockId block = kernel_table[pos / view.block_size_kernel];
-  const int64_t off = view.ElementOffset(block, pos % view.block_size_kernel, head);
-  return reinterpret_cast<const float*>(region) + off;
+  return reinterpret_cast<const float*>(region) + view.PositionOffset(kernel_table, pos, head);
 }
 
 }  // namespace kvferry::engine::kernels

@@ -38,6 +38,12 @@ struct KvLayerView {
     }
     return ((b * num_kv_heads + head) * block_size_kernel + token_in_block) * head_dim;
   }
+
+  // Element offset of (sequence position `pos`, head, dim 0), through the sequence's kernel
+  // block table.
+  int64_t PositionOffset(const kv::KernelBlockId* kernel_table, int32_t pos, int32_t head) const {
+    return ElementOffset(kernel_table[pos / block_size_kernel], pos % block_size_kernel, head);
+  }
 };
 
 // The view of layer `layer` of `cache` (standard attention).

@@ -68,6 +68,17 @@ struct F16cWeights {
 
 #endif  // !defined(__clang__)
 
+// Asks for the cache lines of `rows` (4 rows of W, ldw apart) covering elements [k, k + 32):
+// one 64-byte line per row for 16-bit weights, two for f32.
+template <typename L>
+inline void Prefetch4x32(const typename L::T* rows, int64_t ldw, int64_t k) {
+  for (int r = 0; r < 4; ++r) {
+    const typename L::T* p = rows + r * ldw + k;
+    __builtin_prefetch(p, 0, 3);
+    if constexpr (sizeof(typename L::T) == 4) __builtin_prefetch(p + 16, 0, 3);
+  }
+}
+
 #if KVF_MATMUL_F16C
 #define KVF_MATMUL_AVX512 1
 // g++ 12's AVX-512 headers start some intrinsics from _mm512_undefined_* values and then warn
@@ -131,7 +142,7 @@ inline KVF_AVX512 void Step4x8(const float* const* xs, const typename P::T* w, i
 }
 
 // 4 rows of x by 8 rows of W (4 pairs): 16 accumulators. x rows are 4 pointers, y rows too;
-// `next` as for Tile1x4 (8 rows).
+// `next` as for TileRx4 (8 rows).
 template <typename P>
 inline KVF_AVX512 void Tile4x8(const float* const* xs, const typename P::T* w, int64_t ldw,
                                int64_t K, float* const* ys, const typename P::T* next) {
@@ -145,13 +156,8 @@ inline KVF_AVX512 void Tile4x8(const float* const* xs, const typename P::T* w, i
   int64_t k = 0;
   if (next != nullptr) {
     for (const int64_t k32 = K & ~int64_t{31}; k < k32; k += 32) {
-      for (int h = 0; h < 2; ++h) {
-        for (int r = 0; r < 4; ++r) {
-          const typename P::T* q = next + (4 * h + r) * ldw + k;
-          __builtin_prefetch(q, 0, 3);
-          if constexpr (sizeof(typename P::T) == 4) __builtin_prefetch(q + 16, 0, 3);
-        }
-      }
+      Prefetch4x32<P>(next, ldw, k);
+      Prefetch4x32<P>(next + 4 * ldw, ldw, k);
 #pragma GCC unroll 4
       for (int u = 0; u < 32; u += 8) Step4x8<P>(xs, w, ldw, k + u, acc);
     }
@@ -171,37 +177,33 @@ inline KVF_AVX512 void Tile4x8(const float* const* xs, const typename P::T* w, i
 // ---- Tiles. Each output follows exactly the canonical Dot order: one V8 accumulator over k in
 // steps of 8, the fixed lane combine, then the tail. ----
 
-// Asks for the cache lines of `rows` (4 rows of W, ldw apart) covering elements [k, k + 32):
-// one 64-byte line per row for 16-bit weights, two for f32.
-template <typename L>
-inline void Prefetch4x32(const typename L::T* rows, int64_t ldw, int64_t k) {
-  for (int r = 0; r < 4; ++r) {
-    const typename L::T* p = rows + r * ldw + k;
-    __builtin_prefetch(p, 0, 3);
-    if constexpr (sizeof(typename L::T) == 4) __builtin_prefetch(p + 16, 0, 3);
-  }
-}
-
-// One row of x by 4 rows of W (M = 1, odd M). With one row of x the tile is bound by memory,
+// R (1 or 2) rows of x by 4 rows of W. With one row of x (M = 1) the tile is bound by memory,
 // not arithmetic: while it reads its 4 rows it asks for the next tile's (`next`, 4 rows ldw
-// apart, or null for none) 32 elements at a time, as far ahead as the tile is long. The
-// accumulation is the canonical order whatever the unrolling.
-template <typename L>
-inline void Tile1x4(const float* x0, const typename L::T* w, int64_t ldw, int64_t K, float* y0,
-                    const typename L::T* next) {
-  const typename L::T* w0 = w;
-  const typename L::T* w1 = w + ldw;
-  const typename L::T* w2 = w + 2 * ldw;
-  const typename L::T* w3 = w + 3 * ldw;
+// apart, or null for none: the first tile of a row block reads W from memory, the others from
+// cache) 32 elements at a time, as far ahead as the tile is long. The accumulation is the
+// canonical order whatever the unrolling; the loops over r and c are unrolled so that the
+// accumulators stay in registers.
+template <typename L, int R>
+inline void TileRx4(const float* const* xs, const typename L::T* w, int64_t ldw, int64_t K,
+                    float* const* ys, const typename L::T* next) {
   const int64_t k8 = K & ~int64_t{7};
   const int64_t k32 = next != nullptr ? K & ~int64_t{31} : 0;
-  V8 a0 = Splat8(0), a1 = Splat8(0), a2 = Splat8(0), a3 = Splat8(0);
+  V8 acc[R][4];
+#pragma GCC unroll 2
+  for (int r = 0; r < R; ++r) {
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) acc[r][c] = Splat8(0);
+  }
   auto step = [&](int64_t k) __attribute__((always_inline)) {
-    const V8 vx0 = Load8(x0 + k);
-    a0 += vx0 * L::Load(w0 + k);
-    a1 += vx0 * L::Load(w1 + k);
-    a2 += vx0 * L::Load(w2 + k);
-    a3 += vx0 * L::Load(w3 + k);
+    V8 vw[4];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) vw[c] = L::Load(w + c * ldw + k);
+#pragma GCC unroll 2
+    for (int r = 0; r < R; ++r) {
+      const V8 vx = Load8(xs[r] + k);
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) acc[r][c] += vx * vw[c];
+    }
   };
   int64_t k = 0;
   for (; k < k32; k += 32) {
@@ -212,67 +214,13 @@ inline void Tile1x4(const float* x0, const typename L::T* w, int64_t ldw, int64_
     step(k + 24);
   }
   for (; k < k8; k += 8) step(k);
-  float s[4] = {Combine8(a0), Combine8(a1), Combine8(a2), Combine8(a3)};
-  for (k = k8; k < K; ++k) {
-    s[0] += x0[k] * L::At(w0 + k);
-    s[1] += x0[k] * L::At(w1 + k);
-    s[2] += x0[k] * L::At(w2 + k);
-    s[3] += x0[k] * L::At(w3 + k);
-  }
-  for (int i = 0; i < 4; ++i) y0[i] = s[i];
-}
-
-// A 2 (rows of x) by 4 (rows of W) tile; `next` as for Tile1x4 (the first pair of rows of a
-// row block reads W from memory, the others from cache, and pass null).
-template <typename L>
-inline void Tile2x4(const float* x0, const float* x1, const typename L::T* w, int64_t ldw,
-                    int64_t K, float* y0, float* y1, const typename L::T* next) {
-  const typename L::T* w0 = w;
-  const typename L::T* w1 = w + ldw;
-  const typename L::T* w2 = w + 2 * ldw;
-  const typename L::T* w3 = w + 3 * ldw;
-  const int64_t k8 = K & ~int64_t{7};
-  const int64_t k32 = next != nullptr ? K & ~int64_t{31} : 0;
-  V8 a00 = Splat8(0), a01 = Splat8(0), a02 = Splat8(0), a03 = Splat8(0);
-  V8 a10 = Splat8(0), a11 = Splat8(0), a12 = Splat8(0), a13 = Splat8(0);
-  auto step = [&](int64_t k) __attribute__((always_inline)) {
-    const V8 vx0 = Load8(x0 + k), vx1 = Load8(x1 + k);
-    const V8 vw0 = L::Load(w0 + k), vw1 = L::Load(w1 + k);
-    const V8 vw2 = L::Load(w2 + k), vw3 = L::Load(w3 + k);
-    a00 += vx0 * vw0;
-    a01 += vx0 * vw1;
-    a02 += vx0 * vw2;
-    a03 += vx0 * vw3;
-    a10 += vx1 * vw0;
-    a11 += vx1 * vw1;
-    a12 += vx1 * vw2;
-    a13 += vx1 * vw3;
-  };
-  int64_t k = 0;
-  for (; k < k32; k += 32) {
-    Prefetch4x32<L>(next, ldw, k);
-    step(k);
-    step(k + 8);
-    step(k + 16);
-    step(k + 24);
-  }
-  for (; k < k8; k += 8) step(k);
-  float s[8] = {Combine8(a00), Combine8(a01), Combine8(a02), Combine8(a03),
-                Combine8(a10), Combine8(a11), Combine8(a12), Combine8(a13)};
-  for (k = k8; k < K; ++k) {
-    const float v0 = L::At(w0 + k), v1 = L::At(w1 + k), v2 = L::At(w2 + k), v3 = L::At(w3 + k);
-    s[0] += x0[k] * v0;
-    s[1] += x0[k] * v1;
-    s[2] += x0[k] * v2;
-    s[3] += x0[k] * v3;
-    s[4] += x1[k] * v0;
-    s[5] += x1[k] * v1;
-    s[6] += x1[k] * v2;
-    s[7] += x1[k] * v3;
-  }
-  for (int i = 0; i < 4; ++i) {
-    y0[i] = s[i];
-    y1[i] = s[4 + i];
+  for (int r = 0; r < R; ++r) {
+    float s[4] = {Combine8(acc[r][0]), Combine8(acc[r][1]), Combine8(acc[r][2]),
+                  Combine8(acc[r][3])};
+    for (int64_t t = k8; t < K; ++t) {
+      for (int c = 0; c < 4; ++c) s[c] += xs[r][t] * L::At(w + c * ldw + t);
+    }
+    for (int c = 0; c < 4; ++c) ys[r][c] = s[c];
   }
 }
 
@@ -303,10 +251,15 @@ inline void PartColumns(const float* x, int64_t M, int64_t K, int64_t ldx, const
       const typename L::T* next = n + 8 <= n1 ? wn + 4 * ldw : nullptr;
       int64_t m = mb;
       for (; m + 2 <= me; m += 2) {
-        Tile2x4<L>(x + m * ldx, x + (m + 1) * ldx, wn, ldw, K, y + m * ldy + n,
-                   y + (m + 1) * ldy + n, m == mb ? next : nullptr);
+        const float* xs[2] = {x + m * ldx, x + (m + 1) * ldx};
+        float* ys[2] = {y + m * ldy + n, y + (m + 1) * ldy + n};
+        TileRx4<L, 2>(xs, wn, ldw, K, ys, m == mb ? next : nullptr);
       }
-      if (m < me) Tile1x4<L>(x + m * ldx, wn, ldw, K, y + m * ldy + n, m == mb ? next : nullptr);
+      if (m < me) {
+        const float* xs[1] = {x + m * ldx};
+        float* ys[1] = {y + m * ldy + n};
+        TileRx4<L, 1>(xs, wn, ldw, K, ys, m == mb ? next : nullptr);
+      }
     }
     for (; n < n1; ++n) {
       for (int64_t m = mb; m < me; ++m) y[m * ldy + n] = Dot1<L>(x + m * ldx, w + n * ldw, K);
