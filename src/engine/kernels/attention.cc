@@ -29,24 +29,27 @@ struct Scratch {
   std::vector<float> keys, values, scores, acc, max, sum;
 };
 
-// acc[i] = acc[i] * alpha, then acc[i] += e * v[i]: elementwise, so vector width changes
-// nothing (no FMA).
+// acc[i] = acc[i] * alpha, then acc[i] = fma(e, v[i], acc[i]): elementwise, so vector width
+// changes nothing (A: SoftFma or HwFma, the same bits).
 inline __attribute__((always_inline)) void Scale(float* acc, float alpha, int32_t d) {
   const int32_t d8 = d & ~7;
   const V8 a = Splat8(alpha);
   for (int32_t i = 0; i < d8; i += 8) Store8(acc + i, Load8(acc + i) * a);
   for (int32_t i = d8; i < d; ++i) acc[i] *= alpha;
 }
+template <typename A>
 inline __attribute__((always_inline)) void AddScaled(float* acc, float e, const float* v,
                                                      int32_t d) {
   const int32_t d8 = d & ~7;
   const V8 ev = Splat8(e);
-  for (int32_t i = 0; i < d8; i += 8) Store8(acc + i, Load8(acc + i) + ev * Load8(v + i));
-  for (int32_t i = d8; i < d; ++i) acc[i] += e * v[i];
+  for (int32_t i = 0; i < d8; i += 8) Store8(acc + i, A::Fma(ev, Load8(v + i), Load8(acc + i)));
+  for (int32_t i = d8; i < d; ++i) acc[i] = A::Fma1(e, v[i], acc[i]);
 }
 
-// Four keys' canonical dots with the same query, interleaved: four independent chains where one
-// Dot is a single chain bound by the adds' latency. Each result is exactly Dot(q, k[i], d).
+// Four keys' fused dots with the same query, interleaved: four independent chains where one
+// FusedDot is a single chain bound by the FMA's latency. Each result is exactly
+// FusedDot(q, k[i], d).
+template <typename A>
 inline __attribute__((always_inline)) void Dot4(const float* q, const float* k0, const float* k1,
                                                 const float* k2, const float* k3, int32_t d,
                                                 float* out) {
@@ -54,17 +57,17 @@ inline __attribute__((always_inline)) void Dot4(const float* q, const float* k0,
   V8 a0 = Splat8(0.0f), a1 = Splat8(0.0f), a2 = Splat8(0.0f), a3 = Splat8(0.0f);
   for (int32_t k = 0; k < d8; k += 8) {
     const V8 vq = Load8(q + k);
-    a0 += vq * Load8(k0 + k);
-    a1 += vq * Load8(k1 + k);
-    a2 += vq * Load8(k2 + k);
-    a3 += vq * Load8(k3 + k);
+    a0 = A::Fma(vq, Load8(k0 + k), a0);
+    a1 = A::Fma(vq, Load8(k1 + k), a1);
+    a2 = A::Fma(vq, Load8(k2 + k), a2);
+    a3 = A::Fma(vq, Load8(k3 + k), a3);
   }
   float s0 = Combine8(a0), s1 = Combine8(a1), s2 = Combine8(a2), s3 = Combine8(a3);
   for (int32_t k = d8; k < d; ++k) {
-    s0 += q[k] * k0[k];
-    s1 += q[k] * k1[k];
-    s2 += q[k] * k2[k];
-    s3 += q[k] * k3[k];
+    s0 = A::Fma1(q[k], k0[k], s0);
+    s1 = A::Fma1(q[k], k1[k], s1);
+    s2 = A::Fma1(q[k], k2[k], s2);
+    s3 = A::Fma1(q[k], k3[k], s3);
   }
   out[0] = s0;
   out[1] = s1;
@@ -74,6 +77,7 @@ inline __attribute__((always_inline)) void Dot4(const float* q, const float* k0,
 
 // One query head's step over keys [j0, j0 + n) (the header's per-chunk order); keys[j] and
 // values[j] point at key j0 + j's head_dim floats.
+template <typename A>
 inline __attribute__((always_inline)) void ChunkStep(const float* qh, const float* const* keys,
                                                      const float* const* values, int32_t n,
                                                      int32_t d, float scale, float* scores,
@@ -81,9 +85,9 @@ inline __attribute__((always_inline)) void ChunkStep(const float* qh, const floa
   float chunk_max = -std::numeric_limits<float>::infinity();
   int32_t j = 0;
   for (; j + 4 <= n; j += 4) {
-    Dot4(qh, keys[j], keys[j + 1], keys[j + 2], keys[j + 3], d, scores + j);
+    Dot4<A>(qh, keys[j], keys[j + 1], keys[j + 2], keys[j + 3], d, scores + j);
   }
-  for (; j < n; ++j) scores[j] = Dot(qh, keys[j], d);
+  for (; j < n; ++j) scores[j] = FusedDot<A>(qh, keys[j], d);
   for (j = 0; j < n; ++j) {
     scores[j] *= scale;
     chunk_max = std::max(chunk_max, scores[j]);
@@ -95,7 +99,7 @@ inline __attribute__((always_inline)) void ChunkStep(const float* qh, const floa
   for (int32_t j = 0; j < n; ++j) {
     const float e = std::exp(scores[j] - m_new);
     l += e;
-    AddScaled(acc, e, values[j], d);
+    AddScaled<A>(acc, e, values[j], d);
   }
   *sum = l;
   *max = m_new;
@@ -124,6 +128,7 @@ inline void ChunkInPlace(const KvLayerView& view, const kv::KernelBlockId* table
 // A tile of queries at positions p0 .. p0 + nq - 1 of one sequence, one KV head: each key chunk
 // is loaded once for the tile; each query attends over its own keys 0..p in the same chunks,
 // so its result is the one it would get alone.
+template <typename A>
 inline __attribute__((always_inline)) void TileImpl(const KvLayerView& view,
                                                     const AttentionSequence& s, const Task& t,
                                                     const float* q, int32_t num_heads, float scale,
@@ -162,8 +167,8 @@ inline __attribute__((always_inline)) void TileImpl(const KvLayerView& view,
       const float* qrow = q + (s.first_row + t.query + qi) * row_width;
       for (int32_t g = 0; g < group; ++g) {
         const size_t st = static_cast<size_t>(qi) * group + g;
-        ChunkStep(qrow + static_cast<int64_t>(t.kv_head * group + g) * d, krows, vrows, n, d, scale,
-                  sc.scores.data(), sc.acc.data() + st * d, &sc.max[st], &sc.sum[st]);
+        ChunkStep<A>(qrow + static_cast<int64_t>(t.kv_head * group + g) * d, krows, vrows, n, d,
+                     scale, sc.scores.data(), sc.acc.data() + st * d, &sc.max[st], &sc.sum[st]);
       }
     }
   }
@@ -178,19 +183,25 @@ inline __attribute__((always_inline)) void TileImpl(const KvLayerView& view,
   }
 }
 
-// The same code for the baseline ISA and for AVX2 (wider vectors, identical results: every
-// lane is the same IEEE operation, and there is no FMA).
+// The same code for the baseline ISA and for AVX2 with FMA (wider vectors, identical results:
+// every lane is the same IEEE operation, and a fused multiply-add rounds once on either).
 __attribute__((flatten)) void TileGeneric(const KvLayerView& view, const AttentionSequence& s,
                                           const Task& t, const float* q, int32_t num_heads,
                                           float scale, float* out, Scratch& sc) {
-  TileImpl(view, s, t, q, num_heads, scale, out, sc);
+  TileImpl<SoftFma>(view, s, t, q, num_heads, scale, out, sc);
 }
 #if defined(__x86_64__)
-__attribute__((target("avx2"), flatten)) void TileAvx2(const KvLayerView& view,
-                                                       const AttentionSequence& s, const Task& t,
-                                                       const float* q, int32_t num_heads,
-                                                       float scale, float* out, Scratch& sc) {
-  TileImpl(view, s, t, q, num_heads, scale, out, sc);
+#if KVF_HW_FMA
+using Avx2Fma = HwFma;
+#else
+using Avx2Fma = SoftFma;
+#endif
+__attribute__((target("avx2,fma"), flatten)) void TileAvx2(const KvLayerView& view,
+                                                           const AttentionSequence& s,
+                                                           const Task& t, const float* q,
+                                                           int32_t num_heads, float scale,
+                                                           float* out, Scratch& sc) {
+  TileImpl<Avx2Fma>(view, s, t, q, num_heads, scale, out, sc);
 }
 #endif
 

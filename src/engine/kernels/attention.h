@@ -6,14 +6,15 @@
 //
 // Determinism: the reduction order depends only on p. Keys are visited in fixed chunks of
 // kAttentionChunk positions [16c, 16c + 16) ∩ [0, p] — independent of the kernel block size,
-// the layout and the batch. Per chunk: scores s_j = Dot(q, k_j, head_dim) * scale (canonical
-// Dot), chunk max, running max M' = max(M, chunk max), rescale (l, acc) by exp(M - M'), then for
-// each j in increasing order: e = exp(s_j - M'), l += e, acc += e * v_j (elementwise over dim).
+// the layout and the batch. Per chunk: scores s_j = FusedDot(q, k_j, head_dim) * scale (simd.h),
+// chunk max, running max M' = max(M, chunk max), rescale (l, acc) by exp(M - M'), then for each
+// j in increasing order: e = exp(s_j - M'), l += e, acc = fma(e, v_j, acc) (elementwise over
+// dim, one rounding).
 // Output = acc / l. Consecutive query rows of a sequence (tiles of up to 16) share each key
 // chunk's load and dtype conversion, but each row keeps its own state and its own chunks, so a
 // row's result does not depend on its tile. Threads split (tile, KV head) pairs, never a
-// reduction. The elementwise steps use 8-float vectors, compiled for AVX2 where the CPU has it
-// (simd.h: the same results at any width).
+// reduction. The elementwise steps use 8-float vectors, compiled for AVX2 and FMA where the CPU
+// has them (simd.h: the same results at any width).
 //
 // The K/V of the query tokens themselves must already be stored (StoreKv) before the call, so
 // a token sees the same (dtype-rounded) keys whether its sequence was prefilled at once, in

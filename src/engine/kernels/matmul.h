@@ -4,8 +4,9 @@
 //   it) in F32, F16 or BF16, possibly given as several parts stacked row-wise (q, k and v
 //   projections, gate and up: their outputs land side by side in y, as if the parts were one
 //   matrix); y [M][N] row-major f32.
-// Determinism: y[m][n] = Dot(x[m], W[n], K) — the canonical dot product of simd.h, with each W
-// element converted to f32 exactly as it is loaded — for every m and n, whatever M, the parts,
+// Determinism: y[m][n] = FusedDot(x[m], W[n], K) — the fused dot product of simd.h (canonical
+// order, one fused multiply-add per step), with each W element converted to f32 exactly as it is
+// loaded — for every m and n, whatever M, the parts,
 // the tiling, the SIMD path or the thread count. Threads split the N columns (and tiles of
 // rows); no reduction is ever split.
 //
@@ -36,10 +37,11 @@ void MatMulStrided(const float* x, int64_t M, int64_t K, int64_t ldx,
 void MatMul(const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y,
             ThreadPool* pool);
 
-// The SIMD paths: portable (8-wide GCC vectors, the F16 conversion in software), AVX2 with F16C
-// (g++ builds on CPUs with AVX2 and F16C), and AVX-512 (g++ builds on CPUs with AVX-512F/DQ:
-// 4x8 tiles whose 16-lane vectors hold two outputs' 8-lane accumulators). All give the same bits
-// — the conversion is exact and every output sees the same IEEE operations in the same order —
+// The SIMD paths: portable (8-wide GCC vectors, the F16 conversion in software, fmaf from the C
+// library per lane), AVX2 with FMA and F16C (g++ builds on CPUs with all three), and AVX-512
+// (g++ builds on CPUs with AVX-512F/DQ: 4x8 tiles whose 16-lane vectors hold two outputs' 8-lane
+// accumulators). All give the same bits — the conversion is exact, a fused multiply-add rounds
+// once whoever computes it, and every output sees the same operations in the same order —
 // so P and D on different CPU generations compute alike. kAuto takes the widest the CPU runs;
 // ForceMatMulPathForTest lets a test run each path on one machine (process-wide; not to be
 // called while another thread runs MatMul). A forced path the CPU or build lacks falls back to
@@ -49,7 +51,7 @@ bool MatMulHasF16cPath();
 bool MatMulHasAvx512Path();
 void ForceMatMulPathForTest(MatMulPath path);
 
-// Naive reference (same canonical Dot per element, no tiling), for tests.
+// Naive reference (the FusedDot order written out per element, no tiling), for tests.
 void MatMulReference(const float* x, int64_t M, int64_t K, const float* w, int64_t N, float* y);
 
 }  // namespace kvferry::engine::kernels

@@ -1,8 +1,9 @@
 // Fixed-order vector arithmetic shared by the kernels (internal).
 //
 // V8 is a GCC vector of 8 floats. Each lane is an independent IEEE single-precision operation
-// (no FMA: -ffp-contract=off), so the same source compiled for SSE2 or AVX2 gives bit-identical
-// results; only speed differs.
+// (never an implicit FMA: -ffp-contract=off; the fused multiply-adds below are written out), so
+// the same source compiled for SSE2, AVX2 or AVX-512 gives bit-identical results; only speed
+// differs.
 //
 // The canonical dot product (Dot) of two length-n vectors, used by every kernel that reduces:
 //   lane l accumulates x[k]*y[k] for k = l, l+8, l+16, ... < n8 (n8 = n rounded down to 8),
@@ -10,11 +11,24 @@
 //   k = n8 .. n-1 is added one by one in increasing k.
 // The order depends only on n, never on where the vectors come from.
 //
+// The fused dot product (FusedDot), used by the matmul and by attention's scores: the same
+// order, but each step is one fused multiply-add (x[k]*y[k] + acc rounded once, as the FMA
+// instruction computes it): lane l: acc_l = fma(x[k], y[k], acc_l); tail: s = fma(x[k], y[k], s).
+// The kernels compute it with the FMA instruction where the CPU has one (HwFma, in their AVX2
+// code) and with the C library's fmaf otherwise (SoftFma): the same bits, since both round once.
+// SoftFma is a call per lane: correct everywhere, fast nowhere; only CPUs without AVX2 and FMA,
+// and clang builds (the sanitizers), take it. Dot (unfused) remains for RMSNorm's sum of squares
+// and MLA's scores, which have no per-ISA copy.
+//
 // Thread-safety: pure functions.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+
+#if defined(__x86_64__) && !defined(__clang__)
+#include <immintrin.h>
+#endif
 
 namespace kvferry::engine::kernels {
 
@@ -43,7 +57,46 @@ inline __attribute__((always_inline)) float Dot(const float* x, const float* y, 
   return s;
 }
 
-// True when the CPU runs AVX2 (kernels then use their AVX2-compiled copy; same results).
+// Fused multiply-add lane by lane through the C library (see above): a * b + c, rounded once.
+struct SoftFma {
+  static inline __attribute__((always_inline)) V8 Fma(V8 a, V8 b, V8 c) {
+    V8 r;
+    for (int l = 0; l < 8; ++l) r[l] = __builtin_fmaf(a[l], b[l], c[l]);
+    return r;
+  }
+  static inline __attribute__((always_inline)) float Fma1(float a, float b, float c) {
+    return __builtin_fmaf(a, b, c);
+  }
+};
+
+#if defined(__x86_64__) && !defined(__clang__)
+#define KVF_HW_FMA 1
+// The FMA instruction (same bits as SoftFma: both round once). Only for code compiled with
+// target("avx2,fma") (g++: its `flatten` entry points inline these; clang refuses to inline a
+// target function into the shared templates, so clang builds take SoftFma).
+struct HwFma {
+  static inline __attribute__((target("avx2,fma"))) V8 Fma(V8 a, V8 b, V8 c) {
+    return _mm256_fmadd_ps(a, b, c);
+  }
+  static inline __attribute__((target("avx2,fma"))) float Fma1(float a, float b, float c) {
+    return __builtin_fmaf(a, b, c);
+  }
+};
+#endif
+
+// The fused dot product (see above); A: SoftFma or HwFma.
+template <typename A>
+inline __attribute__((always_inline)) float FusedDot(const float* x, const float* y, int64_t n) {
+  const int64_t n8 = n & ~int64_t{7};
+  V8 acc = Splat8(0.0f);
+  for (int64_t k = 0; k < n8; k += 8) acc = A::Fma(Load8(x + k), Load8(y + k), acc);
+  float s = Combine8(acc);
+  for (int64_t k = n8; k < n; ++k) s = A::Fma1(x[k], y[k], s);
+  return s;
+}
+
+// True when the CPU runs AVX2, FMA and F16C (kernels then use their AVX2-compiled copy; same
+// results).
 bool CpuHasAvx2();
 
 }  // namespace kvferry::engine::kernels
