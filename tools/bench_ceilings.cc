@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/kernels/matmul.h"
 #include "engine/kernels/simd.h"
 
 namespace kvferry::tools {
@@ -73,6 +74,23 @@ __attribute__((target("avx2,fma"))) float FmaRepAvx2(float seed) {
   return out[0];
 }
 
+// The same 16 wide (AVX-512: 2 * 16 * kChains * kStepsPerRep flops), for CPUs whose matmul
+// takes its AVX-512 path: the ceiling is that of the widest path the engine runs.
+__attribute__((target("avx512f"))) float FmaRepAvx512(float seed) {
+  __m512 acc[kChains];
+  for (int c = 0; c < kChains; ++c) acc[c] = _mm512_set1_ps(seed + static_cast<float>(c));
+  const __m512 m = _mm512_set1_ps(0.999999f), a = _mm512_set1_ps(1e-7f);
+  for (int64_t s = 0; s < kStepsPerRep; ++s) {
+#pragma GCC unroll 16
+    for (int c = 0; c < kChains; ++c) acc[c] = _mm512_fmadd_ps(acc[c], m, a);
+  }
+  __m512 sum = acc[0];
+  for (int c = 1; c < kChains; ++c) sum = _mm512_add_ps(sum, acc[c]);
+  alignas(64) float out[16];
+  _mm512_store_ps(out, sum);
+  return out[0];
+}
+
 // The same with SSE2's 4-wide multiply then add (2 * 4 * kChains * kStepsPerRep flops).
 float MulAddRepBaseline(float seed) {
   __m128 acc[kChains];
@@ -112,8 +130,13 @@ double MemoryReadGbs(int threads) {
 }
 
 FmaPeak FmaPeakGflops(int threads, double seconds) {
+  const bool wide = engine::kernels::MatMulHasAvx512Path();
   const bool fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const double flops_per_rep = 2.0 * (fma ? 8 : 4) * kChains * static_cast<double>(kStepsPerRep);
+  const int lanes = wide ? 16 : fma ? 8 : 4;
+  const double flops_per_rep = 2.0 * lanes * kChains * static_cast<double>(kStepsPerRep);
+  auto rep = [&](float seed) {
+    return wide ? FmaRepAvx512(seed) : fma ? FmaRepAvx2(seed) : MulAddRepBaseline(seed);
+  };
   std::vector<double> gflops(static_cast<size_t>(threads));
   std::atomic<float> sink{0};
   std::vector<std::thread> pool;
@@ -123,7 +146,7 @@ FmaPeak FmaPeakGflops(int threads, double seconds) {
       int64_t reps = 0;
       float keep = 0;
       while (Seconds(t0, Clock::now()) < seconds || reps < 1) {
-        keep += fma ? FmaRepAvx2(static_cast<float>(t)) : MulAddRepBaseline(static_cast<float>(t));
+        keep += rep(static_cast<float>(t));
         ++reps;
       }
       gflops[t] = flops_per_rep * static_cast<double>(reps) / Seconds(t0, Clock::now()) / 1e9;
@@ -133,7 +156,7 @@ FmaPeak FmaPeakGflops(int threads, double seconds) {
   for (std::thread& th : pool) th.join();
   FmaPeak peak;
   for (double g : gflops) peak.gflops += g;
-  peak.isa = fma ? "avx2+fma" : "baseline";
+  peak.isa = wide ? "avx512" : fma ? "avx2+fma" : "baseline";
   return peak;
 }
 

@@ -17,7 +17,9 @@ double MemoryReadGbs(int threads);
 
 struct FmaPeak {
   double gflops = 0;  // 2 flops per fused multiply-add, all threads
-  std::string isa;    // "avx2+fma" (8-wide vfmadd), or "baseline" (4-wide multiply then add)
+  // "avx512" (16-wide vfmadd; where the matmul takes its AVX-512 path), "avx2+fma" (8-wide
+  // vfmadd), or "baseline" (4-wide multiply then add)
+  std::string isa;
 };
 
 // `threads` threads each run independent chains of vector multiply-adds for about `seconds`
