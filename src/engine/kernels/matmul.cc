@@ -119,14 +119,6 @@ struct BF16Pairs {
   static float At(const uint16_t* p) { return BF16ToF32(*p); }
 };
 
-// The fixed lane combine (Combine8) of each half: the outputs of the pair's two rows.
-inline KVF_AVX512 void Combine16(__m512 a, float* lo, float* hi) {
-  alignas(64) float l[16];
-  _mm512_store_ps(l, a);
-  *lo = ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-  *hi = ((l[8] + l[9]) + (l[10] + l[11])) + ((l[12] + l[13]) + (l[14] + l[15]));
-}
-
 // One k-step of a 4x8 tile: acc[r][p] += x[r][k..k+8) * (rows 2p, 2p+1 of W)[k..k+8), fused.
 // `pair(p, k)` gives pair p's 16 weights at k (converted, or from a packed block).
 template <typename Pair>
@@ -144,14 +136,39 @@ inline KVF_AVX512 void Step4x8(const float* const* xs, int64_t k, const Pair& pa
   }
 }
 
+// Row r's 8 outputs from its 4 pair accumulators, each combined in Combine8's order, by vector
+// operations: pair sums first (a lane plus its neighbour: a1 + a0 is a0 + a1, bit for bit),
+// then sums of pairs of pairs, then the two halves, merging vectors as their lanes free up.
+inline KVF_AVX512 __m256 CombineRow(const __m512 (&a)[4]) {
+  __m512 t[4];
+#pragma GCC unroll 4
+  for (int p = 0; p < 4; ++p) t[p] = _mm512_add_ps(a[p], _mm512_permute_ps(a[p], 0xB1));
+  // Even lanes: pairs 0 and 2's pair sums; odd lanes: pairs 1 and 3's.
+  const __m512 m01 = _mm512_mask_blend_ps(0xAAAA, t[0], t[1]);
+  const __m512 m23 = _mm512_mask_blend_ps(0xAAAA, t[2], t[3]);
+  const __m512 u01 = _mm512_add_ps(m01, _mm512_permute_ps(m01, 0x4E));
+  const __m512 u23 = _mm512_add_ps(m23, _mm512_permute_ps(m23, 0x4E));
+  // Lanes 0-3 (and 8-11): pair p's (a0+a1)+(a2+a3); lanes 4-7 (12-15): its (a4+a5)+(a6+a7).
+  const __m512 v = _mm512_mask_blend_ps(0xCCCC, u01, u23);
+  const __m512 z = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0xB1));
+  // Lane p: output 2p, lane 8 + p: output 2p + 1.
+  const __m512i order = _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, z));
+}
+
 // The end of a 4x8 tile: the lane combines, the tail k8..K from W itself, the stores.
 template <typename P>
 inline KVF_AVX512 void Finish4x8(const float* const* xs, const typename P::T* w, int64_t ldw,
                                  int64_t K, float* const* ys, __m512 (&acc)[4][4]) {
   const int64_t k8 = K & ~int64_t{7};
   for (int r = 0; r < 4; ++r) {
+    const __m256 row = CombineRow(acc[r]);
+    if (k8 == K) {
+      _mm256_storeu_ps(ys[r], row);
+      continue;
+    }
     float s[8];
-    for (int p = 0; p < 4; ++p) Combine16(acc[r][p], &s[2 * p], &s[2 * p + 1]);
+    _mm256_storeu_ps(s, row);
     for (int64_t t = k8; t < K; ++t) {
       for (int n = 0; n < 8; ++n) s[n] = __builtin_fmaf(xs[r][t], P::At(w + n * ldw + t), s[n]);
     }
