@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <vector>
 
 namespace kvferry::engine {
@@ -61,6 +63,52 @@ TEST(SamplerTest, DeterministicPerSeedAndIndex) {
   EXPECT_NE(SampleUniform(1, 0), SampleUniform(1, 1));
   EXPECT_GE(SampleUniform(3, 3), 0.0);
   EXPECT_LT(SampleUniform(3, 3), 1.0);
+}
+
+// The candidate order before the partial sort: every id, stable-sorted by logit (ties by id).
+std::vector<int32_t> StableOrder(const std::vector<float>& logits) {
+  std::vector<int32_t> order(logits.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  return order;
+}
+
+// The top_k draw as written over the full stable order (sampler.h's definition).
+int32_t ReferenceTopK(const std::vector<float>& logits, int32_t top_k, float temperature,
+                      uint64_t seed, int64_t index) {
+  const std::vector<int32_t> order = StableOrder(logits);
+  const double inv_t = 1.0 / temperature, zmax = logits[order[0]] * inv_t;
+  std::vector<double> p(top_k);
+  double total = 0;
+  for (int32_t i = 0; i < top_k; ++i) total += p[i] = std::exp(logits[order[i]] * inv_t - zmax);
+  const double u = SampleUniform(seed, index) * total;
+  double cum = 0;
+  for (int32_t i = 0; i < top_k; ++i) {
+    cum += p[i];
+    if (u < cum) return order[i];
+  }
+  return order[top_k - 1];
+}
+
+TEST(SamplerTest, PartialOrderEqualsTheFullStableOrderWithTies) {
+  // 5000 logits on 40 distinct values: many ties, broken by id.
+  std::vector<float> logits(5000);
+  for (int i = 0; i < 5000; ++i) logits[i] = static_cast<float>((i * 7919) % 40) * 0.25f;
+  const std::vector<int32_t> full = StableOrder(logits);
+  SamplingParams p;
+  p.top_logprobs = 300;
+  const SampleResult r = Sample(logits.data(), 5000, p, 0, 0);
+  ASSERT_EQ(r.top_logprobs.size(), 300u);
+  for (int i = 0; i < 300; ++i) EXPECT_EQ(r.top_logprobs[i].token_id, full[i]) << i;
+  p.temperature = 0.7f;
+  for (int32_t k : {1, 3, 50, 400}) {
+    p.top_k = k;
+    for (int i = 0; i < 40; ++i) {
+      EXPECT_EQ(Sample(logits.data(), 5000, p, 9, i).token_id, ReferenceTopK(logits, k, 0.7f, 9, i))
+          << "top_k " << k << " draw " << i;
+    }
+  }
 }
 
 }  // namespace
