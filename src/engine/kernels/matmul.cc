@@ -119,20 +119,20 @@ struct BF16Pairs {
   static float At(const uint16_t* p) { return BF16ToF32(*p); }
 };
 
-// One k-step of a 4x8 tile: acc[r][p] += x[r][k..k+8) * (rows 2p, 2p+1 of W)[k..k+8), fused.
+// One k-step of an Rx8 tile: acc[r][p] += x[r][k..k+8) * (rows 2p, 2p+1 of W)[k..k+8), fused.
 // `pair(p, k)` gives pair p's 16 weights at k (converted, or from a packed block).
-template <typename Pair>
-inline KVF_AVX512 void Step4x8(const float* const* xs, int64_t k, const Pair& pair,
-                               __m512 (&acc)[4][4]) {
+template <int R, typename Pair>
+inline KVF_AVX512 void StepRx8(const float* const* xs, int64_t k, const Pair& pair,
+                               __m512 (&acc)[R][4]) {
   // Unrolled, so that the accumulators stay in registers (a loop kept them on the stack).
-  __m512 xb[4];
-#pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r) xb[r] = _mm512_broadcast_f32x8(_mm256_loadu_ps(xs[r] + k));
+  __m512 xb[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) xb[r] = _mm512_broadcast_f32x8(_mm256_loadu_ps(xs[r] + k));
 #pragma GCC unroll 4
   for (int p = 0; p < 4; ++p) {
     const __m512 wv = pair(p, k);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r) acc[r][p] = _mm512_fmadd_ps(xb[r], wv, acc[r][p]);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r][p] = _mm512_fmadd_ps(xb[r], wv, acc[r][p]);
   }
 }
 
@@ -156,12 +156,12 @@ inline KVF_AVX512 __m256 CombineRow(const __m512 (&a)[4]) {
   return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, z));
 }
 
-// The end of a 4x8 tile: the lane combines, the tail k8..K from W itself, the stores.
-template <typename P>
-inline KVF_AVX512 void Finish4x8(const float* const* xs, const typename P::T* w, int64_t ldw,
-                                 int64_t K, float* const* ys, __m512 (&acc)[4][4]) {
+// The end of an Rx8 tile: the lane combines, the tail k8..K from W itself, the stores.
+template <typename P, int R>
+inline KVF_AVX512 void FinishRx8(const float* const* xs, const typename P::T* w, int64_t ldw,
+                                 int64_t K, float* const* ys, __m512 (&acc)[R][4]) {
   const int64_t k8 = K & ~int64_t{7};
-  for (int r = 0; r < 4; ++r) {
+  for (int r = 0; r < R; ++r) {
     const __m256 row = CombineRow(acc[r]);
     if (k8 == K) {
       _mm256_storeu_ps(ys[r], row);
@@ -176,9 +176,10 @@ inline KVF_AVX512 void Finish4x8(const float* const* xs, const typename P::T* w,
   }
 }
 
-inline KVF_AVX512 void Zero4x8(__m512 (&acc)[4][4]) {
-#pragma GCC unroll 4
-  for (int r = 0; r < 4; ++r) {
+template <int R>
+inline KVF_AVX512 void ZeroRx8(__m512 (&acc)[R][4]) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
 #pragma GCC unroll 4
     for (int p = 0; p < 4; ++p) acc[r][p] = _mm512_setzero_ps();
   }
@@ -194,18 +195,18 @@ inline KVF_AVX512 void Tile4x8(const float* const* xs, const typename P::T* w, i
     return P::Load(w + (2 * p) * ldw + k, w + (2 * p + 1) * ldw + k);
   };
   __m512 acc[4][4];
-  Zero4x8(acc);
+  ZeroRx8<4>(acc);
   int64_t k = 0;
   if (next != nullptr) {
     for (const int64_t k32 = K & ~int64_t{31}; k < k32; k += 32) {
       Prefetch4x32<P>(next, ldw, k);
       Prefetch4x32<P>(next + 4 * ldw, ldw, k);
 #pragma GCC unroll 4
-      for (int u = 0; u < 32; u += 8) Step4x8(xs, k + u, pair, acc);
+      for (int u = 0; u < 32; u += 8) StepRx8<4>(xs, k + u, pair, acc);
     }
   }
-  for (; k < k8; k += 8) Step4x8(xs, k, pair, acc);
-  Finish4x8<P>(xs, w, ldw, K, ys, acc);
+  for (; k < k8; k += 8) StepRx8<4>(xs, k, pair, acc);
+  FinishRx8<P, 4>(xs, w, ldw, K, ys, acc);
 }
 
 // The 8 rows of W at w converted once for several tiles: for each k-step of 8, the 4 pairs' 16
@@ -227,19 +228,20 @@ inline KVF_AVX512 void PackPairs(const typename P::T* w, int64_t ldw, int64_t k8
   }
 }
 
-// Tile4x8 over a packed block (PackPairs of the same 8 rows of W; the tail still from W).
-template <typename P>
-inline KVF_AVX512 void Tile4x8Packed(const float* const* xs, const float* packed,
+// R rows of x (4 or 6) by a packed block (PackPairs of the same 8 rows of W; the tail still
+// from W). Six rows: 24 accumulators, 6 broadcasts and 4 pair loads for 24 FMAs a step.
+template <typename P, int R>
+inline KVF_AVX512 void TileRx8Packed(const float* const* xs, const float* packed,
                                      const typename P::T* w, int64_t ldw, int64_t K,
                                      float* const* ys) {
   const int64_t k8 = K & ~int64_t{7};
   auto pair = [&](int p, int64_t k) KVF_AVX512 __attribute__((always_inline)) {
     return _mm512_load_ps(packed + k * 8 + p * 16);
   };
-  __m512 acc[4][4];
-  Zero4x8(acc);
-  for (int64_t k = 0; k < k8; k += 8) Step4x8(xs, k, pair, acc);
-  Finish4x8<P>(xs, w, ldw, K, ys, acc);
+  __m512 acc[R][4];
+  ZeroRx8<R>(acc);
+  for (int64_t k = 0; k < k8; k += 8) StepRx8<R>(xs, k, pair, acc);
+  FinishRx8<P, R>(xs, w, ldw, K, ys, acc);
 }
 
 // A 64-byte-aligned scratch of n floats for this thread (grown as needed, kept).
@@ -351,33 +353,47 @@ template <typename P, typename L>
 inline KVF_AVX512 void PartColumnsWide(const float* x, int64_t M, int64_t K, int64_t ldx,
                                        const typename L::T* w, int64_t ldw, float* y, int64_t ldy,
                                        int64_t n0, int64_t n1) {
-  constexpr int64_t kRowBlock = 128;  // rows of x per pass over W: 128 measured 3-5 % above 32
+  constexpr int64_t kRowBlock =
+      126;  // rows of x per pass over W (21 six-row tiles): 128 measured 3-5 % above 32
   const int64_t n8 = n0 + (n1 - n0) / 8 * 8;
   for (int64_t mb = 0; mb < M; mb += kRowBlock) {
     const int64_t me = std::min(M, mb + kRowBlock);
-    const int64_t m4 = mb + (me - mb) / 4 * 4;
-    // Two tiles or more share one conversion of each W block. (Converting K in chunks that
-    // stay in L1, the accumulators kept between chunks, measured slower: 256-column chunks
-    // 6 % below one pass.)
-    float* packed = m4 - mb >= 8 ? PackScratch((K & ~int64_t{7}) * 8) : nullptr;
+    // Two tiles or more share one conversion of each W block.
+    float* packed = me - mb >= 8 ? PackScratch((K & ~int64_t{7}) * 8) : nullptr;
+    int64_t done = mb;  // rows [mb, done) are taken by the wide tiles
     for (int64_t n = n0; n < n8; n += 8) {
       const typename L::T* wn = w + n * ldw;
       const typename L::T* next = n + 16 <= n1 ? wn + 8 * ldw : nullptr;
-      if (packed != nullptr) PackPairs<P>(wn, ldw, K & ~int64_t{7}, packed, next);
-      for (int64_t m = mb; m < m4; m += 4) {
-        const float* xs[4] = {x + m * ldx, x + (m + 1) * ldx, x + (m + 2) * ldx, x + (m + 3) * ldx};
-        float* ys[4] = {y + m * ldy + n, y + (m + 1) * ldy + n, y + (m + 2) * ldy + n,
-                        y + (m + 3) * ldy + n};
-        if (packed != nullptr) {
-          Tile4x8Packed<P>(xs, packed, wn, ldw, K, ys);
-        } else {
+      const float* xs[6];
+      float* ys[6];
+      auto rows = [&](int64_t m, int r) {
+        for (int i = 0; i < r; ++i) {
+          xs[i] = x + (m + i) * ldx;
+          ys[i] = y + (m + i) * ldy + n;
+        }
+      };
+      int64_t m = mb;
+      if (packed != nullptr) {
+        PackPairs<P>(wn, ldw, K & ~int64_t{7}, packed, next);
+        for (; m + 6 <= me; m += 6) {
+          rows(m, 6);
+          TileRx8Packed<P, 6>(xs, packed, wn, ldw, K, ys);
+        }
+        for (; m + 4 <= me; m += 4) {
+          rows(m, 4);
+          TileRx8Packed<P, 4>(xs, packed, wn, ldw, K, ys);
+        }
+      } else {
+        for (; m + 4 <= me; m += 4) {
+          rows(m, 4);
           Tile4x8<P>(xs, wn, ldw, K, ys, m == mb ? next : nullptr);
         }
       }
+      done = m;
     }
-    // Rows m4..me over the wide columns, and every row over the columns past n8.
-    if (m4 < me)
-      PartColumns<L, HwFma>(x + m4 * ldx, me - m4, K, ldx, w, ldw, y + m4 * ldy, ldy, n0, n8);
+    // Rows done..me over the wide columns, and every row over the columns past n8.
+    if (n0 < n8 && done < me)
+      PartColumns<L, HwFma>(x + done * ldx, me - done, K, ldx, w, ldw, y + done * ldy, ldy, n0, n8);
     if (n8 < n1)
       PartColumns<L, HwFma>(x + mb * ldx, me - mb, K, ldx, w, ldw, y + mb * ldy, ldy, n8, n1);
   }
