@@ -21,6 +21,7 @@ struct Task {
   int32_t query;  // first query of the tile, index within the sequence's run
   int32_t num_queries;
   int32_t kv_head;
+  int32_t kv_heads = 1;  // heads kv_head .. kv_head + kv_heads - 1 (several: decode in place)
 };
 
 // Scratch of one worker range: one key chunk (shared by the tile's queries), and per query of
@@ -125,6 +126,49 @@ inline void ChunkInPlace(const KvLayerView& view, const kv::KernelBlockId* table
   }
 }
 
+// One query (decode) over an f32 cache read in place, KV heads [kv_head, kv_head + kv_heads)
+// chunk by chunk: each chunk's rows of all those heads lie side by side in the cache (NHD), so
+// walking the heads inside the chunk reads the cache nearly in order, where one head at a time
+// read one row in every num_kv_heads and waited on its prefetches. Each head's steps, and so
+// its result, are those of TileImpl.
+template <typename A>
+inline __attribute__((always_inline)) void DecodeInPlace(const KvLayerView& view,
+                                                         const AttentionSequence& s, const Task& t,
+                                                         const float* q, int32_t num_heads,
+                                                         float scale, float* out, Scratch& sc) {
+  const int32_t d = view.head_dim;
+  const int32_t group = num_heads / view.num_kv_heads;
+  const int32_t last = s.first_pos + t.query;
+  const size_t states = static_cast<size_t>(t.kv_heads) * group;
+  sc.scores.resize(kAttentionChunk);
+  sc.acc.assign(states * d, 0.0f);
+  sc.max.assign(states, -std::numeric_limits<float>::infinity());
+  sc.sum.assign(states, 0.0f);
+  const float* qrow = q + (s.first_row + t.query) * static_cast<int64_t>(num_heads) * d;
+  for (int32_t j0 = 0; j0 <= last; j0 += kAttentionChunk) {
+    const int32_t n = std::min(kAttentionChunk, last + 1 - j0);
+    for (int32_t hi = 0; hi < t.kv_heads; ++hi) {
+      const int32_t h = t.kv_head + hi;
+      const float* krows[kAttentionChunk];
+      const float* vrows[kAttentionChunk];
+      for (int32_t j = 0; j < n; ++j) {
+        krows[j] = HeadInPlace(view, view.k, s.kernel_table, j0 + j, h);
+        vrows[j] = HeadInPlace(view, view.v, s.kernel_table, j0 + j, h);
+      }
+      for (int32_t g = 0; g < group; ++g) {
+        const size_t st = static_cast<size_t>(hi) * group + g;
+        ChunkStep<A>(qrow + static_cast<int64_t>(h * group + g) * d, krows, vrows, n, d, scale,
+                     sc.scores.data(), sc.acc.data() + st * d, &sc.max[st], &sc.sum[st]);
+      }
+    }
+  }
+  float* orow = out + (s.first_row + t.query) * static_cast<int64_t>(num_heads) * d;
+  for (size_t st = 0; st < states; ++st) {
+    float* o = orow + (static_cast<int64_t>(t.kv_head) * group + static_cast<int64_t>(st)) * d;
+    for (int32_t i = 0; i < d; ++i) o[i] = sc.acc[st * d + i] / sc.sum[st];
+  }
+}
+
 // A tile of queries at positions p0 .. p0 + nq - 1 of one sequence, one KV head: each key chunk
 // is loaded once for the tile; each query attends over its own keys 0..p in the same chunks,
 // so its result is the one it would get alone.
@@ -188,7 +232,11 @@ inline __attribute__((always_inline)) void TileImpl(const KvLayerView& view,
 __attribute__((flatten)) void TileGeneric(const KvLayerView& view, const AttentionSequence& s,
                                           const Task& t, const float* q, int32_t num_heads,
                                           float scale, float* out, Scratch& sc) {
-  TileImpl<SoftFma>(view, s, t, q, num_heads, scale, out, sc);
+  if (t.kv_heads > 1) {
+    DecodeInPlace<SoftFma>(view, s, t, q, num_heads, scale, out, sc);
+  } else {
+    TileImpl<SoftFma>(view, s, t, q, num_heads, scale, out, sc);
+  }
 }
 #if defined(__x86_64__)
 #if KVF_HW_FMA
@@ -201,7 +249,11 @@ __attribute__((target("avx2,fma"), flatten)) void TileAvx2(const KvLayerView& vi
                                                            const Task& t, const float* q,
                                                            int32_t num_heads, float scale,
                                                            float* out, Scratch& sc) {
-  TileImpl<Avx2Fma>(view, s, t, q, num_heads, scale, out, sc);
+  if (t.kv_heads > 1) {
+    DecodeInPlace<Avx2Fma>(view, s, t, q, num_heads, scale, out, sc);
+  } else {
+    TileImpl<Avx2Fma>(view, s, t, q, num_heads, scale, out, sc);
+  }
 }
 #endif
 
@@ -217,6 +269,15 @@ void Attention(const KvLayerView& view, std::span<const AttentionSequence> seqs,
   int64_t work = 0;  // key positions visited, summed over queries
   for (int32_t si = 0; si < static_cast<int32_t>(seqs.size()); ++si) {
     const AttentionSequence& s = seqs[si];
+    // One query over an f32 cache (decode): the KV heads in two tasks that each walk their
+    // heads chunk by chunk (DecodeInPlace); otherwise a task per (tile, KV head).
+    if (s.num_queries == 1 && view.dtype == kv::DType::kF32 && view.num_kv_heads > 1) {
+      work += int64_t{s.first_pos + 1} * view.num_kv_heads;
+      const int32_t half = view.num_kv_heads / 2;
+      tasks.push_back({si, 0, 1, 0, half});
+      tasks.push_back({si, 0, 1, half, view.num_kv_heads - half});
+      continue;
+    }
     for (int32_t i = 0; i < s.num_queries; i += kQueryTile) {
       const int32_t nq = std::min(kQueryTile, s.num_queries - i);
       for (int32_t k = 0; k < nq; ++k) work += int64_t{s.first_pos + i + k + 1} * view.num_kv_heads;

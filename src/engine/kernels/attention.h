@@ -12,7 +12,9 @@
 // dim, one rounding).
 // Output = acc / l. Consecutive query rows of a sequence (tiles of up to 16) share each key
 // chunk's load and dtype conversion, but each row keeps its own state and its own chunks, so a
-// row's result does not depend on its tile. Threads split (tile, KV head) pairs, never a
+// row's result does not depend on its tile. A decode query over an f32 cache instead walks
+// its KV heads inside each chunk (two tasks of half the heads each: the cache's rows of one
+// position lie side by side), each head with the same steps. Threads split tasks, never a
 // reduction. The elementwise steps use 8-float vectors, compiled for AVX2 and FMA where the CPU
 // has them (simd.h: the same results at any width).
 //

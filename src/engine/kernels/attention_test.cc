@@ -15,7 +15,9 @@
 namespace kvferry::engine::kernels {
 namespace {
 
-constexpr int32_t kHeads = 4, kKvHeads = 2, kDim = 32, kLen = 70;
+// Three KV heads: a decode query's heads split 1 + 2 over two tasks, so runs of single queries
+// (split 1 below) take both the one-head tile and the several-head decode walk.
+constexpr int32_t kHeads = 6, kKvHeads = 3, kDim = 32, kLen = 70;
 
 using testing_util::RandomFloats;
 
@@ -109,12 +111,14 @@ TEST(AttentionTest, PortableAndAvx2CopiesAgreeBitForBit) {
   const auto q = RandomFloats(kLen * kHeads * kDim, 7, -2.0f, 2.0f);
   for (kv::DType dtype : {kv::DType::kF32, kv::DType::kF16, kv::DType::kBF16}) {
     Fixture f = Make(32, kv::Layout::kHND, dtype);
-    const auto fast = RunAttention(f, q, nullptr, 0);
-    ForcePortableAttentionForTest(true);
-    const auto portable = RunAttention(f, q, nullptr, 0);
-    ForcePortableAttentionForTest(false);
-    ASSERT_EQ(0, std::memcmp(fast.data(), portable.data(), fast.size() * 4))
-        << "dtype=" << int(dtype);
+    for (int32_t split : {0, 1}) {
+      const auto fast = RunAttention(f, q, nullptr, split);
+      ForcePortableAttentionForTest(true);
+      const auto portable = RunAttention(f, q, nullptr, split);
+      ForcePortableAttentionForTest(false);
+      ASSERT_EQ(0, std::memcmp(fast.data(), portable.data(), fast.size() * 4))
+          << "dtype=" << int(dtype) << " split=" << split;
+    }
   }
 }
 
