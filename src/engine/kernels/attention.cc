@@ -106,31 +106,11 @@ inline __attribute__((always_inline)) void ChunkStep(const float* qh, const floa
   *max = m_new;
 }
 
-// The rows of chunk [j0, j0 + n) of an f32 cache, in place, and a prefetch of the next chunk's
-// rows (up to position `last`): the dots then read them one chain at a time.
-inline void ChunkInPlace(const KvLayerView& view, const kv::KernelBlockId* table, int32_t head,
-                         int32_t j0, int32_t n, int32_t last, const float** krows,
-                         const float** vrows) {
-  for (int32_t j = 0; j < n; ++j) {
-    krows[j] = HeadInPlace(view, view.k, table, j0 + j, head);
-    vrows[j] = HeadInPlace(view, view.v, table, j0 + j, head);
-  }
-  const int32_t next = std::min(kAttentionChunk, last + 1 - (j0 + kAttentionChunk));
-  for (int32_t j = 0; j < next; ++j) {
-    const float* k = HeadInPlace(view, view.k, table, j0 + kAttentionChunk + j, head);
-    const float* v = HeadInPlace(view, view.v, table, j0 + kAttentionChunk + j, head);
-    for (int32_t e = 0; e < view.head_dim; e += 16) {
-      __builtin_prefetch(k + e, 0, 3);
-      __builtin_prefetch(v + e, 0, 3);
-    }
-  }
-}
-
-// One query (decode) over an f32 cache read in place, KV heads [kv_head, kv_head + kv_heads)
-// chunk by chunk: each chunk's rows of all those heads lie side by side in the cache (NHD), so
-// walking the heads inside the chunk reads the cache nearly in order, where one head at a time
-// read one row in every num_kv_heads and waited on its prefetches. Each head's steps, and so
-// its result, are those of TileImpl.
+// One query (decode) over an f32 cache read in place (a copy would be read once), KV heads
+// [kv_head, kv_head + kv_heads) chunk by chunk: each chunk's rows of all those heads lie side by
+// side in the cache (NHD), so walking the heads inside the chunk reads the cache nearly in order,
+// where one head at a time read one row in every num_kv_heads and waited on its prefetches. Each
+// head's steps, and so its result, are those of TileImpl.
 template <typename A>
 inline __attribute__((always_inline)) void DecodeInPlace(const KvLayerView& view,
                                                          const AttentionSequence& s, const Task& t,
@@ -189,22 +169,16 @@ inline __attribute__((always_inline)) void TileImpl(const KvLayerView& view,
   sc.acc.assign(states * d, 0.0f);
   sc.max.assign(states, -std::numeric_limits<float>::infinity());
   sc.sum.assign(states, 0.0f);
-  // One query (decode) reads f32 rows where the cache keeps them: a copy would be read once.
-  // A tile of several queries copies each chunk once and reads it from cache for each query.
-  const bool in_place = t.num_queries == 1 && view.dtype == kv::DType::kF32;
+  // Each chunk is copied once (converted to f32) and read from cache by every query.
   for (int32_t j0 = 0; j0 <= last; j0 += kAttentionChunk) {
     const int32_t loaded = std::min(kAttentionChunk, last + 1 - j0);
     const float* krows[kAttentionChunk];
     const float* vrows[kAttentionChunk];
-    if (in_place) {
-      ChunkInPlace(view, s.kernel_table, t.kv_head, j0, loaded, last, krows, vrows);
-    } else {
-      for (int32_t j = 0; j < loaded; ++j) {
-        krows[j] = sc.keys.data() + j * d;
-        vrows[j] = sc.values.data() + j * d;
-        LoadHead(view, view.k, s.kernel_table, j0 + j, t.kv_head, sc.keys.data() + j * d);
-        LoadHead(view, view.v, s.kernel_table, j0 + j, t.kv_head, sc.values.data() + j * d);
-      }
+    for (int32_t j = 0; j < loaded; ++j) {
+      krows[j] = sc.keys.data() + j * d;
+      vrows[j] = sc.values.data() + j * d;
+      LoadHead(view, view.k, s.kernel_table, j0 + j, t.kv_head, sc.keys.data() + j * d);
+      LoadHead(view, view.v, s.kernel_table, j0 + j, t.kv_head, sc.values.data() + j * d);
     }
     for (int32_t qi = std::max(0, j0 - p0); qi < t.num_queries; ++qi) {
       const int32_t n = std::min(kAttentionChunk, p0 + qi + 1 - j0);
@@ -232,7 +206,7 @@ inline __attribute__((always_inline)) void TileImpl(const KvLayerView& view,
 __attribute__((flatten)) void TileGeneric(const KvLayerView& view, const AttentionSequence& s,
                                           const Task& t, const float* q, int32_t num_heads,
                                           float scale, float* out, Scratch& sc) {
-  if (t.kv_heads > 1) {
+  if (t.num_queries == 1 && view.dtype == kv::DType::kF32) {
     DecodeInPlace<SoftFma>(view, s, t, q, num_heads, scale, out, sc);
   } else {
     TileImpl<SoftFma>(view, s, t, q, num_heads, scale, out, sc);
@@ -249,7 +223,7 @@ __attribute__((target("avx2,fma"), flatten)) void TileAvx2(const KvLayerView& vi
                                                            const Task& t, const float* q,
                                                            int32_t num_heads, float scale,
                                                            float* out, Scratch& sc) {
-  if (t.kv_heads > 1) {
+  if (t.num_queries == 1 && view.dtype == kv::DType::kF32) {
     DecodeInPlace<Avx2Fma>(view, s, t, q, num_heads, scale, out, sc);
   } else {
     TileImpl<Avx2Fma>(view, s, t, q, num_heads, scale, out, sc);
@@ -270,7 +244,8 @@ void Attention(const KvLayerView& view, std::span<const AttentionSequence> seqs,
   for (int32_t si = 0; si < static_cast<int32_t>(seqs.size()); ++si) {
     const AttentionSequence& s = seqs[si];
     // One query over an f32 cache (decode): the KV heads in two tasks that each walk their
-    // heads chunk by chunk (DecodeInPlace); otherwise a task per (tile, KV head).
+    // heads chunk by chunk (DecodeInPlace; one task when there is one head); otherwise a task
+    // per (tile, KV head).
     if (s.num_queries == 1 && view.dtype == kv::DType::kF32 && view.num_kv_heads > 1) {
       work += int64_t{s.first_pos + 1} * view.num_kv_heads;
       const int32_t half = view.num_kv_heads / 2;

@@ -16,7 +16,7 @@ namespace kvferry::engine::kernels {
 namespace {
 
 // Three KV heads: a decode query's heads split 1 + 2 over two tasks, so runs of single queries
-// (split 1 below) take both the one-head tile and the several-head decode walk.
+// (split 1 below) walk one head and several heads per task.
 constexpr int32_t kHeads = 6, kKvHeads = 3, kDim = 32, kLen = 70;
 
 using testing_util::RandomFloats;
