@@ -198,6 +198,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
   }
   if (impl->max_model_len < 2) return InvalidArgumentError("max_model_len must be >= 2");
 
+  KVF_RETURN_IF_ERROR(CheckQuantizedLeaves(impl->weights));
   KVF_ASSIGN_OR_RETURN(std::vector<RankShard> shards,
                        PlanTensorParallel(mc, config.tensor_parallel_size));
   KVF_ASSIGN_OR_RETURN(const int32_t num_blocks,

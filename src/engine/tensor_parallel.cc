@@ -94,6 +94,33 @@ StatusOr<std::vector<RankShard>> PlanTensorParallel(const ModelConfig& c, int32_
   return out;
 }
 
+Status CheckQuantizedLeaves(const ModelWeights& w) {
+  const ModelConfig& c = w.config;
+  const int32_t groups = RowParallelGroups(c);
+  const int64_t o_width = int64_t{c.num_heads} * c.attn_out_head_dim();
+  for (size_t l = 0; l < w.layers.size(); ++l) {
+    const LayerWeights& lw = w.layers[l];
+    const std::pair<const WeightMatrix*, const char*> parts[] = {
+        {&lw.o, "attention output projection (o_proj / attn_output)"},
+        {&lw.down, "MLP down projection (down_proj / ffn_down)"}};
+    for (const auto& [m, what] : parts) {
+      if (!m->quantized()) continue;
+      const int64_t block = formats::DTypeBlockElements(m->dtype);
+      const int64_t width = m == &lw.o ? o_width : c.ffn_dim;
+      for (int32_t g = 1; g < groups; ++g) {
+        if (LeafBound(width, g, groups) % block == 0) continue;
+        return InvalidArgumentError(
+            "model " + c.name + ": layer " + std::to_string(l) + "'s " + what + " is " +
+            std::string(formats::DTypeName(m->dtype)) + ", and its " + std::to_string(width) +
+            " input columns reduce in " + std::to_string(groups) + " fixed groups of " +
+            std::to_string(width / groups) + " (docs/engine.md, \"Tensor parallelism\"), which " +
+            "cut its blocks of " + std::to_string(block) + "; this shape runs in F32/F16/BF16");
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 ModelShard ShardWeights(const ModelWeights& w, const RankShard& s) {
   const int64_t d = w.config.head_dim;
   ModelShard out;

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/kernels/quant_matmul.h"
 #include "engine/kernels/simd.h"
 #include "engine/thread_pool.h"
 #include "kvferry/common/half.h"
@@ -539,12 +540,46 @@ void MatMul(const float* x, int64_t M, int64_t K, std::span<const WeightMatrix> 
   MatMulStrided(x, M, K, K, parts, y, N, pool);
 }
 
+namespace {
+
+// Columns [n0, n1) of y when some part is quantized: those parts from x's blocks `xq`, the
+// others with `run`, part by part.
+void MixedColumns(ColumnsFn run, const QuantizedRows& xq, const float* x, int64_t M, int64_t K,
+                  int64_t ldx, std::span<const WeightMatrix> parts, float* y, int64_t ldy,
+                  int64_t n0, int64_t n1) {
+  const bool portable = g_forced_path.load(std::memory_order_relaxed) == MatMulPath::kPortable;
+  int64_t first = 0;  // y column of the part's row 0
+  for (const WeightMatrix& p : parts) {
+    const int64_t b = std::max(n0, first) - first, e = std::min(n1, first + p.rows) - first;
+    if (b < e && p.quantized()) {
+      Q8_0Columns(xq, p, y + first, ldy, b, e, portable);
+    } else if (b < e) {
+      run(x, M, K, ldx, {&p, 1}, ldy, y + first, b, e);
+    }
+    first += p.rows;
+  }
+}
+
+}  // namespace
+
 void MatMulStrided(const float* x, int64_t M, int64_t K, int64_t ldx,
                    std::span<const WeightMatrix> parts, float* y, int64_t ldy, ThreadPool* pool) {
   int64_t N = 0;
-  for (const WeightMatrix& p : parts) N += p.rows;
+  bool quantized = false;
+  for (const WeightMatrix& p : parts) {
+    N += p.rows;
+    quantized = quantized || p.quantized();
+  }
   const ColumnsFn run = PickColumns();
-  auto body = [&](int64_t n0, int64_t n1) { run(x, M, K, ldx, parts, ldy, y, n0, n1); };
+  QuantizedRows xq;
+  if (quantized) QuantizeRows(x, M, K, ldx, &xq);
+  auto body = [&](int64_t n0, int64_t n1) {
+    if (quantized) {
+      MixedColumns(run, xq, x, M, K, ldx, parts, y, ldy, n0, n1);
+    } else {
+      run(x, M, K, ldx, parts, ldy, y, n0, n1);
+    }
+  };
   // Split columns in multiples of 16 (whole tiles); small problems run inline.
   if (pool == nullptr || M * N * K < (int64_t{1} << 16)) {
     body(0, N);

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "engine/kernels/quant_q8_0.h"
 #include "kvferry/common/half.h"
 
 namespace kvferry::engine {
@@ -10,6 +11,10 @@ void ReadRowF32(const WeightMatrix& m, int64_t r, float* out) {
   const std::byte* p = m.row(r);
   if (m.dtype == formats::DType::kF32) {
     std::memcpy(out, p, static_cast<size_t>(m.cols) * 4);
+    return;
+  }
+  if (m.dtype == formats::DType::kQ8_0) {
+    kernels::DequantizeRowQ8_0(reinterpret_cast<const kernels::BlockQ8_0*>(p), m.cols, out);
     return;
   }
   for (int64_t c = 0; c < m.cols; ++c) {
@@ -28,7 +33,7 @@ WeightMatrix RowSlice(const WeightMatrix& m, int64_t first, int64_t count) {
 
 WeightMatrix ColumnSlice(const WeightMatrix& m, int64_t first, int64_t count) {
   WeightMatrix out = m;
-  out.data = m.data + first * m.element_bytes();
+  out.data = m.data + m.bytes_of(first);
   out.cols = count;
   out.stride = m.ld();
   return out;

@@ -1,12 +1,16 @@
 // WeightMatrix (internal): a [rows][cols] row-major matrix of model weights in the dtype it is
-// stored in (F32, F16 or BF16), not owned — it points into a checkpoint's memory mapping or
-// into a buffer the model owns (engine/weights.h says who keeps the bytes alive). Rows may be
-// further apart than `cols` (`stride`): a tensor-parallel rank's column slice of a row-parallel
-// weight is such a view into the full matrix, never a copy.
+// stored in (F32, F16, BF16, or a GGUF block-quantized type: Q8_0), not owned — it points into a
+// checkpoint's memory mapping or into a buffer the model owns (engine/weights.h says who keeps the
+// bytes alive). Rows may be further apart than `cols` (`stride`): a tensor-parallel rank's column
+// slice of a row-parallel weight is such a view into the full matrix, never a copy.
 //
 // The kernels read F16/BF16 weights by converting each element to f32 exactly as it is loaded;
 // the arithmetic after that is the f32 arithmetic of the determinism contract, so a model gives
 // the same bits whether its weights are stored in F16/BF16 or in F32 holding the same values.
+//
+// A quantized matrix's rows are whole blocks (32 values per Q8_0 block); a column slice of it
+// starts and ends on block boundaries, and the kernels compute it in its blocks
+// (quant_matmul.h), never converting it to f32 as a whole (ReadRowF32 decodes one row).
 //
 // Thread-safety: a value; the bytes it points to are immutable.
 #pragma once
@@ -20,16 +24,19 @@
 namespace kvferry::engine {
 
 struct WeightMatrix {
-  formats::DType dtype = formats::DType::kF32;  // kF32, kF16 or kBF16
+  formats::DType dtype = formats::DType::kF32;  // kF32, kF16, kBF16 or kQ8_0
   const std::byte* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;
   int64_t stride = 0;  // elements from one row to the next; 0: cols (dense)
 
-  // Bytes of one element (4 or 2).
-  int64_t element_bytes() const { return dtype == formats::DType::kF32 ? 4 : 2; }
+  bool quantized() const { return formats::DTypeBlockElements(dtype) > 1; }
+  // Bytes of `n` elements of one row (n a multiple of the block for a quantized type).
+  int64_t bytes_of(int64_t n) const {
+    return n / formats::DTypeBlockElements(dtype) * formats::DTypeBlockBytes(dtype);
+  }
   int64_t ld() const { return stride > 0 ? stride : cols; }
-  const std::byte* row(int64_t r) const { return data + r * ld() * element_bytes(); }
+  const std::byte* row(int64_t r) const { return data + r * bytes_of(ld()); }
 };
 
 // Rows [first, first + count) of `m` (a column-parallel shard: output features).

@@ -11,7 +11,7 @@ namespace {
 // the interleaved and the rotate-half order; the other rows copied as they are.
 WeightMatrix PermuteRows(const WeightMatrix& m, int64_t group_rows, int64_t offset, int64_t dim,
                          bool to_interleaved, ModelWeights* owner) {
-  const int64_t row_bytes = m.cols * m.element_bytes();
+  const int64_t row_bytes = m.bytes_of(m.cols);
   auto buffer = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(m.rows * row_bytes));
   auto copy = [&](int64_t dst, int64_t src) {
     std::memcpy(buffer->data() + dst * row_bytes, m.row(src), static_cast<size_t>(row_bytes));

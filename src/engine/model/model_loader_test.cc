@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine_test_util.h"
+#include "engine/kernels/quant_q8_0.h"
 #include "engine/model/checkpoint_writer.h"
 #include "engine/weights.h"
 #include "kvferry/engine/engine.h"
@@ -35,9 +36,10 @@ fs::path Scratch(const std::string& name) {
 }
 
 // Greedy tokens and logprobs of two prompts (one crossing kernel blocks of 64) on `model`.
-Completion Generate(const std::string& model) {
+Completion Generate(const std::string& model, int32_t tensor_parallel_size = 1) {
   EngineConfig c;
   c.model = model;
+  c.tensor_parallel_size = tensor_parallel_size;
   c.tokenizer = "byte-level";  // these checkpoints carry no tokenizer files
   c.block_size = 64;
   c.num_threads = 2;
@@ -275,12 +277,11 @@ TEST(ModelLoaderTest, MissingWrongShapeAndUnexpectedTensorsAreNamed) {
               "unexpected tensor 'model.layers.0.self_attn.q_proj.bias'");
 }
 
-TEST(ModelLoaderTest, QuantizedGgufTensorsAreRefusedByName) {
-  // A valid GGUF re-written with one projection as Q8_0 blocks (34 bytes per 32 values).
-  const ModelWeights w = *GenerateWeights(Variant("qwen2"));
-  const fs::path dir = Scratch("quant");
-  ASSERT_TRUE(WriteGgufCheckpoint(w, dir / "f32.gguf", DType::kF32, nullptr).ok());
-  auto good = formats::GgufFile::Open(dir / "f32.gguf");
+// `good`'s tensors and metadata into `path`, with `edit` applied to each tensor first.
+void RewriteGguf(const fs::path& good_path, const fs::path& path,
+                 const std::function<void(const formats::TensorView&, DType*, std::vector<int64_t>*,
+                                          std::vector<std::byte>*)>& edit) {
+  auto good = formats::GgufFile::Open(good_path);
   ASSERT_TRUE(good.ok()) << good.status();
   formats::GgufWriter writer;
   for (const auto& [key, value] : good->metadata().entries()) {
@@ -291,18 +292,100 @@ TEST(ModelLoaderTest, QuantizedGgufTensorsAreRefusedByName) {
     std::vector<std::byte> bytes(t.data, t.data + t.size_bytes);
     DType dtype = t.dtype;
     std::vector<int64_t> shape = t.shape;
-    if (t.name == "blk.1.ffn_up.weight") {
-      shape = {t.shape[0], 32};  // rows of one Q8_0 block
-      dtype = DType::kQ8_0;
-      bytes.assign(static_cast<size_t>(t.shape[0] * 34), std::byte{0});
-    }
+    edit(t, &dtype, &shape, &bytes);
     ASSERT_TRUE(writer.AddTensor(t.name, dtype, shape, bytes).ok()) << t.name;
   }
-  ASSERT_TRUE(writer.Write(dir / "q.gguf").ok());
-  ExpectError(dir / "q.gguf", StatusCode::kInvalidArgument, "Q8_0");
+  ASSERT_TRUE(writer.Write(path).ok());
+}
+
+TEST(ModelLoaderTest, QuantizedGgufTensorsOtherThanQ8_0AreRefusedByName) {
+  const ModelWeights w = *GenerateWeights(*BuiltinModelConfig("tiny"));
+  const fs::path dir = Scratch("quant");
+  ASSERT_TRUE(WriteGgufCheckpoint(w, dir / "f32.gguf", DType::kF32, nullptr).ok());
+  // One projection as Q4_K blocks (144 bytes per 256 values; zeros).
+  RewriteGguf(dir / "f32.gguf", dir / "q4k.gguf",
+              [](const auto& t, DType* dtype, auto* shape, auto* bytes) {
+                if (t.name != "blk.1.ffn_up.weight") return;
+                *shape = {t.shape[0], 256};
+                *dtype = DType::kQ4_K;
+                bytes->assign(static_cast<size_t>(t.shape[0] * 144), std::byte{0});
+              });
+  ExpectError(dir / "q4k.gguf", StatusCode::kInvalidArgument, "Q4_K");
   // And the writer refuses to produce one.
   EXPECT_EQ(WriteGgufCheckpoint(w, dir / "x.gguf", DType::kQ4_K, nullptr).code(),
             StatusCode::kInvalidArgument);
+}
+
+TEST(ModelLoaderTest, Q8_0GgufWithABadScaleOrAQuantizedNormIsRefusedByName) {
+  const ModelWeights w = *GenerateWeights(*BuiltinModelConfig("tiny"));
+  const fs::path dir = Scratch("q8bad");
+  ASSERT_TRUE(WriteGgufCheckpoint(w, dir / "q8.gguf", DType::kQ8_0, nullptr).ok());
+  // Block 3 of one projection with an infinite scale.
+  RewriteGguf(dir / "q8.gguf", dir / "inf.gguf", [](const auto& t, auto*, auto*, auto* bytes) {
+    if (t.name != "blk.0.attn_k.weight") return;
+    (*bytes)[3 * 34] = std::byte{0x00};
+    (*bytes)[3 * 34 + 1] = std::byte{0x7c};
+  });
+  ExpectError(dir / "inf.gguf", StatusCode::kInvalidArgument,
+              "'blk.0.attn_k.weight' in '" + (dir / "inf.gguf").string() +
+                  "': Q8_0 block 3 has a NaN or infinite scale");
+  // A norm as Q8_0.
+  RewriteGguf(dir / "q8.gguf", dir / "norm.gguf",
+              [](const auto& t, DType* dtype, auto*, auto* bytes) {
+                if (t.name != "output_norm.weight") return;
+                std::vector<float> v(static_cast<size_t>(t.elements()), 1.0f);
+                bytes->resize(v.size() / 32 * 34);
+                kernels::QuantizeRowQ8_0(v.data(), t.elements(),
+                                         reinterpret_cast<kernels::BlockQ8_0*>(bytes->data()));
+                *dtype = DType::kQ8_0;
+              });
+  ExpectError(dir / "norm.gguf", StatusCode::kInvalidArgument,
+              "'output_norm.weight' in '" + (dir / "norm.gguf").string() +
+                  "' is Q8_0; norms and biases must be F32, F16 or BF16");
+}
+
+// A Q8_0 GGUF stays in its blocks (no f32 copy at load) and computes the same tokens and
+// logprobs, bit for bit, at TP 1, 2 and 4 and whatever the batch (Generate runs two prompts).
+TEST(ModelLoaderTest, Q8_0GgufComputesInItsBlocksAtEveryTpSize) {
+  const ModelWeights w = *GenerateWeights(*BuiltinModelConfig("tiny"));
+  const fs::path dir = Scratch("q8");
+  ASSERT_TRUE(WriteGgufCheckpoint(w, dir / "q8.gguf", DType::kQ8_0, nullptr).ok());
+  auto loaded = LoadModelWeights((dir / "q8.gguf").string());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->layers[0].q.dtype, DType::kQ8_0);
+  EXPECT_EQ(loaded->layers[1].down.dtype, DType::kQ8_0);
+  EXPECT_EQ(loaded->embed.dtype, DType::kQ8_0);
+  const Completion tp1 = Generate((dir / "q8.gguf").string());
+  ASSERT_FALSE(tp1.tokens.empty());
+  for (int32_t tp : {2, 4}) {
+    const Completion other = Generate((dir / "q8.gguf").string(), tp);
+    EXPECT_EQ(other.tokens, tp1.tokens) << "TP " << tp;
+    EXPECT_EQ(0, std::memcmp(other.logprobs.data(), tp1.logprobs.data(),
+                             tp1.logprobs.size() * sizeof(float)))
+        << "TP " << tp;
+  }
+}
+
+// Leaves of 16 columns (4 heads of 16, fixed whatever the TP size) would cut o_proj's blocks:
+// refused when the engine is created, naming the layer and the tensor.
+TEST(ModelLoaderTest, Q8_0WhoseRowParallelLeavesCutBlocksIsRefused) {
+  ModelConfig c = *BuiltinModelConfig("tiny");
+  c.hidden_dim = 64;
+  c.head_dim = 16;
+  c.ffn_dim = 256;
+  const fs::path dir = Scratch("q8leaves");
+  ASSERT_TRUE(
+      WriteGgufCheckpoint(*GenerateWeights(c), dir / "q8.gguf", DType::kQ8_0, nullptr).ok());
+  EngineConfig config;
+  config.model = (dir / "q8.gguf").string();
+  config.tokenizer = "byte-level";
+  auto engine = Engine::Create(config);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_NE(engine.status().message().find("layer 0's attention output projection (o_proj / "
+                                           "attn_output) is Q8_0, and its 64 input columns "
+                                           "reduce in 4 fixed groups of 16"),
+            std::string_view::npos)
+      << engine.status();
 }
 
 TEST(ModelLoaderTest, TruncatedAndMissingFilesAreErrors) {

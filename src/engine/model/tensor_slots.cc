@@ -3,6 +3,8 @@
 #include <cstring>
 #include <map>
 
+#include "engine/kernels/quant_q8_0.h"
+
 namespace kvferry::engine {
 namespace {
 
@@ -103,9 +105,33 @@ void LayerSlots(const Names& n, int32_t l, const ModelConfig& c, bool gguf, Laye
   out->push_back({At(n.down, l), {d, f}, &lw.down, nullptr, 0});
 }
 
+// A quantized matrix: Q8_0 (the other block types are refused naming theirs), whole blocks per
+// row, and every block's scale finite.
+Status CheckQuantized(const TensorSlot& slot, const formats::TensorView& t) {
+  if (slot.vector != nullptr) {
+    return InvalidArgumentError("tensor '" + slot.name + "' in '" + t.file + "' is " +
+                                std::string(formats::DTypeName(t.dtype)) +
+                                "; norms and biases must be F32, F16 or BF16");
+  }
+  const int64_t cols = slot.shape.size() == 2 ? slot.shape[1] : 1;
+  if (cols % kernels::kQ8_0Block != 0) {
+    return InvalidArgumentError("tensor '" + slot.name + "' in '" + t.file + "': rows of " +
+                                std::to_string(cols) + " values are not whole Q8_0 blocks");
+  }
+  const int64_t blocks = t.elements() / kernels::kQ8_0Block;
+  if (const int64_t bad = kernels::FirstNonFiniteScaleQ8_0(t.data, blocks); bad >= 0) {
+    return InvalidArgumentError("tensor '" + slot.name + "' in '" + t.file + "': Q8_0 block " +
+                                std::to_string(bad) + " has a NaN or infinite scale");
+  }
+  return Status::Ok();
+}
+
 Status BindOne(const TensorSlot& slot, const formats::TensorView& t, ModelWeights* w) {
-  KVF_RETURN_IF_ERROR(formats::RequireDType(
-      t, {formats::DType::kF32, formats::DType::kF16, formats::DType::kBF16}));
+  KVF_RETURN_IF_ERROR(formats::RequireDType(t, {formats::DType::kF32, formats::DType::kF16,
+                                                formats::DType::kBF16, formats::DType::kQ8_0}));
+  if (t.shape == slot.shape && t.dtype == formats::DType::kQ8_0) {
+    KVF_RETURN_IF_ERROR(CheckQuantized(slot, t));
+  }
   if (t.shape != slot.shape) {
     return InvalidArgumentError("tensor '" + slot.name + "' in '" + t.file + "' has shape " +
                                 ShapeString(t.shape) + ", the config needs " +
@@ -167,7 +193,7 @@ Status BindTensors(const std::vector<TensorSlot>& slots,
 WeightMatrix RotateHalfRows(const WeightMatrix& m, int32_t heads, bool to_gguf,
                             ModelWeights* owner) {
   const int64_t head_dim = m.rows / heads, half = head_dim / 2;
-  const int64_t row_bytes = m.cols * m.element_bytes();
+  const int64_t row_bytes = m.bytes_of(m.cols);
   auto buffer = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(m.rows * row_bytes));
   for (int64_t h = 0; h < heads; ++h) {
     for (int64_t part = 0; part < 2; ++part) {

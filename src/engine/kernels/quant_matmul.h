@@ -1,0 +1,44 @@
+// The matmul over block-quantized weights (internal; MatMul in matmul.h calls it for every part
+// whose dtype is quantized — today Q8_0).
+//
+// As llama.cpp computes it, the weights stay in their blocks and the activations are quantized
+// too: each row of x is cut into Q8_0 blocks (QuantizeActivationsQ8_0), and each block pair is an
+// integer dot product. Determinism: with w's blocks (dw_b, qw_b) and x's (dx_b, qx_b), b = 0 ..
+// K/32 - 1,
+//
+//   acc = 0;  acc = fma(dw_b * dx_b, float(sum_i qw_b[i] * qx_b[i]), acc) for b in order;  y = acc
+//
+// (dw_b * dx_b one f32 product; the integer sum exact, so how a SIMD path adds it up does not
+// matter). y[m][n] depends on x's row m and W's row n alone — not on M, the tiling, the SIMD path
+// or the thread count — and x's blocks cut the same way wherever K is split on a block boundary,
+// so a row-parallel leaf (row_parallel.h) computes its slice alike whatever the TP size.
+//
+// Thread-safety: pure functions of their inputs.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/kernels/quant_q8_0.h"
+#include "engine/kernels/weight_matrix.h"
+
+namespace kvferry::engine::kernels {
+
+// x [M][K] (row m at x + m * ldx) as Q8_0 blocks, K / 32 per row, with each block's scale as f32.
+struct QuantizedRows {
+  int64_t rows = 0;
+  int64_t blocks_per_row = 0;
+  std::vector<BlockQ8_0> blocks;
+  std::vector<float> scales;
+};
+void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRows* out);
+
+// y[m][n] for n in [n0, n1) of one Q8_0 matrix w (K = w.cols, a multiple of 32), every row m of
+// xq; y's row m at y + m * ldy.
+void Q8_0Columns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy,
+                 int64_t n0, int64_t n1, bool portable);
+
+// The definition above written out per element, for tests.
+void Q8_0Reference(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy);
+
+}  // namespace kvferry::engine::kernels

@@ -1,0 +1,63 @@
+#include "engine/kernels/quant_q8_0.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kvferry/common/half.h"
+
+namespace kvferry::engine::kernels {
+
+namespace {
+
+float AbsMax(const float* v) {
+  float amax = 0;
+  for (int64_t i = 0; i < kQ8_0Block; ++i) amax = std::max(amax, std::fabs(v[i]));
+  return amax;
+}
+
+}  // namespace
+
+void QuantizeRowQ8_0(const float* x, int64_t n, BlockQ8_0* out) {
+  for (int64_t b = 0; b < n / kQ8_0Block; ++b) {
+    const float* v = x + b * kQ8_0Block;
+    const float d = AbsMax(v) / 127.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = F32ToF16(d);
+    for (int64_t i = 0; i < kQ8_0Block; ++i) {
+      out[b].q[i] = static_cast<int8_t>(std::round(v[i] * id));
+    }
+  }
+}
+
+void QuantizeActivationsQ8_0(const float* x, int64_t n, BlockQ8_0* out) {
+  for (int64_t b = 0; b < n / kQ8_0Block; ++b) {
+    const float* v = x + b * kQ8_0Block;
+    const float amax = AbsMax(v);
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    out[b].d = F32ToF16(amax / 127.0f);
+    for (int64_t i = 0; i < kQ8_0Block; ++i) {
+      out[b].q[i] = static_cast<int8_t>(std::nearbyint(v[i] * id));  // default mode: half-even
+    }
+  }
+}
+
+void DequantizeRowQ8_0(const BlockQ8_0* blocks, int64_t n, float* out) {
+  for (int64_t b = 0; b < n / kQ8_0Block; ++b) {
+    const float d = F16ToF32(blocks[b].d);
+    for (int64_t i = 0; i < kQ8_0Block; ++i) {
+      out[b * kQ8_0Block + i] = d * static_cast<float>(blocks[b].q[i]);
+    }
+  }
+}
+
+int64_t FirstNonFiniteScaleQ8_0(const std::byte* blocks, int64_t count) {
+  for (int64_t b = 0; b < count; ++b) {
+    uint16_t d;
+    std::memcpy(&d, blocks + b * static_cast<int64_t>(sizeof(BlockQ8_0)), 2);
+    if ((d & 0x7c00) == 0x7c00) return b;  // exponent all ones: inf or NaN
+  }
+  return -1;
+}
+
+}  // namespace kvferry::engine::kernels
