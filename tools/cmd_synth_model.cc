@@ -189,23 +189,10 @@ Status WriteHfDirectory(const SynthOptions& o, const ModelWeights& w, kvferry::f
   return Status::Ok();
 }
 
-// The GGUF tokenizer of `tok`, its vocabulary padded to `vocab_size` entries the way llama.cpp's
-// converter pads a checkpoint whose embedding has more rows than the tokenizer has tokens.
-StatusOr<kvferry::tokenizer::GgufTokenizerMetadata> GgufTokenizer(const TokenizerFiles& tok,
-                                                                  int32_t vocab_size) {
-  using kvferry::tokenizer::GgufTokenType;
-  KVF_ASSIGN_OR_RETURN(auto m, kvferry::tokenizer::ExportGgufMetadata(tok.json, tok.config));
-  for (auto id = static_cast<int32_t>(m.tokens.size()); id < vocab_size; ++id) {
-    m.tokens.push_back("[PAD" + std::to_string(id) + "]");
-    m.token_types.push_back(static_cast<int32_t>(GgufTokenType::kUnused));
-    if (!m.scores.empty()) m.scores.push_back(-1000.0f);
-  }
-  return m;
-}
-
 Status WriteGguf(const SynthOptions& o, const ModelWeights& w, kvferry::formats::DType dt,
                  const TokenizerFiles& tok) {
-  KVF_ASSIGN_OR_RETURN(auto meta, GgufTokenizer(tok, w.config.vocab_size));
+  KVF_ASSIGN_OR_RETURN(auto meta, kvferry::engine::GgufTokenizerFromHuggingFace(
+                                      tok.json, tok.config, w.config.vocab_size));
   return kvferry::engine::WriteGgufCheckpoint(
       w, o.gguf, dt, [&meta](kvferry::formats::GgufWriter* writer) {
         return kvferry::engine::AddGgufTokenizer(meta, writer);

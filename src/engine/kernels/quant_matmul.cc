@@ -33,7 +33,7 @@ float OutputQ8_0(const QuantizedRows& xq, int64_t m, const BlockQ8_0* wr) {
 }
 
 void Q8ColumnsPortable(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy,
-                     int64_t n0, int64_t n1) {
+                       int64_t n0, int64_t n1) {
   for (int64_t n = n0; n < n1; ++n) {
     const BlockQ8_0* wr = Q8Row(w, n);
     for (int64_t m = 0; m < xq.rows; ++m) y[m * ldy + n] = OutputQ8_0(xq, m, wr);
@@ -47,6 +47,13 @@ void Q8ColumnsPortable(const QuantizedRows& xq, const WeightMatrix& w, float* y,
 // Rows of x per pass over a tile of outputs: their blocks stay in L2 while the tile's W blocks
 // are read once per pass.
 constexpr int64_t kRowsPerPass = 256;
+// Blocks ahead of the one in use whose lines each of the tile's 8 rows asks for: eight streams
+// of 34-byte steps are more than the hardware prefetcher keeps ahead of.
+constexpr int64_t kPrefetchBlocks = 16;
+// Fewer rows of x than this (decode) stream W row by row instead (Stream4Avx2).
+constexpr int64_t kStreamBelowRows = 4;
+// How far ahead of the block in use Stream4Avx2 asks for W's lines.
+constexpr int64_t kStreamAheadBytes = 2048;
 
 // The exact integer dot of a block of W (q, with |q| precomputed) and a block of x, as 8 int32
 // partial sums. |w| as unsigned times x with w's sign: never saturates (|w| <= 128, |x| <= 127).
@@ -57,16 +64,18 @@ KVF_Q8_TARGET inline __m256i BlockDot8(__m256i w, __m256i abs_w, __m256i x) {
 
 // Eight vectors of 8 int32 -> one vector of their 8 sums (exact: integer adds).
 KVF_Q8_TARGET inline __m256i Sum8x8(const __m256i v[8]) {
-  const __m256i t0 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-  const __m256i t1 = _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  const __m256i t0 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i t1 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
   return _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20),
                           _mm256_permute2x128_si256(t0, t1, 0x31));
 }
 
 // Outputs n .. n + 7 for rows [m0, m1) of x: lane j of acc is output n + j's chain, so every
 // output takes exactly the steps of OutputQ8_0.
-KVF_Q8_TARGET void Tile8Avx2(const QuantizedRows& xq, const WeightMatrix& w, int64_t n,
-                             int64_t m0, int64_t m1, float* y, int64_t ldy, float* acc) {
+KVF_Q8_TARGET void Tile8Avx2(const QuantizedRows& xq, const WeightMatrix& w, int64_t n, int64_t m0,
+                             int64_t m1, float* y, int64_t ldy, float* acc) {
   const int64_t nb = xq.blocks_per_row;
   const BlockQ8_0* rows[8];
   for (int j = 0; j < 8; ++j) rows[j] = Q8Row(w, n + j);
@@ -75,6 +84,7 @@ KVF_Q8_TARGET void Tile8Avx2(const QuantizedRows& xq, const WeightMatrix& w, int
     alignas(16) uint16_t d16[8];
     __m256i wq[8], wa[8];
     for (int j = 0; j < 8; ++j) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows[j] + b + kPrefetchBlocks), _MM_HINT_T0);
       d16[j] = rows[j][b].d;
       wq[j] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[j][b].q));
       wa[j] = _mm256_sign_epi8(wq[j], wq[j]);
@@ -96,8 +106,60 @@ KVF_Q8_TARGET void Tile8Avx2(const QuantizedRows& xq, const WeightMatrix& w, int
   }
 }
 
+// Row m of x against W's rows n .. n + 3, each read front to back (four streams the hardware
+// prefetcher follows): first every block's exact sum and scale, eight blocks at a time, then
+// OutputQ8_0's chain over them, the four chains interleaved. `sums` and `scales` hold 4 * nb.
+KVF_Q8_TARGET void Stream4Avx2(const QuantizedRows& xq, int64_t m, const WeightMatrix& w, int64_t n,
+                               float* y, float* sums, float* scales) {
+  const int64_t nb = xq.blocks_per_row;
+  const BlockQ8_0* xr = xq.blocks.data() + m * nb;
+  const float* xd = xq.scales.data() + m * nb;
+  for (int r = 0; r < 4; ++r) {
+    const BlockQ8_0* wr = Q8Row(w, n + r);
+    float* s = sums + r * nb;
+    float* sc = scales + r * nb;
+    int64_t b = 0;
+    for (; b + 8 <= nb; b += 8) {
+      __m256i dots[8];
+      for (int i = 0; i < 8; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(wr + b + i) + kStreamAheadBytes, _MM_HINT_T0);
+        const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[b + i].q));
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[b + i].q));
+        dots[i] = BlockDot8(wq, _mm256_sign_epi8(wq, wq), xv);
+      }
+      _mm256_storeu_ps(s + b, _mm256_cvtepi32_ps(Sum8x8(dots)));
+      const __m256 dw =
+          _mm256_cvtph_ps(_mm_setr_epi16(wr[b].d, wr[b + 1].d, wr[b + 2].d, wr[b + 3].d,
+                                         wr[b + 4].d, wr[b + 5].d, wr[b + 6].d, wr[b + 7].d));
+      _mm256_storeu_ps(sc + b, _mm256_mul_ps(dw, _mm256_loadu_ps(xd + b)));
+    }
+    for (; b < nb; ++b) {
+      s[b] = static_cast<float>(BlockDotQ8(wr[b].q, xr[b].q));
+      sc[b] = F16ToF32(wr[b].d) * xd[b];
+    }
+  }
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int64_t b = 0; b < nb; ++b) {
+    for (int r = 0; r < 4; ++r)
+      acc[r] = __builtin_fmaf(scales[r * nb + b], sums[r * nb + b], acc[r]);
+  }
+  for (int r = 0; r < 4; ++r) y[n + r] = acc[r];
+}
+
 KVF_Q8_TARGET void Q8ColumnsAvx2(const QuantizedRows& xq, const WeightMatrix& w, float* y,
-                               int64_t ldy, int64_t n0, int64_t n1) {
+                                 int64_t ldy, int64_t n0, int64_t n1) {
+  if (xq.rows < kStreamBelowRows) {
+    std::vector<float> scratch(static_cast<size_t>(8 * xq.blocks_per_row));
+    const int64_t n4 = n0 + (n1 - n0) / 4 * 4;
+    for (int64_t m = 0; m < xq.rows; ++m) {
+      for (int64_t n = n0; n < n4; n += 4) {
+        Stream4Avx2(xq, m, w, n, y + m * ldy, scratch.data(),
+                    scratch.data() + 4 * xq.blocks_per_row);
+      }
+    }
+    Q8ColumnsPortable(xq, w, y, ldy, n4, n1);
+    return;
+  }
   const int64_t n8 = n0 + (n1 - n0) / 8 * 8;
   float acc[kRowsPerPass * 8];
   for (int64_t m0 = 0; m0 < xq.rows; m0 += kRowsPerPass) {
@@ -124,8 +186,8 @@ void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRo
   }
 }
 
-void Q8_0Columns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy,
-                 int64_t n0, int64_t n1, bool portable) {
+void Q8_0Columns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,
+                 int64_t n1, bool portable) {
 #if KVF_Q8_AVX2
   if (!portable && CpuHasAvx2()) {
     Q8ColumnsAvx2(xq, w, y, ldy, n0, n1);

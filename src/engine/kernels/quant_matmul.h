@@ -35,8 +35,8 @@ void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRo
 
 // y[m][n] for n in [n0, n1) of one Q8_0 matrix w (K = w.cols, a multiple of 32), every row m of
 // xq; y's row m at y + m * ldy.
-void Q8_0Columns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy,
-                 int64_t n0, int64_t n1, bool portable);
+void Q8_0Columns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,
+                 int64_t n1, bool portable);
 
 // The definition above written out per element, for tests.
 void Q8_0Reference(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy);

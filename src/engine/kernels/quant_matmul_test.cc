@@ -1,6 +1,8 @@
 // Q8_0: the block codec (ggml's reference quantizer for weights, llama.cpp's x86 quantizer for
 // activations), and the matmul over Q8_0 weights: every SIMD path equals the definition written
 // out (Q8_0Reference) bit for bit, whatever the batch, the threads, the parts or the K slice.
+#include "engine/kernels/quant_matmul.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +11,6 @@
 
 #include "engine/engine_test_util.h"
 #include "engine/kernels/matmul.h"
-#include "engine/kernels/quant_matmul.h"
 #include "engine/kernels/quant_q8_0.h"
 #include "engine/thread_pool.h"
 #include "kvferry/common/half.h"

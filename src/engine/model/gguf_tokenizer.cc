@@ -112,4 +112,15 @@ Status AddGgufTokenizer(const tokenizer::GgufTokenizerMetadata& t, formats::Gguf
   return Status::Ok();
 }
 
+StatusOr<tokenizer::GgufTokenizerMetadata> GgufTokenizerFromHuggingFace(
+    std::string_view tokenizer_json, std::string_view tokenizer_config, int32_t vocab_size) {
+  KVF_ASSIGN_OR_RETURN(auto m, tokenizer::ExportGgufMetadata(tokenizer_json, tokenizer_config));
+  for (auto id = static_cast<int32_t>(m.tokens.size()); id < vocab_size; ++id) {
+    m.tokens.push_back("[PAD" + std::to_string(id) + "]");
+    m.token_types.push_back(static_cast<int32_t>(tokenizer::GgufTokenType::kUnused));
+    if (!m.scores.empty()) m.scores.push_back(-1000.0f);
+  }
+  return m;
+}
+
 }  // namespace kvferry::engine

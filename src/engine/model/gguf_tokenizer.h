@@ -18,4 +18,10 @@ StatusOr<tokenizer::GgufTokenizerMetadata> ReadGgufTokenizer(const formats::Gguf
 // The same keys into a writer (what llama.cpp's converter writes).
 Status AddGgufTokenizer(const tokenizer::GgufTokenizerMetadata& t, formats::GgufWriter* w);
 
+// A Hugging Face tokenizer.json (and tokenizer_config.json, "" when absent) as GGUF tokenizer
+// keys, its vocabulary padded to `vocab_size` entries the way llama.cpp's converter pads a
+// checkpoint whose embedding has more rows than the tokenizer has tokens ([PAD<id>], unused).
+StatusOr<tokenizer::GgufTokenizerMetadata> GgufTokenizerFromHuggingFace(
+    std::string_view tokenizer_json, std::string_view tokenizer_config, int32_t vocab_size);
+
 }  // namespace kvferry::engine

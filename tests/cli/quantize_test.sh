@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `kvferry quantize` as a user runs it (label integration): an F32 GGUF file and the same model's
+# Hugging Face directory, quantized to Q8_0, compute exactly what `synth-model --dtype q8_0`
+# writes for that model (greedy tokens and logprobs, bit for bit through `generate --json`), at a
+# quarter of the F32 size plus scales; quantizing a quantized file, or to a type kvferry does not
+# write, is refused with a message naming why. (llama.cpp runs synth-model's Q8_0 files in
+# tests/refs/llama_cpp_test.cc.)
+#
+# usage: tests/cli/quantize_test.sh path/to/kvferry path/to/tokenizer-dir
+set -euo pipefail
+KVF=$(realpath "$1")
+TOK=$(realpath "$2")
+WORK=$(mktemp -d -t kvferry-quantize-test.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+cd "$WORK"
+
+shape=(--arch qwen3 --tokenizer "$TOK" --hidden 128 --layers 2 --heads 4 --kv-heads 2
+  --head-dim 64 --ffn 384 --tie-embeddings --seed 3)
+"$KVF" synth-model "${shape[@]}" --dtype f32 --out hf --gguf f32.gguf 2>/dev/null
+"$KVF" synth-model "${shape[@]}" --dtype q8_0 --gguf synth-q8.gguf 2>/dev/null
+"$KVF" quantize f32.gguf from-gguf.gguf --type q8_0
+"$KVF" quantize hf from-hf.gguf --type q8_0
+
+failures=0
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+generate() {
+  "$KVF" generate --model "$1" --prompt "The capital of France is" --max-tokens 12 --json \
+    2>/dev/null
+}
+want=$(generate synth-q8.gguf)
+[ -n "$want" ] || fail "no output from synth-model's Q8_0 file"
+for m in from-gguf.gguf from-hf.gguf; do
+  if [ "$(generate "$m")" = "$want" ]; then echo "ok: $m computes as synth-model's Q8_0"; else
+    fail "$m: $(generate "$m") != $want"
+  fi
+done
+[ "$(generate f32.gguf)" != "$want" ] || fail "the Q8_0 output equals the F32 one: not quantized?"
+
+f32=$(stat -c %s f32.gguf)
+q8=$(stat -c %s from-gguf.gguf)
+# Matrices take 34 bytes per 32 values where F32 took 128; the tokenizer is the same in both.
+if [ $((q8 * 2)) -lt "$f32" ]; then echo "ok: $q8 bytes, F32 $f32"; else fail "$q8 bytes, F32 $f32"; fi
+
+# expect_refusal NEEDLE ARGS...: kvferry quantize ARGS fails, its message naming NEEDLE.
+expect_refusal() {
+  local needle=$1 rc=0
+  shift
+  "$KVF" quantize "$@" >out.txt 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ] && grep -q -- "$needle" out.txt; then echo "ok: refused: $needle"; else
+    fail "quantize $* (exit $rc): $(cat out.txt)"
+  fi
+}
+expect_refusal "already quantized (Q8_0)" from-gguf.gguf again.gguf --type q8_0
+expect_refusal "--type 'q4_k'" f32.gguf x.gguf --type q4_k
+expect_refusal "nothing-here" nothing-here x.gguf --type q8_0
+[ ! -e again.gguf ] && [ ! -e x.gguf ] || fail "a refused run left an output file"
+
+[ "$failures" -eq 0 ] || exit 1
+echo "quantize: all checks passed"

@@ -1,0 +1,130 @@
+// `kvferry quantize IN OUT --type q8_0`: writes a model's matrices as GGUF quantized blocks, as
+// llama.cpp's llama-quantize does (ggml's reference quantizer; norms and biases stay F32). IN is
+// an F32/F16/BF16 GGUF file or Hugging Face directory; OUT a GGUF file with IN's tokenizer
+// (docs/models.md, "Quantized GGUF").
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "engine/model/checkpoint_writer.h"
+#include "engine/model/gguf_tokenizer.h"
+#include "engine/model/model_loader.h"
+#include "kvferry/formats/gguf.h"
+#include "tools/command_registry.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using kvferry::Status;
+using kvferry::StatusOr;
+using kvferry::engine::ModelWeights;
+using kvferry::tokenizer::GgufTokenizerMetadata;
+
+struct QuantizeOptions {
+  std::string in;
+  std::string out;
+  std::string type;
+};
+
+StatusOr<std::string> ReadText(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return kvferry::NotFoundError("cannot read '" + path.string() + "'");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// IN's tokenizer as GGUF keys: a GGUF file's own, or a Hugging Face directory's tokenizer.json
+// (and tokenizer_config.json) converted as llama.cpp's converter does.
+StatusOr<GgufTokenizerMetadata> InputTokenizer(const std::string& in,
+                                               kvferry::engine::ModelFormat format,
+                                               int32_t vocab_size) {
+  if (format == kvferry::engine::ModelFormat::kGguf) {
+    KVF_ASSIGN_OR_RETURN(auto file, kvferry::formats::GgufFile::Open(in));
+    return kvferry::engine::ReadGgufTokenizer(file.metadata());
+  }
+  const fs::path dir(in);
+  KVF_ASSIGN_OR_RETURN(std::string json, ReadText(dir / "tokenizer.json"));
+  std::string config;
+  if (fs::exists(dir / "tokenizer_config.json")) {
+    KVF_ASSIGN_OR_RETURN(config, ReadText(dir / "tokenizer_config.json"));
+  }
+  return kvferry::engine::GgufTokenizerFromHuggingFace(json, config, vocab_size);
+}
+
+// The matrices must hold plain floats: quantizing blocks again would compound their error.
+Status RequireFloatMatrices(const ModelWeights& w, const std::string& in) {
+  const kvferry::engine::WeightMatrix* matrices[] = {&w.embed, &w.lm_head};
+  for (const auto* m : matrices) {
+    if (m->quantized()) {
+      return kvferry::InvalidArgumentError(
+          "'" + in + "' is already quantized (" +
+          std::string(kvferry::formats::DTypeName(m->dtype)) +
+          "); quantize an F32, F16 or BF16 model");
+    }
+  }
+  for (const auto& l : w.layers) {
+    if (l.q.quantized() || l.o.quantized() || l.down.quantized()) {
+      return kvferry::InvalidArgumentError("'" + in +
+                                           "' is already quantized; quantize an F32, F16 or "
+                                           "BF16 model");
+    }
+  }
+  return Status::Ok();
+}
+
+Status Quantize(const QuantizeOptions& o) {
+  if (o.type != "q8_0") {
+    return kvferry::InvalidArgumentError("--type '" + o.type +
+                                         "': kvferry quantizes to q8_0 (the other GGUF types "
+                                         "are not supported yet; docs/models.md)");
+  }
+  KVF_ASSIGN_OR_RETURN(auto format, kvferry::engine::DetectModelFormat(o.in));
+  if (format == kvferry::engine::ModelFormat::kBuiltin) {
+    return kvferry::InvalidArgumentError("'" + o.in +
+                                         "' is a built-in model; give a GGUF file or a Hugging "
+                                         "Face directory");
+  }
+  KVF_ASSIGN_OR_RETURN(ModelWeights w, kvferry::engine::LoadModelWeights(o.in));
+  KVF_RETURN_IF_ERROR(RequireFloatMatrices(w, o.in));
+  KVF_ASSIGN_OR_RETURN(GgufTokenizerMetadata tok,
+                       InputTokenizer(o.in, format, w.config.vocab_size));
+  KVF_RETURN_IF_ERROR(kvferry::engine::WriteGgufCheckpoint(
+      w, o.out, kvferry::formats::DType::kQ8_0, [&tok](kvferry::formats::GgufWriter* writer) {
+        return kvferry::engine::AddGgufTokenizer(tok, writer);
+      }));
+  std::error_code ec;
+  std::fprintf(stderr, "quantize: %s, %lld parameters, Q8_0: %s (%.1f MiB)\n",
+               w.config.architecture.c_str(), static_cast<long long>(w.config.NumParameters()),
+               o.out.c_str(), static_cast<double>(fs::file_size(o.out, ec)) / (1 << 20));
+  return Status::Ok();
+}
+
+int RunQuantize(const QuantizeOptions& o) {
+  const Status s = Quantize(o);
+  if (!s.ok()) {
+    std::fprintf(stderr, "error: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+void AddQuantize(CLI::App& app) {
+  auto o = std::make_shared<QuantizeOptions>();
+  auto* sub = app.add_subcommand(
+      "quantize", "Write an F32/F16/BF16 GGUF file or Hugging Face directory as a quantized GGUF");
+  sub->add_option("IN", o->in, "GGUF file or Hugging Face directory (F32, F16 or BF16)")
+      ->required();
+  sub->add_option("OUT", o->out, "GGUF file to write")->required();
+  sub->add_option("--type", o->type,
+                  "q8_0: every matrix in 8-bit blocks of 32 with an F16 scale, as "
+                  "llama-quantize writes Q8_0 (norms and biases stay F32)")
+      ->required();
+  sub->callback([o] { throw CLI::RuntimeError(RunQuantize(*o)); });
+}
+KVF_REGISTER_COMMAND(AddQuantize);
+
+}  // namespace
