@@ -547,12 +547,15 @@ namespace {
 void MixedColumns(ColumnsFn run, const QuantizedRows& xq, const float* x, int64_t M, int64_t K,
                   int64_t ldx, std::span<const WeightMatrix> parts, float* y, int64_t ldy,
                   int64_t n0, int64_t n1) {
-  const bool portable = g_forced_path.load(std::memory_order_relaxed) == MatMulPath::kPortable;
+  const MatMulPath forced = g_forced_path.load(std::memory_order_relaxed);
+  const QuantPath widest = forced == MatMulPath::kPortable ? QuantPath::kPortable
+                           : forced == MatMulPath::kF16c   ? QuantPath::kAvx2
+                                                           : QuantPath::kAvx512Vnni;
   int64_t first = 0;  // y column of the part's row 0
   for (const WeightMatrix& p : parts) {
     const int64_t b = std::max(n0, first) - first, e = std::min(n1, first + p.rows) - first;
     if (b < e && p.quantized()) {
-      Q8_0Columns(xq, p, y + first, ldy, b, e, portable);
+      Q8_0Columns(xq, p, y + first, ldy, b, e, widest);
     } else if (b < e) {
       run(x, M, K, ldx, {&p, 1}, ldy, y + first, b, e);
     }

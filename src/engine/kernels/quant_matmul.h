@@ -33,10 +33,15 @@ struct QuantizedRows {
 };
 void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRows* out);
 
+// The SIMD copies, widest first; each falls back to the next narrower where the CPU or the
+// build lacks it (g++ x86 builds have both; the integer sums are exact, so all give the same
+// bits): AVX-512 with VNNI (vpdpbusd, two blocks per vector), AVX2 (vpmaddubsw), portable.
+enum class QuantPath { kAvx512Vnni, kAvx2, kPortable };
+
 // y[m][n] for n in [n0, n1) of one Q8_0 matrix w (K = w.cols, a multiple of 32), every row m of
-// xq; y's row m at y + m * ldy.
+// xq; y's row m at y + m * ldy; the widest path the CPU runs up to `widest`.
 void Q8_0Columns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,
-                 int64_t n1, bool portable);
+                 int64_t n1, QuantPath widest);
 
 // The definition above written out per element, for tests.
 void Q8_0Reference(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy);
