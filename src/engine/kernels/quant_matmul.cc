@@ -46,8 +46,8 @@ void Q8ColumnsPortable(const QuantizedRows& xq, const WeightMatrix& w, float* y,
 // that they "may be used uninitialized" where those intrinsics inline.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define KVF_Q8_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define KVF_Q8_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c")))
+#define KVF_Q8_AVX512_ISA "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"
+#define KVF_Q8_AVX512 __attribute__((target(KVF_Q8_AVX512_ISA)))
 #define KVF_Q8_INLINE inline  // inlined by the entry points' `flatten`, in their target
 
 // Rows of x per pass over a tile of outputs: their blocks stay in L2 while the tile's W blocks
