@@ -48,7 +48,10 @@ void Q8ColumnsPortable(const QuantizedRows& xq, const WeightMatrix& w, float* y,
 #define KVF_Q8_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define KVF_Q8_AVX512_ISA "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"
 #define KVF_Q8_AVX512 __attribute__((target(KVF_Q8_AVX512_ISA)))
-#define KVF_Q8_INLINE inline  // inlined by the entry points' `flatten`, in their target
+// The entry points: each inlines its whole call tree (`flatten`), compiled for its target.
+#define KVF_Q8_AVX2_ENTRY __attribute__((target("avx2,fma,f16c"), flatten))
+#define KVF_Q8_AVX512_ENTRY __attribute__((target(KVF_Q8_AVX512_ISA), flatten))
+#define KVF_Q8_INLINE inline  // inlined by the entry points (below), in their target
 
 // Rows of x per pass over a tile of outputs: their blocks stay in L2 while the tile's W blocks
 // are read once per pass.
@@ -212,9 +215,8 @@ KVF_Q8_INLINE void Tile8(const QuantizedRows& xq, const WeightMatrix& w, int64_t
 // prefetcher follows, helped ahead): every block's exact sum and scale, eight blocks at a time,
 // then OutputQ8_0's chain over them, the four chains interleaved. `sums` and `scales` hold
 // 4 * nb. (Written out, not through Avx2Dots: its arrays of pointers cost decode 16 %.)
-KVF_Q8_AVX2 __attribute__((flatten)) void Stream4Avx2(const QuantizedRows& xq, int64_t m,
-                                                      const WeightMatrix& w, int64_t n, float* y,
-                                                      float* sums, float* scales) {
+KVF_Q8_AVX2_ENTRY void Stream4Avx2(const QuantizedRows& xq, int64_t m, const WeightMatrix& w,
+                                   int64_t n, float* y, float* sums, float* scales) {
   const int64_t nb = xq.blocks_per_row;
   const BlockQ8_0* xr = xq.blocks.data() + m * nb;
   const float* xd = xq.scales.data() + m * nb;
@@ -280,15 +282,13 @@ KVF_Q8_INLINE void TileColumns(const QuantizedRows& xq, const WeightMatrix& w, f
   Q8ColumnsPortable(xq, w, y, ldy, n8, n1);
 }
 
-KVF_Q8_AVX2 __attribute__((flatten)) void TileColumnsAvx2(const QuantizedRows& xq,
-                                                          const WeightMatrix& w, float* y,
-                                                          int64_t ldy, int64_t n0, int64_t n1) {
+KVF_Q8_AVX2_ENTRY void TileColumnsAvx2(const QuantizedRows& xq, const WeightMatrix& w, float* y,
+                                       int64_t ldy, int64_t n0, int64_t n1) {
   TileColumns<Avx2Dots>(xq, w, y, ldy, n0, n1);
 }
 
-KVF_Q8_AVX512 __attribute__((flatten)) void TileColumnsAvx512(const QuantizedRows& xq,
-                                                              const WeightMatrix& w, float* y,
-                                                              int64_t ldy, int64_t n0, int64_t n1) {
+KVF_Q8_AVX512_ENTRY void TileColumnsAvx512(const QuantizedRows& xq, const WeightMatrix& w, float* y,
+                                           int64_t ldy, int64_t n0, int64_t n1) {
   TileColumns<Avx512Dots>(xq, w, y, ldy, n0, n1);
 }
 
