@@ -1,6 +1,6 @@
 // End to end with real-model checkpoints: `kvferry synth-model` writes a small random model with
-// a real tokenizer and chat template (Qwen3's as a Hugging Face directory, Llama 3's as GGUF and
-// as a DeepSeek-shaped MLA Hugging Face directory),
+// a real tokenizer and chat template (Qwen3's as a Hugging Face directory and as Q8_0 GGUF, Llama
+// 3's as GGUF and as a DeepSeek-shaped MLA Hugging Face directory),
 // and `kvferry serve --model` loads it as P, as D and as a colocated instance. Completions and
 // chat, streaming and not, greedy and seeded sampling, through `kvferry proxy`: every answer
 // must equal the colocated one token for token and logprob for logprob, and must have been
@@ -204,6 +204,12 @@ INSTANTIATE_TEST_SUITE_P(
                   "--arch llama --hidden 64 --layers 2 --heads 4 --kv-heads 2 --ffn 192 "
                   "--dtype f16",
                   true, "64", "NHD"},
+        // Qwen3 as Q8_0 GGUF: the weights computed in their 8-bit blocks, the KV cache f32 as
+        // for any model, so P/D moves the same blocks; D with 32-token blocks, HND.
+        ModelCase{"qwen3_q8_0_gguf", "tokenizer-qwen3",
+                  "--arch qwen3 --hidden 128 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 "
+                  "--ffn 256 --tie-embeddings --dtype q8_0",
+                  true, "32", "HND"},
         // DeepSeek-shaped (multi-head latent attention, dense MLP) as a Hugging Face directory:
         // rope rows interleaved on write and re-ordered on load; the KV is the latent rows.
         ModelCase{"deepseek_hf", "tokenizer-llama3",
