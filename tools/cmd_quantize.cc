@@ -1,5 +1,5 @@
-// `kvferry quantize IN OUT --type q8_0`: writes a model's matrices as GGUF quantized blocks, as
-// llama.cpp's llama-quantize does (ggml's reference quantizer; norms and biases stay F32). IN is
+// `kvferry quantize IN OUT --type q8_0|q4_0`: writes a model's matrices as GGUF quantized blocks,
+// as llama.cpp's llama-quantize does (ggml's reference quantizer; norms and biases stay F32). IN is
 // an F32/F16/BF16 GGUF file or Hugging Face directory; OUT a GGUF file with IN's tokenizer
 // (docs/models.md, "Quantized GGUF").
 #include <cstdio>
@@ -60,10 +60,9 @@ Status RequireFloatMatrices(const ModelWeights& w, const std::string& in) {
   const kvferry::engine::WeightMatrix* matrices[] = {&w.embed, &w.lm_head};
   for (const auto* m : matrices) {
     if (m->quantized()) {
-      return kvferry::InvalidArgumentError(
-          "'" + in + "' is already quantized (" +
-          std::string(kvferry::formats::DTypeName(m->dtype)) +
-          "); quantize an F32, F16 or BF16 model");
+      return kvferry::InvalidArgumentError("'" + in + "' is already quantized (" +
+                                           std::string(kvferry::formats::DTypeName(m->dtype)) +
+                                           "); quantize an F32, F16 or BF16 model");
     }
   }
   for (const auto& l : w.layers) {
@@ -77,11 +76,13 @@ Status RequireFloatMatrices(const ModelWeights& w, const std::string& in) {
 }
 
 Status Quantize(const QuantizeOptions& o) {
-  if (o.type != "q8_0") {
+  if (o.type != "q8_0" && o.type != "q4_0") {
     return kvferry::InvalidArgumentError("--type '" + o.type +
-                                         "': kvferry quantizes to q8_0 (the other GGUF types "
-                                         "are not supported yet; docs/models.md)");
+                                         "': kvferry quantizes to q8_0 or q4_0 (the other GGUF "
+                                         "types are not supported yet; docs/models.md)");
   }
+  const auto type =
+      o.type == "q8_0" ? kvferry::formats::DType::kQ8_0 : kvferry::formats::DType::kQ4_0;
   KVF_ASSIGN_OR_RETURN(auto format, kvferry::engine::DetectModelFormat(o.in));
   if (format == kvferry::engine::ModelFormat::kBuiltin) {
     return kvferry::InvalidArgumentError("'" + o.in +
@@ -93,13 +94,14 @@ Status Quantize(const QuantizeOptions& o) {
   KVF_ASSIGN_OR_RETURN(GgufTokenizerMetadata tok,
                        InputTokenizer(o.in, format, w.config.vocab_size));
   KVF_RETURN_IF_ERROR(kvferry::engine::WriteGgufCheckpoint(
-      w, o.out, kvferry::formats::DType::kQ8_0, [&tok](kvferry::formats::GgufWriter* writer) {
+      w, o.out, type, [&tok](kvferry::formats::GgufWriter* writer) {
         return kvferry::engine::AddGgufTokenizer(tok, writer);
       }));
   std::error_code ec;
-  std::fprintf(stderr, "quantize: %s, %lld parameters, Q8_0: %s (%.1f MiB)\n",
+  std::fprintf(stderr, "quantize: %s, %lld parameters, %s: %s (%.1f MiB)\n",
                w.config.architecture.c_str(), static_cast<long long>(w.config.NumParameters()),
-               o.out.c_str(), static_cast<double>(fs::file_size(o.out, ec)) / (1 << 20));
+               std::string(kvferry::formats::DTypeName(type)).c_str(), o.out.c_str(),
+               static_cast<double>(fs::file_size(o.out, ec)) / (1 << 20));
   return Status::Ok();
 }
 
@@ -120,8 +122,8 @@ void AddQuantize(CLI::App& app) {
       ->required();
   sub->add_option("OUT", o->out, "GGUF file to write")->required();
   sub->add_option("--type", o->type,
-                  "q8_0: every matrix in 8-bit blocks of 32 with an F16 scale, as "
-                  "llama-quantize writes Q8_0 (norms and biases stay F32)")
+                  "q8_0 (every matrix in 8-bit blocks of 32 with an F16 scale) or q4_0 (4-bit), "
+                  "as llama-quantize writes them (norms and biases stay F32)")
       ->required();
   sub->callback([o] { throw CLI::RuntimeError(RunQuantize(*o)); });
 }

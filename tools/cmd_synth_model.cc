@@ -90,7 +90,9 @@ StatusOr<kvferry::formats::DType> ParseDType(const std::string& s) {
   if (s == "f16") return kvferry::formats::DType::kF16;
   if (s == "bf16") return kvferry::formats::DType::kBF16;
   if (s == "q8_0") return kvferry::formats::DType::kQ8_0;
-  return kvferry::InvalidArgumentError("--dtype '" + s + "': expected f32, f16, bf16 or q8_0");
+  if (s == "q4_0") return kvferry::formats::DType::kQ4_0;
+  return kvferry::InvalidArgumentError("--dtype '" + s +
+                                       "': expected f32, f16, bf16, q8_0 or q4_0");
 }
 
 // The model's name: the output directory's, else the GGUF file's stem.
@@ -204,9 +206,10 @@ Status Synthesize(const SynthOptions& o) {
     return kvferry::InvalidArgumentError("nothing to write: give --out DIR and/or --gguf FILE");
   }
   KVF_ASSIGN_OR_RETURN(kvferry::formats::DType dtype, ParseDType(o.dtype));
-  if (dtype == kvferry::formats::DType::kQ8_0 && !o.out.empty()) {
-    return kvferry::InvalidArgumentError(
-        "--dtype q8_0 is a GGUF type: write it with --gguf FILE (safetensors has no Q8_0)");
+  if (kvferry::formats::DTypeBlockElements(dtype) > 1 && !o.out.empty()) {
+    return kvferry::InvalidArgumentError("--dtype " + o.dtype +
+                                         " is a GGUF type: write it with --gguf FILE "
+                                         "(safetensors has no quantized blocks)");
   }
   KVF_ASSIGN_OR_RETURN(TokenizerFiles tok, LoadTokenizerFiles(o.tokenizer));
   KVF_ASSIGN_OR_RETURN(ModelConfig config, BuildConfig(o, tok.tokenizer));
@@ -293,9 +296,9 @@ void AddSynthModel(CLI::App& app) {
   sub->add_flag("--tie-embeddings", o->tie_embeddings,
                 "lm_head shares the token embedding (no lm_head.weight / output.weight)");
   sub->add_option("--dtype", o->dtype,
-                  "Weight dtype of the matrices: f32, f16, bf16, or q8_0 (GGUF only: "
-                  "8-bit blocks of 32 with an F16 scale, as llama-quantize writes them); "
-                  "norms and biases stay f32")
+                  "Weight dtype of the matrices: f32, f16, bf16, or (GGUF only, as "
+                  "llama-quantize writes them) q8_0 (8-bit blocks of 32 with an F16 scale) or "
+                  "q4_0 (4-bit); norms and biases stay f32")
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "Seed of the random weights (same seed, same bits)")
       ->capture_default_str();

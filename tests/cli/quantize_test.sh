@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `kvferry quantize` as a user runs it (label integration): an F32 GGUF file and the same model's
-# Hugging Face directory, quantized to Q8_0, compute exactly what `synth-model --dtype q8_0`
-# writes for that model (greedy tokens and logprobs, bit for bit through `generate --json`), at a
+# Hugging Face directory, quantized to Q8_0 (and the directory to Q4_0), compute exactly what
+# `synth-model --dtype q8_0` (q4_0) writes for that model (greedy tokens and logprobs, bit for bit through `generate --json`), at a
 # quarter of the F32 size plus scales; quantizing a quantized file, or to a type kvferry does not
 # write, is refused with a message naming why. (llama.cpp runs synth-model's Q8_0 files in
 # tests/refs/llama_cpp_test.cc.)
@@ -18,8 +18,10 @@ shape=(--arch qwen3 --tokenizer "$TOK" --hidden 128 --layers 2 --heads 4 --kv-he
   --head-dim 64 --ffn 384 --tie-embeddings --seed 3)
 "$KVF" synth-model "${shape[@]}" --dtype f32 --out hf --gguf f32.gguf 2>/dev/null
 "$KVF" synth-model "${shape[@]}" --dtype q8_0 --gguf synth-q8.gguf 2>/dev/null
+"$KVF" synth-model "${shape[@]}" --dtype q4_0 --gguf synth-q4.gguf 2>/dev/null
 "$KVF" quantize f32.gguf from-gguf.gguf --type q8_0
 "$KVF" quantize hf from-hf.gguf --type q8_0
+"$KVF" quantize hf from-hf-q4.gguf --type q4_0
 
 failures=0
 fail() {
@@ -39,6 +41,11 @@ for m in from-gguf.gguf from-hf.gguf; do
   fi
 done
 [ "$(generate f32.gguf)" != "$want" ] || fail "the Q8_0 output equals the F32 one: not quantized?"
+want4=$(generate synth-q4.gguf)
+if [ "$(generate from-hf-q4.gguf)" = "$want4" ]; then echo "ok: q4_0 computes as synth-model's"; else
+  fail "from-hf-q4.gguf: $(generate from-hf-q4.gguf) != $want4"
+fi
+[ "$want4" != "$want" ] || fail "the Q4_0 output equals the Q8_0 one"
 
 f32=$(stat -c %s f32.gguf)
 q8=$(stat -c %s from-gguf.gguf)
@@ -55,6 +62,7 @@ expect_refusal() {
   fi
 }
 expect_refusal "already quantized (Q8_0)" from-gguf.gguf again.gguf --type q8_0
+expect_refusal "already quantized (Q4_0)" from-hf-q4.gguf again.gguf --type q8_0
 expect_refusal "--type 'q4_k'" f32.gguf x.gguf --type q4_k
 expect_refusal "nothing-here" nothing-here x.gguf --type q8_0
 [ ! -e again.gguf ] && [ ! -e x.gguf ] || fail "a refused run left an output file"

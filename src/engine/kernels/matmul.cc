@@ -555,7 +555,7 @@ void MixedColumns(ColumnsFn run, const QuantizedRows& xq, const float* x, int64_
   for (const WeightMatrix& p : parts) {
     const int64_t b = std::max(n0, first) - first, e = std::min(n1, first + p.rows) - first;
     if (b < e && p.quantized()) {
-      Q8_0Columns(xq, p, y + first, ldy, b, e, widest);
+      QuantColumns(xq, p, y + first, ldy, b, e, widest);
     } else if (b < e) {
       run(x, M, K, ldx, {&p, 1}, ldy, y + first, b, e);
     }

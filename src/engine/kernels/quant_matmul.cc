@@ -4,14 +4,34 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/kernels/quant_q4_0.h"
 #include "engine/kernels/simd.h"
 #include "kvferry/common/half.h"
 
 namespace kvferry::engine::kernels {
 namespace {
 
-const BlockQ8_0* Q8Row(const WeightMatrix& w, int64_t n) {
-  return reinterpret_cast<const BlockQ8_0*>(w.row(n));
+// The weight block types: their size, and their 32 values as the signed integers the dot
+// multiplies (Q8_0: the bytes; Q4_0: each nibble minus 8). Every block starts with its F16 scale.
+struct Q8_0Format {
+  static constexpr int64_t kBytes = sizeof(BlockQ8_0);
+  static void Ints(const std::byte* block, int8_t out[32]) { std::memcpy(out, block + 2, 32); }
+};
+struct Q4_0Format {
+  static constexpr int64_t kBytes = sizeof(BlockQ4_0);
+  static void Ints(const std::byte* block, int8_t out[32]) {
+    const auto* qs = reinterpret_cast<const uint8_t*>(block + 2);
+    for (int j = 0; j < 16; ++j) {
+      out[j] = static_cast<int8_t>((qs[j] & 0x0F) - 8);
+      out[j + 16] = static_cast<int8_t>((qs[j] >> 4) - 8);
+    }
+  }
+};
+
+uint16_t ScaleBits(const std::byte* block) {
+  uint16_t d;
+  std::memcpy(&d, block, 2);
+  return d;
 }
 
 int32_t BlockDotQ8(const int8_t* a, const int8_t* b) {
@@ -21,22 +41,34 @@ int32_t BlockDotQ8(const int8_t* a, const int8_t* b) {
 }
 
 // One output, one row of x: the definition in the header, step by step.
-float OutputQ8_0(const QuantizedRows& xq, int64_t m, const BlockQ8_0* wr) {
+template <typename F>
+float OutputPortable(const QuantizedRows& xq, int64_t m, const std::byte* wr) {
   const BlockQ8_0* xr = xq.blocks.data() + m * xq.blocks_per_row;
   const float* xd = xq.scales.data() + m * xq.blocks_per_row;
   float acc = 0.0f;
+  int8_t ints[32];
   for (int64_t b = 0; b < xq.blocks_per_row; ++b) {
-    const float scale = F16ToF32(wr[b].d) * xd[b];
-    acc = std::fma(scale, static_cast<float>(BlockDotQ8(wr[b].q, xr[b].q)), acc);
+    F::Ints(wr + b * F::kBytes, ints);
+    const float scale = F16ToF32(ScaleBits(wr + b * F::kBytes)) * xd[b];
+    acc = std::fma(scale, static_cast<float>(BlockDotQ8(ints, xr[b].q)), acc);
   }
   return acc;
 }
 
-void Q8ColumnsPortable(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy,
-                       int64_t n0, int64_t n1) {
+template <typename F>
+void ColumnsPortable(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy,
+                     int64_t n0, int64_t n1) {
   for (int64_t n = n0; n < n1; ++n) {
-    const BlockQ8_0* wr = Q8Row(w, n);
-    for (int64_t m = 0; m < xq.rows; ++m) y[m * ldy + n] = OutputQ8_0(xq, m, wr);
+    for (int64_t m = 0; m < xq.rows; ++m) y[m * ldy + n] = OutputPortable<F>(xq, m, w.row(n));
+  }
+}
+
+void QuantColumnsPortable(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy,
+                          int64_t n0, int64_t n1) {
+  if (w.dtype == formats::DType::kQ4_0) {
+    ColumnsPortable<Q4_0Format>(xq, w, y, ldy, n0, n1);
+  } else {
+    ColumnsPortable<Q8_0Format>(xq, w, y, ldy, n0, n1);
   }
 }
 
@@ -51,18 +83,30 @@ void Q8ColumnsPortable(const QuantizedRows& xq, const WeightMatrix& w, float* y,
 // The entry points: each inlines its whole call tree (`flatten`), compiled for its target.
 #define KVF_Q8_AVX2_ENTRY __attribute__((target("avx2,fma,f16c"), flatten))
 #define KVF_Q8_AVX512_ENTRY __attribute__((target(KVF_Q8_AVX512_ISA), flatten))
-#define KVF_Q8_INLINE inline  // inlined by the entry points (below), in their target
+#define KVF_Q8_INLINE inline  // inlined by the entry points (above), in their target
 
 // Rows of x per pass over a tile of outputs: their blocks stay in L2 while the tile's W blocks
 // are read once per pass.
 constexpr int64_t kRowsPerPass = 256;
 // Blocks ahead of the one in use whose lines each of the tile's 8 rows asks for: eight streams
-// of 34-byte steps are more than the hardware prefetcher keeps ahead of.
+// of short steps are more than the hardware prefetcher keeps ahead of.
 constexpr int64_t kPrefetchBlocks = 16;
 // Fewer rows of x than this (decode) stream W row by row instead (Stream4).
 constexpr int64_t kStreamBelowRows = 4;
 // How far ahead of the block in use Stream4 asks for W's lines.
 constexpr int64_t kStreamAheadBytes = 1024;
+
+// A block's 32 values as signed bytes in one vector (F::Ints, vectorized).
+KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Ints256(Q8_0Format, const std::byte* block) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+}
+KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Ints256(Q4_0Format, const std::byte* block) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+  const __m128i low = _mm_set1_epi8(0x0F);
+  const __m256i nibbles =
+      _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low), _mm_and_si128(packed, low));
+  return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+}
 
 KVF_Q8_AVX2 KVF_Q8_INLINE V8 ToV8(__m256 v) {
   V8 f;
@@ -71,56 +115,54 @@ KVF_Q8_AVX2 KVF_Q8_INLINE V8 ToV8(__m256 v) {
 }
 
 // The F16 scales of 8 blocks as f32.
-KVF_Q8_AVX2 KVF_Q8_INLINE V8 F16Scales(const BlockQ8_0* const* blocks) {
-  return ToV8(
-      _mm256_cvtph_ps(_mm_setr_epi16(blocks[0]->d, blocks[1]->d, blocks[2]->d, blocks[3]->d,
-                                     blocks[4]->d, blocks[5]->d, blocks[6]->d, blocks[7]->d)));
+KVF_Q8_AVX2 KVF_Q8_INLINE V8 F16Scales(const std::byte* const* blocks) {
+  return ToV8(_mm256_cvtph_ps(_mm_setr_epi16(
+      ScaleBits(blocks[0]), ScaleBits(blocks[1]), ScaleBits(blocks[2]), ScaleBits(blocks[3]),
+      ScaleBits(blocks[4]), ScaleBits(blocks[5]), ScaleBits(blocks[6]), ScaleBits(blocks[7]))));
 }
 
-// The exact integer dots of 8 W blocks with 8 x blocks, two ways. Prepare takes the W blocks
-// (once per block column in a tile, reused for every row of x); Dot8 returns lane i = the dot of
-// W block i with x[i] (DotSame: with one x block), as f32 (exact: |sum| <= 32 * 128 * 127 <
-// 2^24). The sums are exact, so both give the same values. Scales8 and Fma are the templates' other
-// vector steps (the templates themselves hold no intrinsics, so each copy compiles for its own
-// target).
-//
-// AVX2: |w| as unsigned times x with w's sign (vpmaddubsw never saturates: |w| <= 128,
-// |x| <= 127), pairs widened by vpmaddwd, then a transposing add of the eight vectors.
+// The exact dot of a block of W (its values `wq`) and a block of x, as 8 int32 partial sums:
+// |w| as unsigned times x with w's sign (vpmaddubsw never saturates: |w| <= 128, |x| <= 127),
+// pairs widened by vpmaddwd.
+KVF_Q8_AVX2 KVF_Q8_INLINE __m256i BlockDot8(__m256i wq, __m256i xv) {
+  const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xv, wq));
+  return _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+}
+
+// Eight vectors of 8 int32 -> one vector of their 8 sums.
+KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Sum8x8(const __m256i v[8]) {
+  const __m256i t0 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i t1 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20),
+                          _mm256_permute2x128_si256(t0, t1, 0x31));
+}
+
+// The exact integer dots of 8 W blocks with one x block, two ways, for Tile8. Prepare takes the
+// W blocks (once per block column, reused for every row of x); DotSame returns lane i = the dot
+// of W block i with x, as f32 (exact: |sum| <= 32 * 128 * 127 < 2^24). The sums are exact, so
+// both give the same values. Scales8 and Fma are the tile's other vector steps (the templates
+// themselves hold no intrinsics, so each copy compiles for its own target).
+template <typename F>
 struct Avx2Dots {
+  static constexpr int64_t kBytes = F::kBytes;
   // The blocks themselves: sixteen precomputed vectors would not fit the sixteen registers.
   struct W {
-    const int8_t* q[8];
+    const std::byte* blocks[8];
   };
-  static KVF_Q8_AVX2 KVF_Q8_INLINE W Prepare(const BlockQ8_0* const* blocks) {
+  static KVF_Q8_AVX2 KVF_Q8_INLINE W Prepare(const std::byte* const* blocks) {
     W w;
-    for (int i = 0; i < 8; ++i) w.q[i] = blocks[i]->q;
+    for (int i = 0; i < 8; ++i) w.blocks[i] = blocks[i];
     return w;
   }
-  static KVF_Q8_AVX2 KVF_Q8_INLINE V8 Dot8(const W& w, const int8_t* const* x) {
+  static KVF_Q8_AVX2 KVF_Q8_INLINE V8 DotSame(const W& w, const int8_t* x) {
+    const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
     __m256i v[8];
-    for (int i = 0; i < 8; ++i) {
-      const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w.q[i]));
-      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[i]));
-      const __m256i pairs =
-          _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xv, wq));
-      v[i] = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
-    }
+    for (int i = 0; i < 8; ++i) v[i] = BlockDot8(Ints256(F{}, w.blocks[i]), xv);
     return ToV8(_mm256_cvtepi32_ps(Sum8x8(v)));
   }
-  // Eight vectors of 8 int32 -> one vector of their 8 sums.
-  static KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Sum8x8(const __m256i v[8]) {
-    const __m256i t0 =
-        _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    const __m256i t1 =
-        _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20),
-                            _mm256_permute2x128_si256(t0, t1, 0x31));
-  }
-  static KVF_Q8_AVX2 KVF_Q8_INLINE V8 DotSame(const W& w, const int8_t* x) {
-    const int8_t* const xs[8] = {x, x, x, x, x, x, x, x};
-    return Dot8(w, xs);
-  }
-  static KVF_Q8_AVX2 KVF_Q8_INLINE V8 Scales8(const BlockQ8_0* const* b) { return F16Scales(b); }
+  static KVF_Q8_AVX2 KVF_Q8_INLINE V8 Scales8(const std::byte* const* b) { return F16Scales(b); }
   static KVF_Q8_AVX2 KVF_Q8_INLINE V8 Fma(V8 a, V8 b, V8 c) { return HwFma::Fma(a, b, c); }
 };
 
@@ -128,20 +170,18 @@ struct Avx2Dots {
 // unsigned by signed bytes, so x goes in offset by 128 (x ^ 0x80 = x + 128, 1..255) and each
 // lane starts from -128 * (its four w bytes' sum): dot(x + 128, w) - 128 * sum(w) = dot(x, w),
 // exactly (|lane| < 2^17).
+template <typename F>
 struct Avx512Dots {
+  static constexpr int64_t kBytes = F::kBytes;
   struct W {
     __m512i q[4], start[4];
   };
-  static KVF_Q8_AVX512 KVF_Q8_INLINE __m512i Pair(const int8_t* lo, const int8_t* hi) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(lo));
-    const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(hi));
-    return _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1);
-  }
-  static KVF_Q8_AVX512 KVF_Q8_INLINE W Prepare(const BlockQ8_0* const* blocks) {
+  static KVF_Q8_AVX512 KVF_Q8_INLINE W Prepare(const std::byte* const* blocks) {
     W w;
     const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
     for (int p = 0; p < 4; ++p) {
-      w.q[p] = Pair(blocks[p]->q, blocks[p + 4]->q);
+      w.q[p] = _mm512_inserti64x4(_mm512_castsi256_si512(Ints256(F{}, blocks[p])),
+                                  Ints256(F{}, blocks[p + 4]), 1);
       w.start[p] = _mm512_sub_epi32(_mm512_setzero_si512(),
                                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, w.q[p]));
     }
@@ -160,16 +200,6 @@ struct Avx512Dots {
     const __m512i s = _mm512_add_epi32(u, _mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(2, 3, 0, 1)));
     return _mm512_castsi512_si256(_mm512_shuffle_i32x4(s, s, _MM_SHUFFLE(0, 0, 2, 0)));
   }
-  static KVF_Q8_AVX512 KVF_Q8_INLINE V8 Dot8(const W& w, const int8_t* const* x) {
-    const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
-    const __m512i v[4] = {
-        _mm512_dpbusd_epi32(w.start[0], _mm512_xor_si512(Pair(x[0], x[4]), offset), w.q[0]),
-        _mm512_dpbusd_epi32(w.start[1], _mm512_xor_si512(Pair(x[1], x[5]), offset), w.q[1]),
-        _mm512_dpbusd_epi32(w.start[2], _mm512_xor_si512(Pair(x[2], x[6]), offset), w.q[2]),
-        _mm512_dpbusd_epi32(w.start[3], _mm512_xor_si512(Pair(x[3], x[7]), offset), w.q[3])};
-    return ToV8(_mm256_cvtepi32_ps(Reduce(v)));
-  }
-  // Dot8 with the same x block for all eight.
   static KVF_Q8_AVX512 KVF_Q8_INLINE V8 DotSame(const W& w, const int8_t* x) {
     const __m512i xu = _mm512_xor_si512(
         _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x))),
@@ -179,24 +209,25 @@ struct Avx512Dots {
         _mm512_dpbusd_epi32(w.start[2], xu, w.q[2]), _mm512_dpbusd_epi32(w.start[3], xu, w.q[3])};
     return ToV8(_mm256_cvtepi32_ps(Reduce(v)));
   }
-  static KVF_Q8_AVX512 KVF_Q8_INLINE V8 Scales8(const BlockQ8_0* const* b) { return F16Scales(b); }
+  static KVF_Q8_AVX512 KVF_Q8_INLINE V8 Scales8(const std::byte* const* b) { return F16Scales(b); }
   static KVF_Q8_AVX512 KVF_Q8_INLINE V8 Fma(V8 a, V8 b, V8 c) { return HwFma::Fma(a, b, c); }
 };
 
 // Outputs n .. n + 7 for rows [m0, m1) of x: lane j of acc is output n + j's chain, so every
-// output takes exactly the steps of OutputQ8_0.
+// output takes exactly the steps of OutputPortable.
 template <typename D>
 KVF_Q8_INLINE void Tile8(const QuantizedRows& xq, const WeightMatrix& w, int64_t n, int64_t m0,
                          int64_t m1, float* y, int64_t ldy, float* acc) {
   const int64_t nb = xq.blocks_per_row;
-  const BlockQ8_0* rows[8];
-  for (int j = 0; j < 8; ++j) rows[j] = Q8Row(w, n + j);
+  const std::byte* rows[8];
+  for (int j = 0; j < 8; ++j) rows[j] = w.row(n + j);
   std::fill(acc, acc + (m1 - m0) * 8, 0.0f);
   for (int64_t b = 0; b < nb; ++b) {
-    const BlockQ8_0* blocks[8];
+    const std::byte* blocks[8];
     for (int j = 0; j < 8; ++j) {
-      blocks[j] = rows[j] + b;
-      _mm_prefetch(reinterpret_cast<const char*>(rows[j] + b + kPrefetchBlocks), _MM_HINT_T0);
+      blocks[j] = rows[j] + b * D::kBytes;
+      _mm_prefetch(reinterpret_cast<const char*>(blocks[j] + kPrefetchBlocks * D::kBytes),
+                   _MM_HINT_T0);
     }
     const typename D::W wb = D::Prepare(blocks);
     const V8 dw = D::Scales8(blocks);
@@ -213,37 +244,36 @@ KVF_Q8_INLINE void Tile8(const QuantizedRows& xq, const WeightMatrix& w, int64_t
 
 // Row m of x against W's rows n .. n + 3, each read front to back (a stream the hardware
 // prefetcher follows, helped ahead): every block's exact sum and scale, eight blocks at a time,
-// then OutputQ8_0's chain over them, the four chains interleaved. `sums` and `scales` hold
-// 4 * nb. (Written out, not through Avx2Dots: its arrays of pointers cost decode 16 %.)
-KVF_Q8_AVX2_ENTRY void Stream4Avx2(const QuantizedRows& xq, int64_t m, const WeightMatrix& w,
-                                   int64_t n, float* y, float* sums, float* scales) {
+// then OutputPortable's chain over them, the four chains interleaved. `sums` and `scales` hold
+// 4 * nb. (Written out, not through the Dots structs: their arrays of pointers cost decode 16 %.)
+template <typename F>
+KVF_Q8_AVX2 KVF_Q8_INLINE void Stream4(const QuantizedRows& xq, int64_t m, const WeightMatrix& w,
+                                       int64_t n, float* y, float* sums, float* scales) {
   const int64_t nb = xq.blocks_per_row;
   const BlockQ8_0* xr = xq.blocks.data() + m * nb;
   const float* xd = xq.scales.data() + m * nb;
   for (int r = 0; r < 4; ++r) {
-    const BlockQ8_0* wr = Q8Row(w, n + r);
+    const std::byte* wr = w.row(n + r);
     float* s = sums + r * nb;
     float* sc = scales + r * nb;
     int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
       __m256i v[8];
+      const std::byte* blocks[8];
       for (int i = 0; i < 8; ++i) {
-        _mm_prefetch(reinterpret_cast<const char*>(wr + b + i) + kStreamAheadBytes, _MM_HINT_T0);
-        const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[b + i].q));
+        blocks[i] = wr + (b + i) * F::kBytes;
+        _mm_prefetch(reinterpret_cast<const char*>(blocks[i]) + kStreamAheadBytes, _MM_HINT_T0);
         const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr[b + i].q));
-        const __m256i pairs =
-            _mm256_maddubs_epi16(_mm256_sign_epi8(wq, wq), _mm256_sign_epi8(xv, wq));
-        v[i] = _mm256_madd_epi16(pairs, _mm256_set1_epi16(1));
+        v[i] = BlockDot8(Ints256(F{}, blocks[i]), xv);
       }
-      Store8(s + b, ToV8(_mm256_cvtepi32_ps(Avx2Dots::Sum8x8(v))));
-      const __m256 dw =
-          _mm256_cvtph_ps(_mm_setr_epi16(wr[b].d, wr[b + 1].d, wr[b + 2].d, wr[b + 3].d,
-                                         wr[b + 4].d, wr[b + 5].d, wr[b + 6].d, wr[b + 7].d));
-      _mm256_storeu_ps(sc + b, _mm256_mul_ps(dw, _mm256_loadu_ps(xd + b)));
+      Store8(s + b, ToV8(_mm256_cvtepi32_ps(Sum8x8(v))));
+      Store8(sc + b, F16Scales(blocks) * Load8(xd + b));
     }
+    int8_t ints[32];
     for (; b < nb; ++b) {
-      s[b] = static_cast<float>(BlockDotQ8(wr[b].q, xr[b].q));
-      sc[b] = F16ToF32(wr[b].d) * xd[b];
+      F::Ints(wr + b * F::kBytes, ints);
+      s[b] = static_cast<float>(BlockDotQ8(ints, xr[b].q));
+      sc[b] = F16ToF32(ScaleBits(wr + b * F::kBytes)) * xd[b];
     }
   }
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -255,22 +285,23 @@ KVF_Q8_AVX2_ENTRY void Stream4Avx2(const QuantizedRows& xq, int64_t m, const Wei
   for (int r = 0; r < 4; ++r) y[n + r] = acc[r];
 }
 
-// Columns [n0, n1) for decode's few rows of x: Stream4Avx2, the portable code for the last ones.
-KVF_Q8_AVX2 void StreamColumnsAvx2(const QuantizedRows& xq, const WeightMatrix& w, float* y,
-                                   int64_t ldy, int64_t n0, int64_t n1) {
+// Columns [n0, n1) for decode's few rows of x: Stream4, the portable code for the last ones.
+template <typename F>
+KVF_Q8_INLINE void StreamColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y,
+                                 int64_t ldy, int64_t n0, int64_t n1) {
   std::vector<float> scratch(static_cast<size_t>(8 * xq.blocks_per_row));
   const int64_t n4 = n0 + (n1 - n0) / 4 * 4;
   for (int64_t m = 0; m < xq.rows; ++m) {
     for (int64_t n = n0; n < n4; n += 4) {
-      Stream4Avx2(xq, m, w, n, y + m * ldy, scratch.data(), scratch.data() + 4 * xq.blocks_per_row);
+      Stream4<F>(xq, m, w, n, y + m * ldy, scratch.data(), scratch.data() + 4 * xq.blocks_per_row);
     }
   }
-  Q8ColumnsPortable(xq, w, y, ldy, n4, n1);
+  ColumnsPortable<F>(xq, w, y, ldy, n4, n1);
 }
 
 // Columns [n0, n1) for many rows of x: Tile8 over passes of kRowsPerPass rows, the portable code
 // for the last columns.
-template <typename D>
+template <typename F, typename D>
 KVF_Q8_INLINE void TileColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y,
                                int64_t ldy, int64_t n0, int64_t n1) {
   const int64_t n8 = n0 + (n1 - n0) / 8 * 8;
@@ -279,17 +310,25 @@ KVF_Q8_INLINE void TileColumns(const QuantizedRows& xq, const WeightMatrix& w, f
     const int64_t m1 = std::min(xq.rows, m0 + kRowsPerPass);
     for (int64_t n = n0; n < n8; n += 8) Tile8<D>(xq, w, n, m0, m1, y, ldy, acc);
   }
-  Q8ColumnsPortable(xq, w, y, ldy, n8, n1);
+  ColumnsPortable<F>(xq, w, y, ldy, n8, n1);
 }
 
+template <typename F>
+KVF_Q8_AVX2_ENTRY void StreamColumnsAvx2(const QuantizedRows& xq, const WeightMatrix& w, float* y,
+                                         int64_t ldy, int64_t n0, int64_t n1) {
+  StreamColumns<F>(xq, w, y, ldy, n0, n1);
+}
+
+template <typename F>
 KVF_Q8_AVX2_ENTRY void TileColumnsAvx2(const QuantizedRows& xq, const WeightMatrix& w, float* y,
                                        int64_t ldy, int64_t n0, int64_t n1) {
-  TileColumns<Avx2Dots>(xq, w, y, ldy, n0, n1);
+  TileColumns<F, Avx2Dots<F>>(xq, w, y, ldy, n0, n1);
 }
 
+template <typename F>
 KVF_Q8_AVX512_ENTRY void TileColumnsAvx512(const QuantizedRows& xq, const WeightMatrix& w, float* y,
                                            int64_t ldy, int64_t n0, int64_t n1) {
-  TileColumns<Avx512Dots>(xq, w, y, ldy, n0, n1);
+  TileColumns<F, Avx512Dots<F>>(xq, w, y, ldy, n0, n1);
 }
 
 bool CpuHasAvx512Vnni() {
@@ -298,6 +337,24 @@ bool CpuHasAvx512Vnni() {
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
       __builtin_cpu_supports("avx512vnni");
   return has;
+}
+
+// The widest copy for one block format.
+template <typename F>
+bool SimdColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,
+                 int64_t n1, QuantPath widest) {
+  if (widest == QuantPath::kPortable || !CpuHasAvx2()) return false;
+  // Decode (a few rows of x) streams W with the AVX2 code: with one row, pairing blocks in
+  // 64-byte vectors costs more than it saves (Qwen3-0.6B shape, Q8_0, decode after 512 tokens:
+  // 21.5 tok/s against 18.6).
+  if (xq.rows < kStreamBelowRows) {
+    StreamColumnsAvx2<F>(xq, w, y, ldy, n0, n1);
+  } else if (widest == QuantPath::kAvx512Vnni && CpuHasAvx512Vnni()) {
+    TileColumnsAvx512<F>(xq, w, y, ldy, n0, n1);
+  } else {
+    TileColumnsAvx2<F>(xq, w, y, ldy, n0, n1);
+  }
+  return true;
 }
 #endif
 
@@ -317,39 +374,35 @@ void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRo
   }
 }
 
-void Q8_0Columns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,
-                 int64_t n1, QuantPath widest) {
+void QuantColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,
+                  int64_t n1, QuantPath widest) {
 #if KVF_Q8_SIMD
-  // Decode (a few rows of x) streams W with the AVX2 code: with one row, pairing blocks in
-  // 64-byte vectors costs more than it saves (Qwen3-0.6B shape, decode after 512 tokens: 21.5
-  // tok/s against 18.6).
-  if (widest != QuantPath::kPortable && CpuHasAvx2() && xq.rows < kStreamBelowRows) {
-    StreamColumnsAvx2(xq, w, y, ldy, n0, n1);
-    return;
-  }
-  if (widest == QuantPath::kAvx512Vnni && CpuHasAvx512Vnni()) {
-    TileColumnsAvx512(xq, w, y, ldy, n0, n1);
-    return;
-  }
-  if (widest != QuantPath::kPortable && CpuHasAvx2()) {
-    TileColumnsAvx2(xq, w, y, ldy, n0, n1);
-    return;
-  }
+  const bool done = w.dtype == formats::DType::kQ4_0
+                        ? SimdColumns<Q4_0Format>(xq, w, y, ldy, n0, n1, widest)
+                        : SimdColumns<Q8_0Format>(xq, w, y, ldy, n0, n1, widest);
+  if (done) return;
 #endif
   (void)widest;
-  Q8ColumnsPortable(xq, w, y, ldy, n0, n1);
+  QuantColumnsPortable(xq, w, y, ldy, n0, n1);
 }
 
-void Q8_0Reference(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy) {
+void QuantReference(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy) {
+  std::vector<float> values(static_cast<size_t>(w.cols));
   for (int64_t m = 0; m < xq.rows; ++m) {
+    const BlockQ8_0* xr = xq.blocks.data() + m * xq.blocks_per_row;
     for (int64_t n = 0; n < w.rows; ++n) {
-      const BlockQ8_0* wr = Q8Row(w, n);
-      const BlockQ8_0* xr = xq.blocks.data() + m * xq.blocks_per_row;
+      // W's values d * q decoded, then q recovered as value / d: exact (q is small, d a power
+      // of two times an 11-bit fraction), so this checks the kernels' own decoders.
+      ReadRowF32(w, n, values.data());
       float acc = 0.0f;
       for (int64_t b = 0; b < xq.blocks_per_row; ++b) {
+        const float dw = F16ToF32(ScaleBits(w.row(n) + w.bytes_of(b * kQ8_0Block)));
         int32_t s = 0;
-        for (int i = 0; i < 32; ++i) s += wr[b].q[i] * xr[b].q[i];
-        acc = std::fma(F16ToF32(wr[b].d) * F16ToF32(xr[b].d), static_cast<float>(s), acc);
+        for (int i = 0; i < 32; ++i) {
+          const float q = dw == 0.0f ? 0.0f : values[b * 32 + i] / dw;
+          s += static_cast<int32_t>(q) * xr[b].q[i];
+        }
+        acc = std::fma(dw * F16ToF32(xr[b].d), static_cast<float>(s), acc);
       }
       y[m * ldy + n] = acc;
     }

@@ -1,6 +1,7 @@
-// Q8_0: the block codec (ggml's reference quantizer for weights, llama.cpp's x86 quantizer for
-// activations), and the matmul over Q8_0 weights: every SIMD path equals the definition written
-// out (Q8_0Reference) bit for bit, whatever the batch, the threads, the parts or the K slice.
+// Q8_0 and Q4_0: the block codecs (ggml's reference quantizers for weights, llama.cpp's x86
+// quantizer for activations), and the matmul over Q8_0 and Q4_0 weights: every SIMD path equals
+// the definition written out (QuantReference) bit for bit, whatever the batch, the threads, the
+// parts or the K slice.
 #include "engine/kernels/quant_matmul.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +12,7 @@
 
 #include "engine/engine_test_util.h"
 #include "engine/kernels/matmul.h"
+#include "engine/kernels/quant_q4_0.h"
 #include "engine/kernels/quant_q8_0.h"
 #include "engine/thread_pool.h"
 #include "kvferry/common/half.h"
@@ -31,6 +33,21 @@ std::vector<BlockQ8_0> QuantizedWeights(int64_t n, int64_t k, uint64_t seed) {
 WeightMatrix Q8Matrix(const std::vector<BlockQ8_0>& blocks, int64_t rows, int64_t cols) {
   return {formats::DType::kQ8_0, reinterpret_cast<const std::byte*>(blocks.data()), rows, cols};
 }
+
+// n x k random weights in `dtype` (Q8_0 or Q4_0) as the bytes a GGUF file holds.
+std::vector<std::byte> WeightBytes(formats::DType dtype, int64_t n, int64_t k, uint64_t seed) {
+  const std::vector<float> w = RandomFloats(n * k, seed);
+  const bool q4 = dtype == formats::DType::kQ4_0;
+  std::vector<std::byte> out(static_cast<size_t>(n * k / 32) * (q4 ? 18 : 34));
+  if (q4) {
+    QuantizeRowQ4_0(w.data(), n * k, reinterpret_cast<BlockQ4_0*>(out.data()));
+  } else {
+    QuantizeRowQ8_0(w.data(), n * k, reinterpret_cast<BlockQ8_0*>(out.data()));
+  }
+  return out;
+}
+
+const formats::DType kTypes[] = {formats::DType::kQ8_0, formats::DType::kQ4_0};
 
 TEST(QuantQ8_0Test, WeightsRoundHalvesAwayActivationsToEven) {
   // max |x| = 127: d = 1, so q = x rounded; 2.5 and -0.5 are ties.
@@ -57,6 +74,29 @@ TEST(QuantQ8_0Test, WeightsRoundHalvesAwayActivationsToEven) {
 }
 
 // Half a step, plus what storing d in F16 (11 bits) moves the 127th step: 127 * 2^-11 d.
+TEST(QuantQ4_0Test, TheLargestValueMapsToMinusEightAndNibblesPack) {
+  // max-magnitude value -16: d = -16 / -8 = 2; x / d + 8.5 truncated, at most 15.
+  std::vector<float> x(32, 0.0f);
+  x[0] = -16.0f;  // -> 0 (d * (0 - 8) = -16)
+  x[1] = 14.0f;   // 7 + 8.5 = 15.5 -> 15
+  x[2] = 3.0f;    // 1.5 + 8.5 = 10 -> 10
+  x[16] = -1.0f;  // -0.5 + 8.5 = 8 -> 8 (high nibble of byte 0)
+  x[17] = 15.9f;  // 7.95 + 8.5 -> 16 -> min 15
+  BlockQ4_0 b;
+  QuantizeRowQ4_0(x.data(), 32, &b);
+  EXPECT_EQ(F16ToF32(b.d), 2.0f);
+  EXPECT_EQ(b.qs[0], 0x80);  // low 0, high 8
+  EXPECT_EQ(b.qs[1], 0xff);  // low 15, high 15
+  EXPECT_EQ(b.qs[2] & 0x0f, 10);
+  std::vector<float> back(32);
+  DequantizeRowQ4_0(&b, 32, back.data());
+  EXPECT_EQ(back[0], -16.0f);
+  EXPECT_EQ(back[1], 14.0f);
+  EXPECT_EQ(back[2], 4.0f);
+  EXPECT_EQ(back[16], 0.0f);
+  EXPECT_EQ(back[17], 14.0f);
+}
+
 TEST(QuantQ8_0Test, RoundTripIsWithinHalfAStep) {
   const std::vector<float> x = RandomFloats(4096, 5);
   std::vector<BlockQ8_0> blocks(4096 / 32);
@@ -71,45 +111,54 @@ TEST(QuantQ8_0Test, RoundTripIsWithinHalfAStep) {
 
 TEST(QuantQ8_0Test, FindsTheFirstNonFiniteScale) {
   std::vector<BlockQ8_0> blocks = QuantizedWeights(4, 64, 6);
-  const auto* bytes = reinterpret_cast<const std::byte*>(blocks.data());
-  EXPECT_EQ(FirstNonFiniteScaleQ8_0(bytes, 8), -1);
+  const WeightMatrix m = Q8Matrix(blocks, 4, 64);
+  EXPECT_EQ(FirstNonFiniteBlockScale(m), -1);
   blocks[5].d = 0x7e00;  // NaN
   blocks[6].d = 0x7c00;  // +inf
-  EXPECT_EQ(FirstNonFiniteScaleQ8_0(bytes, 8), 5);
+  EXPECT_EQ(FirstNonFiniteBlockScale(m), 5);
   blocks[5].d = 0x3c00;
-  EXPECT_EQ(FirstNonFiniteScaleQ8_0(bytes, 8), 6);
+  EXPECT_EQ(FirstNonFiniteBlockScale(m), 6);
+  std::vector<std::byte> q4 = WeightBytes(formats::DType::kQ4_0, 4, 64, 6);
+  q4[3 * 18 + 1] = std::byte{0xfc};  // block 3's scale: -inf
+  EXPECT_EQ(FirstNonFiniteBlockScale({formats::DType::kQ4_0, q4.data(), 4, 64}), 3);
+}
+
+void ExpectEveryPathEqualsTheDefinition(formats::DType dtype, int64_t M, int64_t K, int64_t N,
+                                        ThreadPool* pool) {
+  const std::vector<float> x = RandomFloats(M * K, 1);
+  const std::vector<std::byte> wb = WeightBytes(dtype, N, K, 2);
+  const WeightMatrix w{dtype, wb.data(), N, K};
+  QuantizedRows xq;
+  QuantizeRows(x.data(), M, K, K, &xq);
+  std::vector<float> ref(M * N), y(M * N);
+  QuantReference(xq, w, ref.data(), N);
+  for (MatMulPath path : {MatMulPath::kPortable, MatMulPath::kF16c, MatMulPath::kAvx512}) {
+    ForceMatMulPathForTest(path);
+    MatMul(x.data(), M, K, {&w, 1}, y.data(), pool);
+    ForceMatMulPathForTest(MatMulPath::kAuto);
+    ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
+        << formats::DTypeName(dtype) << " M=" << M << " K=" << K << " N=" << N << " path "
+        << static_cast<int>(path);
+  }
+  // And close to the f64 product of what the blocks hold.
+  const std::vector<float> wd = ToF32(w);
+  std::vector<float> xd(M * K);
+  DequantizeRowQ8_0(xq.blocks.data(), M * K, xd.data());
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0;
+      for (int64_t k = 0; k < K; ++k) s += double(xd[m * K + k]) * wd[n * K + k];
+      ASSERT_NEAR(y[m * N + n], s, 1e-4 * (1 + std::sqrt(double(K))));
+    }
+  }
 }
 
 TEST(QuantMatMulTest, EveryPathEqualsTheDefinitionBitForBit) {
   ThreadPool pool(2);
-  for (int64_t M : {1, 2, 7, 64, 300}) {
-    for (int64_t K : {32, 96, 1024}) {
-      for (int64_t N : {1, 8, 13, 40}) {
-        const std::vector<float> x = RandomFloats(M * K, 1);
-        const std::vector<BlockQ8_0> wb = QuantizedWeights(N, K, 2);
-        const WeightMatrix w = Q8Matrix(wb, N, K);
-        QuantizedRows xq;
-        QuantizeRows(x.data(), M, K, K, &xq);
-        std::vector<float> ref(M * N), y(M * N);
-        Q8_0Reference(xq, w, ref.data(), N);
-        for (MatMulPath path : {MatMulPath::kPortable, MatMulPath::kF16c, MatMulPath::kAvx512}) {
-          ForceMatMulPathForTest(path);
-          MatMul(x.data(), M, K, {&w, 1}, y.data(), &pool);
-          ForceMatMulPathForTest(MatMulPath::kAuto);
-          ASSERT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4))
-              << "M=" << M << " K=" << K << " N=" << N << " path " << static_cast<int>(path);
-        }
-        // And close to the f64 product of what the blocks hold.
-        std::vector<float> wd(N * K), xd(M * K);
-        DequantizeRowQ8_0(wb.data(), N * K, wd.data());
-        DequantizeRowQ8_0(xq.blocks.data(), M * K, xd.data());
-        for (int64_t m = 0; m < M; ++m) {
-          for (int64_t n = 0; n < N; ++n) {
-            double s = 0;
-            for (int64_t k = 0; k < K; ++k) s += double(xd[m * K + k]) * wd[n * K + k];
-            ASSERT_NEAR(y[m * N + n], s, 1e-4 * (1 + std::sqrt(double(K))));
-          }
-        }
+  for (formats::DType dtype : kTypes) {
+    for (int64_t M : {1, 2, 7, 64, 300}) {
+      for (int64_t K : {32, 96, 1024}) {
+        for (int64_t N : {1, 8, 13, 40}) ExpectEveryPathEqualsTheDefinition(dtype, M, K, N, &pool);
       }
     }
   }
@@ -157,7 +206,7 @@ TEST(QuantMatMulTest, ABlockAlignedColumnSliceComputesItsKSlice) {
   for (int64_t m = 0; m < M; ++m) std::memcpy(&xs[m * width], &x[m * K + first], width * 4);
   QuantizedRows xq;
   QuantizeRows(xs.data(), M, width, width, &xq);
-  Q8_0Reference(xq, Q8Matrix(dense, N, width), ref.data(), N);
+  QuantReference(xq, Q8Matrix(dense, N, width), ref.data(), N);
   EXPECT_EQ(0, std::memcmp(y.data(), ref.data(), y.size() * 4));
 }
 

@@ -51,13 +51,4 @@ void DequantizeRowQ8_0(const BlockQ8_0* blocks, int64_t n, float* out) {
   }
 }
 
-int64_t FirstNonFiniteScaleQ8_0(const std::byte* blocks, int64_t count) {
-  for (int64_t b = 0; b < count; ++b) {
-    uint16_t d;
-    std::memcpy(&d, blocks + b * static_cast<int64_t>(sizeof(BlockQ8_0)), 2);
-    if ((d & 0x7c00) == 0x7c00) return b;  // exponent all ones: inf or NaN
-  }
-  return -1;
-}
-
 }  // namespace kvferry::engine::kernels

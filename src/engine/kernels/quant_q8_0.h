@@ -38,7 +38,4 @@ void QuantizeActivationsQ8_0(const float* x, int64_t n, BlockQ8_0* out);
 // n values (a multiple of kQ8_0Block) out of n / 32 blocks.
 void DequantizeRowQ8_0(const BlockQ8_0* blocks, int64_t n, float* out);
 
-// The index of the first of `count` blocks whose scale is NaN or infinite, or -1.
-int64_t FirstNonFiniteScaleQ8_0(const std::byte* blocks, int64_t count);
-
 }  // namespace kvferry::engine::kernels

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "engine/kernels/quant_q4_0.h"
 #include "engine/kernels/quant_q8_0.h"
 #include "kvferry/common/half.h"
 
@@ -15,6 +16,10 @@ void ReadRowF32(const WeightMatrix& m, int64_t r, float* out) {
   }
   if (m.dtype == formats::DType::kQ8_0) {
     kernels::DequantizeRowQ8_0(reinterpret_cast<const kernels::BlockQ8_0*>(p), m.cols, out);
+    return;
+  }
+  if (m.dtype == formats::DType::kQ4_0) {
+    kernels::DequantizeRowQ4_0(reinterpret_cast<const kernels::BlockQ4_0*>(p), m.cols, out);
     return;
   }
   for (int64_t c = 0; c < m.cols; ++c) {
@@ -37,6 +42,17 @@ WeightMatrix ColumnSlice(const WeightMatrix& m, int64_t first, int64_t count) {
   out.cols = count;
   out.stride = m.ld();
   return out;
+}
+
+int64_t FirstNonFiniteBlockScale(const WeightMatrix& m) {
+  const int64_t blocks = m.rows * m.cols / formats::DTypeBlockElements(m.dtype);
+  const int64_t bytes = formats::DTypeBlockBytes(m.dtype);
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint16_t d;
+    std::memcpy(&d, m.data + b * bytes, 2);
+    if ((d & 0x7c00) == 0x7c00) return b;  // exponent all ones: inf or NaN
+  }
+  return -1;
 }
 
 std::vector<float> ToF32(const WeightMatrix& m) {

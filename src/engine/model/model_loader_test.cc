@@ -298,7 +298,7 @@ void RewriteGguf(const fs::path& good_path, const fs::path& path,
   ASSERT_TRUE(writer.Write(path).ok());
 }
 
-TEST(ModelLoaderTest, QuantizedGgufTensorsOtherThanQ8_0AreRefusedByName) {
+TEST(ModelLoaderTest, QuantizedGgufTensorsOtherThanQ8_0AndQ4_0AreRefusedByName) {
   const ModelWeights w = *GenerateWeights(*BuiltinModelConfig("tiny"));
   const fs::path dir = Scratch("quant");
   ASSERT_TRUE(WriteGgufCheckpoint(w, dir / "f32.gguf", DType::kF32, nullptr).ok());
@@ -344,25 +344,28 @@ TEST(ModelLoaderTest, Q8_0GgufWithABadScaleOrAQuantizedNormIsRefusedByName) {
                   "' is Q8_0; norms and biases must be F32, F16 or BF16");
 }
 
-// A Q8_0 GGUF stays in its blocks (no f32 copy at load) and computes the same tokens and
+// A Q8_0 or Q4_0 GGUF stays in its blocks (no f32 copy at load) and computes the same tokens and
 // logprobs, bit for bit, at TP 1, 2 and 4 and whatever the batch (Generate runs two prompts).
-TEST(ModelLoaderTest, Q8_0GgufComputesInItsBlocksAtEveryTpSize) {
+TEST(ModelLoaderTest, QuantizedGgufComputesInItsBlocksAtEveryTpSize) {
   const ModelWeights w = *GenerateWeights(*BuiltinModelConfig("tiny"));
-  const fs::path dir = Scratch("q8");
-  ASSERT_TRUE(WriteGgufCheckpoint(w, dir / "q8.gguf", DType::kQ8_0, nullptr).ok());
-  auto loaded = LoadModelWeights((dir / "q8.gguf").string());
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  EXPECT_EQ(loaded->layers[0].q.dtype, DType::kQ8_0);
-  EXPECT_EQ(loaded->layers[1].down.dtype, DType::kQ8_0);
-  EXPECT_EQ(loaded->embed.dtype, DType::kQ8_0);
-  const Completion tp1 = Generate((dir / "q8.gguf").string());
-  ASSERT_FALSE(tp1.tokens.empty());
-  for (int32_t tp : {2, 4}) {
-    const Completion other = Generate((dir / "q8.gguf").string(), tp);
-    EXPECT_EQ(other.tokens, tp1.tokens) << "TP " << tp;
-    EXPECT_EQ(0, std::memcmp(other.logprobs.data(), tp1.logprobs.data(),
-                             tp1.logprobs.size() * sizeof(float)))
-        << "TP " << tp;
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0}) {
+    SCOPED_TRACE(formats::DTypeName(dtype));
+    const fs::path dir = Scratch("quant_tp");
+    ASSERT_TRUE(WriteGgufCheckpoint(w, dir / "q.gguf", dtype, nullptr).ok());
+    auto loaded = LoadModelWeights((dir / "q.gguf").string());
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->layers[0].q.dtype, dtype);
+    EXPECT_EQ(loaded->layers[1].down.dtype, dtype);
+    EXPECT_EQ(loaded->embed.dtype, dtype);
+    const Completion tp1 = Generate((dir / "q.gguf").string());
+    ASSERT_FALSE(tp1.tokens.empty());
+    for (int32_t tp : {2, 4}) {
+      const Completion other = Generate((dir / "q.gguf").string(), tp);
+      EXPECT_EQ(other.tokens, tp1.tokens) << "TP " << tp;
+      EXPECT_EQ(0, std::memcmp(other.logprobs.data(), tp1.logprobs.data(),
+                               tp1.logprobs.size() * sizeof(float)))
+          << "TP " << tp;
+    }
   }
 }
 

@@ -3,8 +3,6 @@
 #include <cstring>
 #include <map>
 
-#include "engine/kernels/quant_q8_0.h"
-
 namespace kvferry::engine {
 namespace {
 
@@ -105,31 +103,32 @@ void LayerSlots(const Names& n, int32_t l, const ModelConfig& c, bool gguf, Laye
   out->push_back({At(n.down, l), {d, f}, &lw.down, nullptr, 0});
 }
 
-// A quantized matrix: Q8_0 (the other block types are refused naming theirs), whole blocks per
-// row, and every block's scale finite.
+// A quantized matrix: Q8_0 or Q4_0 (the other block types are refused naming theirs), whole
+// blocks per row, and every block's scale finite.
 Status CheckQuantized(const TensorSlot& slot, const formats::TensorView& t) {
+  const std::string type(formats::DTypeName(t.dtype));
   if (slot.vector != nullptr) {
-    return InvalidArgumentError("tensor '" + slot.name + "' in '" + t.file + "' is " +
-                                std::string(formats::DTypeName(t.dtype)) +
+    return InvalidArgumentError("tensor '" + slot.name + "' in '" + t.file + "' is " + type +
                                 "; norms and biases must be F32, F16 or BF16");
   }
   const int64_t cols = slot.shape.size() == 2 ? slot.shape[1] : 1;
-  if (cols % kernels::kQ8_0Block != 0) {
+  if (cols % formats::DTypeBlockElements(t.dtype) != 0) {
     return InvalidArgumentError("tensor '" + slot.name + "' in '" + t.file + "': rows of " +
-                                std::to_string(cols) + " values are not whole Q8_0 blocks");
+                                std::to_string(cols) + " values are not whole " + type + " blocks");
   }
-  const int64_t blocks = t.elements() / kernels::kQ8_0Block;
-  if (const int64_t bad = kernels::FirstNonFiniteScaleQ8_0(t.data, blocks); bad >= 0) {
-    return InvalidArgumentError("tensor '" + slot.name + "' in '" + t.file + "': Q8_0 block " +
-                                std::to_string(bad) + " has a NaN or infinite scale");
+  const WeightMatrix m{t.dtype, t.data, slot.shape[0], cols};
+  if (const int64_t bad = FirstNonFiniteBlockScale(m); bad >= 0) {
+    return InvalidArgumentError("tensor '" + slot.name + "' in '" + t.file + "': " + type +
+                                " block " + std::to_string(bad) + " has a NaN or infinite scale");
   }
   return Status::Ok();
 }
 
 Status BindOne(const TensorSlot& slot, const formats::TensorView& t, ModelWeights* w) {
-  KVF_RETURN_IF_ERROR(formats::RequireDType(t, {formats::DType::kF32, formats::DType::kF16,
-                                                formats::DType::kBF16, formats::DType::kQ8_0}));
-  if (t.shape == slot.shape && t.dtype == formats::DType::kQ8_0) {
+  KVF_RETURN_IF_ERROR(
+      formats::RequireDType(t, {formats::DType::kF32, formats::DType::kF16, formats::DType::kBF16,
+                                formats::DType::kQ8_0, formats::DType::kQ4_0}));
+  if (t.shape == slot.shape && formats::DTypeBlockElements(t.dtype) > 1) {
     KVF_RETURN_IF_ERROR(CheckQuantized(slot, t));
   }
   if (t.shape != slot.shape) {
