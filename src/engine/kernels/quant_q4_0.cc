@@ -7,6 +7,17 @@
 
 namespace kvferry::engine::kernels {
 
+namespace {
+
+// ggml's MIN(15, (int8_t)(v + 8.5f)) for v in [-8, 8], defined for every v (NaN: 8, the zero).
+int Nibble(float v) {
+  const float t = v + 8.5f;
+  if (!(t == t)) return 8;
+  return static_cast<int>(std::clamp(t, 0.0f, 15.0f));  // truncates, as the cast does
+}
+
+}  // namespace
+
 void QuantizeRowQ4_0(const float* x, int64_t n, BlockQ4_0* out) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const float* v = x + b * 32;
@@ -21,8 +32,8 @@ void QuantizeRowQ4_0(const float* x, int64_t n, BlockQ4_0* out) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     out[b].d = F32ToF16(d);
     for (int j = 0; j < 16; ++j) {
-      const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(v[j] * id + 8.5f)));
-      const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(v[j + 16] * id + 8.5f)));
+      const int lo = Nibble(v[j] * id);
+      const int hi = Nibble(v[j + 16] * id);
       out[b].qs[j] = static_cast<uint8_t>(lo | (hi << 4));
     }
   }

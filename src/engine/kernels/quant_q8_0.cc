@@ -10,6 +10,13 @@ namespace kvferry::engine::kernels {
 
 namespace {
 
+// r (a rounded value) as a signed byte: clamped to [-127, 127], NaN as 0, so a non-finite input
+// (a model whose activations overflowed) gives a defined block, never an undefined conversion.
+int8_t ToInt8(float r) {
+  if (!(r == r)) return 0;
+  return static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
+}
+
 float AbsMax(const float* v) {
   float amax = 0;
   for (int64_t i = 0; i < kQ8_0Block; ++i) amax = std::max(amax, std::fabs(v[i]));
@@ -25,7 +32,7 @@ void QuantizeRowQ8_0(const float* x, int64_t n, BlockQ8_0* out) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     out[b].d = F32ToF16(d);
     for (int64_t i = 0; i < kQ8_0Block; ++i) {
-      out[b].q[i] = static_cast<int8_t>(std::round(v[i] * id));
+      out[b].q[i] = ToInt8(std::round(v[i] * id));
     }
   }
 }
@@ -37,7 +44,7 @@ void QuantizeActivationsQ8_0(const float* x, int64_t n, BlockQ8_0* out) {
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
     out[b].d = F32ToF16(amax / 127.0f);
     for (int64_t i = 0; i < kQ8_0Block; ++i) {
-      out[b].q[i] = static_cast<int8_t>(std::nearbyint(v[i] * id));  // default mode: half-even
+      out[b].q[i] = ToInt8(std::nearbyint(v[i] * id));  // default mode: half-even
     }
   }
 }

@@ -1,0 +1,71 @@
+// libFuzzer target: the GGUF quantized block decoders and the quantized matmul
+// (src/engine/kernels/quant_q8_0.h, quant_q4_0.h, quant_matmul.h) over arbitrary block bytes.
+//
+// Input: byte 0 picks the type (bit 0: Q8_0 or Q4_0) and the rows of x (bits 1-3: 1..8);
+// byte 1 the outputs N (1..24); byte 2 the blocks per row (1..8) and a scale for x (bits 3-7);
+// then x's values (one signed byte each, times the scale), then W's blocks as raw bytes (what a
+// file holds: any scale, any nibble, Q8_0's -128 included), zero-padded when the input is short.
+//
+// Properties: no crash or sanitizer report; FirstNonFiniteBlockScale finds a non-finite scale
+// exactly when a block has one; decoding a block gives d * its integer values; and where every
+// scale is finite, MatMul (every SIMD path this build has) equals QuantReference bit for bit.
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "engine/kernels/matmul.h"
+#include "engine/kernels/quant_matmul.h"
+#include "engine/kernels/weight_matrix.h"
+#include "kvferry/common/half.h"
+
+namespace {
+
+using kvferry::formats::DType;
+using namespace kvferry::engine;
+using namespace kvferry::engine::kernels;
+
+bool AnyNonFiniteScale(const std::vector<std::byte>& w, int64_t blocks, int64_t block_bytes) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    uint16_t d;
+    std::memcpy(&d, w.data() + b * block_bytes, 2);
+    if (!std::isfinite(kvferry::F16ToF32(d))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size < 3) return 0;
+  const DType dtype = (data[0] & 1) ? DType::kQ4_0 : DType::kQ8_0;
+  const int64_t M = 1 + ((data[0] >> 1) & 7), N = 1 + data[1] % 24, nb = 1 + (data[2] & 7);
+  const float x_scale = std::ldexp(1.0f, (data[2] >> 3) - 16);
+  const int64_t K = nb * 32, block_bytes = dtype == DType::kQ4_0 ? 18 : 34;
+  size_t at = 3;
+  std::vector<float> x(static_cast<size_t>(M * K));
+  for (float& v : x) v = at < size ? static_cast<int8_t>(data[at++]) * x_scale : 0.0f;
+  std::vector<std::byte> w(static_cast<size_t>(N * nb * block_bytes));
+  for (std::byte& b : w) b = at < size ? std::byte{data[at++]} : std::byte{0};
+  const WeightMatrix m{dtype, w.data(), N, K};
+
+  const bool non_finite = AnyNonFiniteScale(w, N * nb, block_bytes);
+  if ((FirstNonFiniteBlockScale(m) >= 0) != non_finite) std::abort();
+  std::vector<float> row(static_cast<size_t>(K));
+  for (int64_t n = 0; n < N; ++n) ReadRowF32(m, n, row.data());
+  if (non_finite) return 0;  // the loader refuses such a tensor
+
+  QuantizedRows xq;
+  QuantizeRows(x.data(), M, K, K, &xq);
+  std::vector<float> ref(static_cast<size_t>(M * N)), y(ref.size());
+  QuantReference(xq, m, ref.data(), N);
+  for (MatMulPath path : {MatMulPath::kPortable, MatMulPath::kF16c, MatMulPath::kAvx512}) {
+    ForceMatMulPathForTest(path);
+    MatMul(x.data(), M, K, {&m, 1}, y.data(), nullptr);
+    if (std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)) != 0) std::abort();
+  }
+  ForceMatMulPathForTest(MatMulPath::kAuto);
+  return 0;
+}
