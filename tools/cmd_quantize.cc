@@ -1,7 +1,7 @@
-// `kvferry quantize IN OUT --type q8_0|q4_0`: writes a model's matrices as GGUF quantized blocks,
-// as llama.cpp's llama-quantize does (ggml's reference quantizer; norms and biases stay F32). IN is
-// an F32/F16/BF16 GGUF file or Hugging Face directory; OUT a GGUF file with IN's tokenizer
-// (docs/models.md, "Quantized GGUF").
+// `kvferry quantize IN OUT --type q8_0|q4_0|q5_0`: writes a model's matrices as GGUF quantized
+// blocks, as llama.cpp's llama-quantize does (ggml's reference quantizer; norms and biases stay
+// F32). IN is an F32/F16/BF16 GGUF file or Hugging Face directory; OUT a GGUF file with IN's
+// tokenizer (docs/models.md, "Quantized GGUF").
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -76,13 +76,16 @@ Status RequireFloatMatrices(const ModelWeights& w, const std::string& in) {
 }
 
 Status Quantize(const QuantizeOptions& o) {
-  if (o.type != "q8_0" && o.type != "q4_0") {
+  using kvferry::formats::DType;
+  const DType type = o.type == "q8_0"   ? DType::kQ8_0
+                     : o.type == "q4_0" ? DType::kQ4_0
+                     : o.type == "q5_0" ? DType::kQ5_0
+                                        : DType::kF32;
+  if (type == DType::kF32) {
     return kvferry::InvalidArgumentError("--type '" + o.type +
-                                         "': kvferry quantizes to q8_0 or q4_0 (the other GGUF "
-                                         "types are not supported yet; docs/models.md)");
+                                         "': kvferry quantizes to q8_0, q4_0 or q5_0 (the other "
+                                         "GGUF types are not supported yet; docs/models.md)");
   }
-  const auto type =
-      o.type == "q8_0" ? kvferry::formats::DType::kQ8_0 : kvferry::formats::DType::kQ4_0;
   KVF_ASSIGN_OR_RETURN(auto format, kvferry::engine::DetectModelFormat(o.in));
   if (format == kvferry::engine::ModelFormat::kBuiltin) {
     return kvferry::InvalidArgumentError("'" + o.in +
@@ -122,7 +125,8 @@ void AddQuantize(CLI::App& app) {
       ->required();
   sub->add_option("OUT", o->out, "GGUF file to write")->required();
   sub->add_option("--type", o->type,
-                  "q8_0 (every matrix in 8-bit blocks of 32 with an F16 scale) or q4_0 (4-bit), "
+                  "q8_0 (every matrix in 8-bit blocks of 32 with an F16 scale), q4_0 or q5_0 "
+                  "(4- or 5-bit), "
                   "as llama-quantize writes them (norms and biases stay F32)")
       ->required();
   sub->callback([o] { throw CLI::RuntimeError(RunQuantize(*o)); });

@@ -6,7 +6,7 @@
 //       prompt ids kvferry's gives;
 //   (b) kvferry on the GGUF file equals kvferry on the Hugging Face directory bit for bit, tokens
 //       and logprobs, in F32 and in BF16;
-//   (c) (a) on the model written as Q8_0 and as Q4_0 GGUF and computed in its blocks, within the
+//   (c) (a) on the model written as Q8_0, Q4_0 and Q5_0 GGUF and computed in its blocks, within the
 //       tolerance 8-bit activations need (kQuantMarginTolerance).
 //
 // Tokens are compared for equality, never within a tolerance: the weights spread the logits
@@ -154,7 +154,7 @@ class LlamaCppTest : public ::testing::TestWithParam<ModelCase> {
     const ModelCase& c = GetParam();
     const fs::path dir = scratch_ / dtype;
     fs::create_directories(dir);
-    const bool q8 = dtype == "q8_0" || dtype == "q4_0";  // GGUF only, the blocks' shape
+    const bool q8 = dtype[0] == 'q';  // GGUF only, with the blocks' shape
     const std::string flags = q8 && !c.q8_synth_flags.empty() ? c.q8_synth_flags : c.synth_flags;
     const std::string command =
         Quote(KVF_CLI) + " synth-model --tokenizer " +
@@ -261,12 +261,12 @@ TEST_P(LlamaCppTest, GreedyTokensEqualLlamaCppAndGgufEqualsHuggingFace) {
                      KvferryGreedy(scratch_ / "bf16/m.gguf", c.prompts), "BF16 GGUF vs HF");
 }
 
-// Q8_0 and Q4_0 (llama.cpp's 8- and 4-bit blocks): kvferry computes in the blocks, quantizing the
-// activations as llama.cpp does. A shape whose rows are not whole blocks of 32 (mistral's
-// 100-wide case) is refused by the writer, naming the type.
+// Q8_0, Q4_0 and Q5_0 (llama.cpp's 8-, 4- and 5-bit blocks): kvferry computes in the blocks,
+// quantizing the activations as llama.cpp does. A shape whose rows are not whole blocks of 32
+// (mistral's 100-wide case) is refused by the writer, naming the type.
 TEST_P(LlamaCppTest, QuantizedGgufGreedyTokensEqualLlamaCpp) {
   const ModelCase& c = GetParam();
-  for (const std::string type : {"q8_0", "q4_0"}) {
+  for (const std::string type : {"q8_0", "q4_0", "q5_0"}) {
     SCOPED_TRACE(type);
     std::string upper = type;
     for (char& ch : upper) ch = static_cast<char>(std::toupper(ch));

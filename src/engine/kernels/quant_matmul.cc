@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/kernels/quant_q4_0.h"
+#include "engine/kernels/quant_q5_0.h"
 #include "engine/kernels/simd.h"
 #include "kvferry/common/half.h"
 
@@ -12,7 +13,8 @@ namespace kvferry::engine::kernels {
 namespace {
 
 // The weight block types: their size, and their 32 values as the signed integers the dot
-// multiplies (Q8_0: the bytes; Q4_0: each nibble minus 8). Every block starts with its F16 scale.
+// multiplies (Q8_0: the bytes; Q4_0: each nibble minus 8; Q5_0: each nibble with its fifth bit,
+// minus 16). Every block starts with its F16 scale.
 struct Q8_0Format {
   static constexpr int64_t kBytes = sizeof(BlockQ8_0);
   static void Ints(const std::byte* block, int8_t out[32]) { std::memcpy(out, block + 2, 32); }
@@ -25,6 +27,15 @@ struct Q4_0Format {
       out[j] = static_cast<int8_t>((qs[j] & 0x0F) - 8);
       out[j + 16] = static_cast<int8_t>((qs[j] >> 4) - 8);
     }
+  }
+};
+
+struct Q5_0Format {
+  static constexpr int64_t kBytes = sizeof(BlockQ5_0);
+  static void Ints(const std::byte* block, int8_t out[32]) {
+    BlockQ5_0 b;
+    std::memcpy(&b, block, sizeof(b));
+    Q5_0Ints(b, out);
   }
 };
 
@@ -67,6 +78,8 @@ void QuantColumnsPortable(const QuantizedRows& xq, const WeightMatrix& w, float*
                           int64_t n0, int64_t n1) {
   if (w.dtype == formats::DType::kQ4_0) {
     ColumnsPortable<Q4_0Format>(xq, w, y, ldy, n0, n1);
+  } else if (w.dtype == formats::DType::kQ5_0) {
+    ColumnsPortable<Q5_0Format>(xq, w, y, ldy, n0, n1);
   } else {
     ColumnsPortable<Q8_0Format>(xq, w, y, ldy, n0, n1);
   }
@@ -106,6 +119,24 @@ KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Ints256(Q4_0Format, const std::byte* block) {
   const __m256i nibbles =
       _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low), _mm_and_si128(packed, low));
   return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+}
+
+// Q5_0: the nibbles as Q4_0's, each byte i's fifth bit from bit i of qh (broadcast, each byte
+// picking its quarter of qh, masked with its own bit).
+KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Ints256(Q5_0Format, const std::byte* block) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 6));
+  const __m128i low = _mm_set1_epi8(0x0F);
+  const __m256i nibbles =
+      _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low), _mm_and_si128(packed, low));
+  uint32_t qh;
+  std::memcpy(&qh, block + 2, 4);
+  const __m256i quarters = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(qh)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(quarters, bit), bit);
+  const __m256i fifth = _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+  return _mm256_sub_epi8(_mm256_or_si256(nibbles, fifth), _mm256_set1_epi8(16));
 }
 
 KVF_Q8_AVX2 KVF_Q8_INLINE V8 ToV8(__m256 v) {
@@ -377,9 +408,10 @@ void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRo
 void QuantColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,
                   int64_t n1, QuantPath widest) {
 #if KVF_Q8_SIMD
-  const bool done = w.dtype == formats::DType::kQ4_0
-                        ? SimdColumns<Q4_0Format>(xq, w, y, ldy, n0, n1, widest)
-                        : SimdColumns<Q8_0Format>(xq, w, y, ldy, n0, n1, widest);
+  const bool done =
+      w.dtype == formats::DType::kQ4_0   ? SimdColumns<Q4_0Format>(xq, w, y, ldy, n0, n1, widest)
+      : w.dtype == formats::DType::kQ5_0 ? SimdColumns<Q5_0Format>(xq, w, y, ldy, n0, n1, widest)
+                                         : SimdColumns<Q8_0Format>(xq, w, y, ldy, n0, n1, widest);
   if (done) return;
 #endif
   (void)widest;

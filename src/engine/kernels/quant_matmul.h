@@ -1,10 +1,11 @@
 // The matmul over block-quantized weights (internal; MatMul in matmul.h calls it for every part
-// whose dtype is quantized: Q8_0 or Q4_0).
+// whose dtype is quantized: Q8_0, Q4_0 or Q5_0).
 //
 // As llama.cpp computes it, the weights stay in their blocks and the activations are quantized
 // too: each row of x is cut into Q8_0 blocks (QuantizeActivationsQ8_0), and each block pair is an
 // integer dot product. Determinism: with w's blocks (dw_b, qw_b: the block's 32 values as
-// integers, Q8_0's bytes or Q4_0's nibbles minus 8) and x's (dx_b, qx_b), b = 0 .. K/32 - 1,
+// integers: Q8_0's bytes, Q4_0's nibbles minus 8, Q5_0's 5-bit values minus 16) and x's (dx_b,
+// qx_b), b = 0 .. K/32 - 1,
 //
 //   acc = 0;  acc = fma(dw_b * dx_b, float(sum_i qw_b[i] * qx_b[i]), acc) for b in order;  y = acc
 //
@@ -38,8 +39,8 @@ void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRo
 // bits): AVX-512 with VNNI (vpdpbusd, two blocks per vector), AVX2 (vpmaddubsw), portable.
 enum class QuantPath { kAvx512Vnni, kAvx2, kPortable };
 
-// y[m][n] for n in [n0, n1) of one Q8_0 or Q4_0 matrix w (K = w.cols, a multiple of 32), every
-// row m of xq; y's row m at y + m * ldy; the widest path the CPU runs up to `widest`.
+// y[m][n] for n in [n0, n1) of one Q8_0, Q4_0 or Q5_0 matrix w (K = w.cols, a multiple of 32),
+// every row m of xq; y's row m at y + m * ldy; the widest path the CPU runs up to `widest`.
 void QuantColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,
                   int64_t n1, QuantPath widest);
 

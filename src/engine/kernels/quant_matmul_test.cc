@@ -13,6 +13,7 @@
 #include "engine/engine_test_util.h"
 #include "engine/kernels/matmul.h"
 #include "engine/kernels/quant_q4_0.h"
+#include "engine/kernels/quant_q5_0.h"
 #include "engine/kernels/quant_q8_0.h"
 #include "engine/thread_pool.h"
 #include "kvferry/common/half.h"
@@ -34,20 +35,22 @@ WeightMatrix Q8Matrix(const std::vector<BlockQ8_0>& blocks, int64_t rows, int64_
   return {formats::DType::kQ8_0, reinterpret_cast<const std::byte*>(blocks.data()), rows, cols};
 }
 
-// n x k random weights in `dtype` (Q8_0 or Q4_0) as the bytes a GGUF file holds.
+// n x k random weights in `dtype` (Q8_0, Q4_0 or Q5_0) as the bytes a GGUF file holds.
 std::vector<std::byte> WeightBytes(formats::DType dtype, int64_t n, int64_t k, uint64_t seed) {
   const std::vector<float> w = RandomFloats(n * k, seed);
-  const bool q4 = dtype == formats::DType::kQ4_0;
-  std::vector<std::byte> out(static_cast<size_t>(n * k / 32) * (q4 ? 18 : 34));
-  if (q4) {
+  std::vector<std::byte> out(static_cast<size_t>(n * k / 32 * formats::DTypeBlockBytes(dtype)));
+  if (dtype == formats::DType::kQ4_0) {
     QuantizeRowQ4_0(w.data(), n * k, reinterpret_cast<BlockQ4_0*>(out.data()));
+  } else if (dtype == formats::DType::kQ5_0) {
+    QuantizeRowQ5_0(w.data(), n * k, reinterpret_cast<BlockQ5_0*>(out.data()));
   } else {
     QuantizeRowQ8_0(w.data(), n * k, reinterpret_cast<BlockQ8_0*>(out.data()));
   }
   return out;
 }
 
-const formats::DType kTypes[] = {formats::DType::kQ8_0, formats::DType::kQ4_0};
+const formats::DType kTypes[] = {formats::DType::kQ8_0, formats::DType::kQ4_0,
+                                 formats::DType::kQ5_0};
 
 TEST(QuantQ8_0Test, WeightsRoundHalvesAwayActivationsToEven) {
   // max |x| = 127: d = 1, so q = x rounded; 2.5 and -0.5 are ties.
@@ -95,6 +98,35 @@ TEST(QuantQ4_0Test, TheLargestValueMapsToMinusEightAndNibblesPack) {
   EXPECT_EQ(back[2], 4.0f);
   EXPECT_EQ(back[16], 0.0f);
   EXPECT_EQ(back[17], 14.0f);
+}
+
+TEST(QuantQ5_0Test, FifthBitsGoToQhAndValuesSpanMinus16To15) {
+  // max-magnitude value 32: d = 32 / -16 = -2; q = trunc(x / d + 16.5), at most 31.
+  std::vector<float> x(32, 0.0f);
+  x[0] = 32.0f;   // -16 + 16.5 -> 0
+  x[1] = -30.0f;  // 15 + 16.5 = 31.5 -> 31 (fifth bit set)
+  x[17] = -2.0f;  // 1 + 16.5 -> 17 (fifth bit of value 17)
+  x[20] = 7.0f;   // -3.5 + 16.5 = 13 -> 13
+  BlockQ5_0 b;
+  QuantizeRowQ5_0(x.data(), 32, &b);
+  EXPECT_EQ(F16ToF32(b.d), -2.0f);
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  EXPECT_TRUE(qh & (1u << 1));
+  EXPECT_FALSE(qh & 1u);
+  EXPECT_TRUE(qh & (1u << 17));
+  int8_t ints[32];
+  Q5_0Ints(b, ints);
+  EXPECT_EQ(ints[0], -16);
+  EXPECT_EQ(ints[1], 15);
+  EXPECT_EQ(ints[17], 1);
+  EXPECT_EQ(ints[20], -3);
+  EXPECT_EQ(ints[5], 0);  // 0 -> 16.5 -> 16 -> 0
+  std::vector<float> back(32);
+  DequantizeRowQ5_0(&b, 32, back.data());
+  EXPECT_EQ(back[0], 32.0f);
+  EXPECT_EQ(back[1], -30.0f);
+  EXPECT_EQ(back[20], 6.0f);
 }
 
 TEST(QuantQ8_0Test, RoundTripIsWithinHalfAStep) {

@@ -1,15 +1,15 @@
 // WeightMatrix (internal): a [rows][cols] row-major matrix of model weights in the dtype it is
-// stored in (F32, F16, BF16, or a GGUF block-quantized type: Q8_0, Q4_0), not owned — it points
-// into a checkpoint's memory mapping or into a buffer the model owns (engine/weights.h says who
-// keeps the bytes alive). Rows may be further apart than `cols` (`stride`): a tensor-parallel
+// stored in (F32, F16, BF16, or a GGUF block-quantized type: Q8_0, Q4_0, Q5_0), not owned — it
+// points into a checkpoint's memory mapping or into a buffer the model owns (engine/weights.h says
+// who keeps the bytes alive). Rows may be further apart than `cols` (`stride`): a tensor-parallel
 // rank's column slice of a row-parallel weight is such a view into the full matrix, never a copy.
 //
 // The kernels read F16/BF16 weights by converting each element to f32 exactly as it is loaded;
 // the arithmetic after that is the f32 arithmetic of the determinism contract, so a model gives
 // the same bits whether its weights are stored in F16/BF16 or in F32 holding the same values.
 //
-// A quantized matrix's rows are whole blocks (32 values per Q8_0 or Q4_0 block); a column slice of
-// it starts and ends on block boundaries, and the kernels compute it in its blocks
+// A quantized matrix's rows are whole blocks (32 values per Q8_0, Q4_0 or Q5_0 block); a column
+// slice of it starts and ends on block boundaries, and the kernels compute it in its blocks
 // (quant_matmul.h), never converting it to f32 as a whole (ReadRowF32 decodes one row).
 //
 // Thread-safety: a value; the bytes it points to are immutable.
@@ -24,7 +24,7 @@
 namespace kvferry::engine {
 
 struct WeightMatrix {
-  formats::DType dtype = formats::DType::kF32;  // kF32, kF16, kBF16, kQ8_0 or kQ4_0
+  formats::DType dtype = formats::DType::kF32;  // kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ5_0
   const std::byte* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "engine/kernels/quant_q4_0.h"
+#include "engine/kernels/quant_q5_0.h"
 #include "engine/kernels/quant_q8_0.h"
 #include "engine/model/deepseek_rope.h"
 #include "engine/model/gguf_config.h"
@@ -17,8 +18,8 @@
 namespace kvferry::engine {
 namespace {
 
-// `values` in `dtype` (little-endian bytes; Q8_0, Q4_0: rows whose length is a multiple of 32,
-// so blocks never straddle rows and the values can be quantized as one run).
+// `values` in `dtype` (little-endian bytes; Q8_0, Q4_0, Q5_0: rows whose length is a multiple of
+// 32, so blocks never straddle rows and the values can be quantized as one run).
 std::vector<std::byte> Encode(const std::vector<float>& values, formats::DType dtype) {
   const int64_t n = static_cast<int64_t>(values.size());
   if (dtype == formats::DType::kQ8_0) {
@@ -29,6 +30,11 @@ std::vector<std::byte> Encode(const std::vector<float>& values, formats::DType d
   if (dtype == formats::DType::kQ4_0) {
     std::vector<std::byte> out(static_cast<size_t>(n / 32) * sizeof(kernels::BlockQ4_0));
     kernels::QuantizeRowQ4_0(values.data(), n, reinterpret_cast<kernels::BlockQ4_0*>(out.data()));
+    return out;
+  }
+  if (dtype == formats::DType::kQ5_0) {
+    std::vector<std::byte> out(static_cast<size_t>(n / 32) * sizeof(kernels::BlockQ5_0));
+    kernels::QuantizeRowQ5_0(values.data(), n, reinterpret_cast<kernels::BlockQ5_0*>(out.data()));
     return out;
   }
   if (dtype == formats::DType::kF32) {
@@ -59,12 +65,14 @@ Status ForEachTensor(
     const std::function<Status(const std::string&, formats::DType, const std::vector<int64_t>&,
                                const std::vector<std::byte>&)>& add) {
   if (naming == TensorNaming::kGguf) KVF_RETURN_IF_ERROR(RefuseMlaGguf(weights.config));
-  const bool quantized = (dtype == formats::DType::kQ8_0 || dtype == formats::DType::kQ4_0) &&
+  const bool quantized = (dtype == formats::DType::kQ8_0 || dtype == formats::DType::kQ4_0 ||
+                          dtype == formats::DType::kQ5_0) &&
                          naming == TensorNaming::kGguf;
   if (dtype != formats::DType::kF32 && dtype != formats::DType::kF16 &&
       dtype != formats::DType::kBF16 && !quantized) {
     return InvalidArgumentError(
-        "checkpoints are written in F32, F16 or BF16 (and GGUF files in Q8_0 or Q4_0), not " +
+        "checkpoints are written in F32, F16 or BF16 (and GGUF files in Q8_0, Q4_0 or Q5_0), "
+        "not " +
         std::string(formats::DTypeName(dtype)));
   }
   ModelWeights copy = weights;  // shares the bytes; the slots point into the copy
