@@ -1,4 +1,4 @@
-// `kvferry quantize IN OUT --type q8_0|q4_0|q5_0`: writes a model's matrices as GGUF quantized
+// `kvferry quantize IN OUT --type TYPE`: writes a model's matrices as GGUF quantized
 // blocks, as llama.cpp's llama-quantize does (ggml's reference quantizer; norms and biases stay
 // F32). IN is an F32/F16/BF16 GGUF file or Hugging Face directory; OUT a GGUF file with IN's
 // tokenizer (docs/models.md, "Quantized GGUF").
@@ -80,11 +80,14 @@ Status Quantize(const QuantizeOptions& o) {
   const DType type = o.type == "q8_0"   ? DType::kQ8_0
                      : o.type == "q4_0" ? DType::kQ4_0
                      : o.type == "q5_0" ? DType::kQ5_0
+                     : o.type == "q4_1" ? DType::kQ4_1
+                     : o.type == "q5_1" ? DType::kQ5_1
                                         : DType::kF32;
   if (type == DType::kF32) {
     return kvferry::InvalidArgumentError("--type '" + o.type +
-                                         "': kvferry quantizes to q8_0, q4_0 or q5_0 (the other "
-                                         "GGUF types are not supported yet; docs/models.md)");
+                                         "': kvferry quantizes to q8_0, q4_0, q5_0, q4_1 or q5_1 "
+                                         "(the other GGUF types are not supported yet; "
+                                         "docs/models.md)");
   }
   KVF_ASSIGN_OR_RETURN(auto format, kvferry::engine::DetectModelFormat(o.in));
   if (format == kvferry::engine::ModelFormat::kBuiltin) {
@@ -125,8 +128,8 @@ void AddQuantize(CLI::App& app) {
       ->required();
   sub->add_option("OUT", o->out, "GGUF file to write")->required();
   sub->add_option("--type", o->type,
-                  "q8_0 (every matrix in 8-bit blocks of 32 with an F16 scale), q4_0 or q5_0 "
-                  "(4- or 5-bit), "
+                  "q8_0 (every matrix in 8-bit blocks of 32 with an F16 scale), q4_0, q5_0, "
+                  "q4_1 or q5_1 (4- and 5-bit, the _1 types with a minimum), "
                   "as llama-quantize writes them (norms and biases stay F32)")
       ->required();
   sub->callback([o] { throw CLI::RuntimeError(RunQuantize(*o)); });

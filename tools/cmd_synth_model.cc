@@ -92,8 +92,10 @@ StatusOr<kvferry::formats::DType> ParseDType(const std::string& s) {
   if (s == "q8_0") return kvferry::formats::DType::kQ8_0;
   if (s == "q4_0") return kvferry::formats::DType::kQ4_0;
   if (s == "q5_0") return kvferry::formats::DType::kQ5_0;
-  return kvferry::InvalidArgumentError("--dtype '" + s +
-                                       "': expected f32, f16, bf16, q8_0, q4_0 or q5_0");
+  if (s == "q4_1") return kvferry::formats::DType::kQ4_1;
+  if (s == "q5_1") return kvferry::formats::DType::kQ5_1;
+  return kvferry::InvalidArgumentError(
+      "--dtype '" + s + "': expected f32, f16, bf16, q8_0, q4_0, q5_0, q4_1 or q5_1");
 }
 
 // The model's name: the output directory's, else the GGUF file's stem.
@@ -299,7 +301,8 @@ void AddSynthModel(CLI::App& app) {
   sub->add_option("--dtype", o->dtype,
                   "Weight dtype of the matrices: f32, f16, bf16, or (GGUF only, as "
                   "llama-quantize writes them) q8_0 (8-bit blocks of 32 with an F16 scale) or "
-                  "q4_0 / q5_0 (4- / 5-bit); norms and biases stay f32")
+                  "q4_0, q5_0, q4_1, q5_1 (4- and 5-bit, the _1 types with a minimum); norms "
+                  "and biases stay f32")
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "Seed of the random weights (same seed, same bits)")
       ->capture_default_str();

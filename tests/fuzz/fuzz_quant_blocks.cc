@@ -1,9 +1,8 @@
-// libFuzzer target: the GGUF quantized block decoders (Q8_0, Q4_0, Q5_0) and the quantized matmul
-// (src/engine/kernels/quant_q8_0.h, quant_q4_0.h, quant_q5_0.h, quant_matmul.h) over arbitrary
-// block bytes.
+// libFuzzer target: the GGUF quantized block decoders (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) and the
+// quantized matmul (src/engine/kernels/quant_*.h, quant_matmul.h) over arbitrary block bytes.
 //
-// Input: byte 0 picks the type (bits 4-5: Q8_0, Q4_0, Q5_0, Q5_0) and the rows of x (bits 1-3:
-// 1..8);
+// Input: byte 0 picks the type (bits 4-6: Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, then Q8_0 again) and the
+// rows of x (bits 1-3: 1..8);
 // byte 1 the outputs N (1..24); byte 2 the blocks per row (1..8) and a scale for x (bits 3-7);
 // then x's values (one signed byte each, times the scale), then W's blocks as raw bytes (what a
 // file holds: any scale, any nibble, Q8_0's -128 included), zero-padded when the input is short.
@@ -42,8 +41,9 @@ bool AnyNonFiniteScale(const std::vector<std::byte>& w, int64_t blocks, int64_t 
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 3) return 0;
-  const DType types[4] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ5_0};
-  const DType dtype = types[(data[0] >> 4) & 3];
+  const DType types[8] = {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_1,
+                          DType::kQ5_1, DType::kQ8_0, DType::kQ8_0, DType::kQ8_0};
+  const DType dtype = types[(data[0] >> 4) & 7];
   const int64_t M = 1 + ((data[0] >> 1) & 7), N = 1 + data[1] % 24, nb = 1 + (data[2] & 7);
   const float x_scale = std::ldexp(1.0f, (data[2] >> 3) - 16);
   const int64_t K = nb * 32, block_bytes = kvferry::formats::DTypeBlockBytes(dtype);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "engine/kernels/quant_q4_0.h"
+#include "engine/kernels/quant_q4_1.h"
 #include "engine/kernels/quant_q5_0.h"
 #include "engine/kernels/simd.h"
 #include "kvferry/common/half.h"
@@ -12,37 +13,52 @@
 namespace kvferry::engine::kernels {
 namespace {
 
-// The weight block types: their size, and their 32 values as the signed integers the dot
-// multiplies (Q8_0: the bytes; Q4_0: each nibble minus 8; Q5_0: each nibble with its fifth bit,
-// minus 16). Every block starts with its F16 scale.
-struct Q8_0Format {
-  static constexpr int64_t kBytes = sizeof(BlockQ8_0);
-  static void Ints(const std::byte* block, int8_t out[32]) { std::memcpy(out, block + 2, 32); }
-};
-struct Q4_0Format {
-  static constexpr int64_t kBytes = sizeof(BlockQ4_0);
+// The weight block types: their size, whether they add a minimum (at bytes 2-3, an F16 m:
+// value = d * q + m), and their 32 values as the integers q the dot multiplies (Q8_0: the bytes;
+// Q4_0: each nibble minus 8; Q5_0: each nibble with its fifth bit, minus 16; Q4_1, Q5_1: the
+// same without the offset). Every block starts with its F16 scale d.
+template <typename Block, bool kMin, void (*kInts)(const Block&, int8_t*)>
+struct BlockFormat {
+  static constexpr int64_t kBytes = sizeof(Block);
+  static constexpr bool kHasMin = kMin;
   static void Ints(const std::byte* block, int8_t out[32]) {
-    const auto* qs = reinterpret_cast<const uint8_t*>(block + 2);
-    for (int j = 0; j < 16; ++j) {
-      out[j] = static_cast<int8_t>((qs[j] & 0x0F) - 8);
-      out[j + 16] = static_cast<int8_t>((qs[j] >> 4) - 8);
-    }
-  }
-};
-
-struct Q5_0Format {
-  static constexpr int64_t kBytes = sizeof(BlockQ5_0);
-  static void Ints(const std::byte* block, int8_t out[32]) {
-    BlockQ5_0 b;
+    Block b;
     std::memcpy(&b, block, sizeof(b));
-    Q5_0Ints(b, out);
+    kInts(b, out);
   }
 };
+using Q8_0Format = BlockFormat<BlockQ8_0, false, Q8_0Ints>;
+using Q4_0Format = BlockFormat<BlockQ4_0, false, Q4_0Ints>;
+using Q5_0Format = BlockFormat<BlockQ5_0, false, Q5_0Ints>;
+using Q4_1Format = BlockFormat<BlockQ4_1, true, Q4_1Ints>;
+using Q5_1Format = BlockFormat<BlockQ5_1, true, Q5_1Ints>;
+
+// fn(Format{}) for w's block type.
+template <typename Fn>
+auto WithFormat(formats::DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case formats::DType::kQ4_0:
+      return fn(Q4_0Format{});
+    case formats::DType::kQ5_0:
+      return fn(Q5_0Format{});
+    case formats::DType::kQ4_1:
+      return fn(Q4_1Format{});
+    case formats::DType::kQ5_1:
+      return fn(Q5_1Format{});
+    default:
+      return fn(Q8_0Format{});
+  }
+}
 
 uint16_t ScaleBits(const std::byte* block) {
   uint16_t d;
   std::memcpy(&d, block, 2);
   return d;
+}
+uint16_t MinBits(const std::byte* block) {
+  uint16_t m;
+  std::memcpy(&m, block + 2, 2);
+  return m;
 }
 
 int32_t BlockDotQ8(const int8_t* a, const int8_t* b) {
@@ -62,6 +78,10 @@ float OutputPortable(const QuantizedRows& xq, int64_t m, const std::byte* wr) {
     F::Ints(wr + b * F::kBytes, ints);
     const float scale = F16ToF32(ScaleBits(wr + b * F::kBytes)) * xd[b];
     acc = std::fma(scale, static_cast<float>(BlockDotQ8(ints, xr[b].q)), acc);
+    if constexpr (F::kHasMin) {
+      acc =
+          std::fma(F16ToF32(MinBits(wr + b * F::kBytes)), xq.sums[m * xq.blocks_per_row + b], acc);
+    }
   }
   return acc;
 }
@@ -76,13 +96,7 @@ void ColumnsPortable(const QuantizedRows& xq, const WeightMatrix& w, float* y, i
 
 void QuantColumnsPortable(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy,
                           int64_t n0, int64_t n1) {
-  if (w.dtype == formats::DType::kQ4_0) {
-    ColumnsPortable<Q4_0Format>(xq, w, y, ldy, n0, n1);
-  } else if (w.dtype == formats::DType::kQ5_0) {
-    ColumnsPortable<Q5_0Format>(xq, w, y, ldy, n0, n1);
-  } else {
-    ColumnsPortable<Q8_0Format>(xq, w, y, ldy, n0, n1);
-  }
+  WithFormat(w.dtype, [&](auto f) { ColumnsPortable<decltype(f)>(xq, w, y, ldy, n0, n1); });
 }
 
 #if defined(__x86_64__) && !defined(__clang__)
@@ -109,34 +123,43 @@ constexpr int64_t kStreamBelowRows = 4;
 // How far ahead of the block in use Stream4 asks for W's lines.
 constexpr int64_t kStreamAheadBytes = 1024;
 
-// A block's 32 values as signed bytes in one vector (F::Ints, vectorized).
-KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Ints256(Q8_0Format, const std::byte* block) {
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
-}
-KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Ints256(Q4_0Format, const std::byte* block) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 2));
+// Sixteen bytes of nibbles as 32 bytes: value j from byte j's low nibble, j + 16 its high one.
+KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Nibbles256(const std::byte* qs) {
+  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
   const __m128i low = _mm_set1_epi8(0x0F);
-  const __m256i nibbles =
-      _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low), _mm_and_si128(packed, low));
-  return _mm256_sub_epi8(nibbles, _mm256_set1_epi8(8));
+  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low),
+                          _mm_and_si128(packed, low));
 }
 
-// Q5_0: the nibbles as Q4_0's, each byte i's fifth bit from bit i of qh (broadcast, each byte
-// picking its quarter of qh, masked with its own bit).
-KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Ints256(Q5_0Format, const std::byte* block) {
-  const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(block + 6));
-  const __m128i low = _mm_set1_epi8(0x0F);
-  const __m256i nibbles =
-      _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(packed, 4), low), _mm_and_si128(packed, low));
+// Four bytes of fifth bits as 32 bytes of 0 or 16: byte i takes bit i of qh (qh broadcast, each
+// byte picking its quarter of it, masked with its own bit).
+KVF_Q8_AVX2 KVF_Q8_INLINE __m256i FifthBits256(const std::byte* qh_bytes) {
   uint32_t qh;
-  std::memcpy(&qh, block + 2, 4);
+  std::memcpy(&qh, qh_bytes, 4);
   const __m256i quarters = _mm256_shuffle_epi8(
       _mm256_set1_epi32(static_cast<int>(qh)),
       _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
   const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(quarters, bit), bit);
-  const __m256i fifth = _mm256_and_si256(set, _mm256_set1_epi8(0x10));
-  return _mm256_sub_epi8(_mm256_or_si256(nibbles, fifth), _mm256_set1_epi8(16));
+  return _mm256_and_si256(set, _mm256_set1_epi8(0x10));
+}
+
+// A block's 32 values q as signed bytes in one vector (F::Ints, vectorized).
+KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Ints256(Q8_0Format, const std::byte* block) {
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(block + 2));
+}
+KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Ints256(Q4_0Format, const std::byte* block) {
+  return _mm256_sub_epi8(Nibbles256(block + 2), _mm256_set1_epi8(8));
+}
+KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Ints256(Q5_0Format, const std::byte* block) {
+  return _mm256_sub_epi8(_mm256_or_si256(Nibbles256(block + 6), FifthBits256(block + 2)),
+                         _mm256_set1_epi8(16));
+}
+KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Ints256(Q4_1Format, const std::byte* block) {
+  return Nibbles256(block + 4);
+}
+KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Ints256(Q5_1Format, const std::byte* block) {
+  return _mm256_or_si256(Nibbles256(block + 8), FifthBits256(block + 4));
 }
 
 KVF_Q8_AVX2 KVF_Q8_INLINE V8 ToV8(__m256 v) {
@@ -145,12 +168,13 @@ KVF_Q8_AVX2 KVF_Q8_INLINE V8 ToV8(__m256 v) {
   return f;
 }
 
-// The F16 scales of 8 blocks as f32.
-KVF_Q8_AVX2 KVF_Q8_INLINE V8 F16Scales(const std::byte* const* blocks) {
-  return ToV8(_mm256_cvtph_ps(_mm_setr_epi16(
-      ScaleBits(blocks[0]), ScaleBits(blocks[1]), ScaleBits(blocks[2]), ScaleBits(blocks[3]),
-      ScaleBits(blocks[4]), ScaleBits(blocks[5]), ScaleBits(blocks[6]), ScaleBits(blocks[7]))));
+// The F16 scales (offset 0) or minimums (offset 2) of 8 blocks as f32.
+KVF_Q8_AVX2 KVF_Q8_INLINE V8 F16At(const std::byte* const* blocks, int offset) {
+  uint16_t h[8];
+  for (int i = 0; i < 8; ++i) std::memcpy(&h[i], blocks[i] + offset, 2);
+  return ToV8(_mm256_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7])));
 }
+KVF_Q8_AVX2 KVF_Q8_INLINE V8 F16Scales(const std::byte* const* blocks) { return F16At(blocks, 0); }
 
 // The exact dot of a block of W (its values `wq`) and a block of x, as 8 int32 partial sums:
 // |w| as unsigned times x with w's sign (vpmaddubsw never saturates: |w| <= 128, |x| <= 127),
@@ -178,6 +202,7 @@ KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Sum8x8(const __m256i v[8]) {
 template <typename F>
 struct Avx2Dots {
   static constexpr int64_t kBytes = F::kBytes;
+  static constexpr bool kHasMin = F::kHasMin;
   // The blocks themselves: sixteen precomputed vectors would not fit the sixteen registers.
   struct W {
     const std::byte* blocks[8];
@@ -194,6 +219,7 @@ struct Avx2Dots {
     return ToV8(_mm256_cvtepi32_ps(Sum8x8(v)));
   }
   static KVF_Q8_AVX2 KVF_Q8_INLINE V8 Scales8(const std::byte* const* b) { return F16Scales(b); }
+  static KVF_Q8_AVX2 KVF_Q8_INLINE V8 Mins8(const std::byte* const* b) { return F16At(b, 2); }
   static KVF_Q8_AVX2 KVF_Q8_INLINE V8 Fma(V8 a, V8 b, V8 c) { return HwFma::Fma(a, b, c); }
 };
 
@@ -204,6 +230,7 @@ struct Avx2Dots {
 template <typename F>
 struct Avx512Dots {
   static constexpr int64_t kBytes = F::kBytes;
+  static constexpr bool kHasMin = F::kHasMin;
   struct W {
     __m512i q[4], start[4];
   };
@@ -241,6 +268,7 @@ struct Avx512Dots {
     return ToV8(_mm256_cvtepi32_ps(Reduce(v)));
   }
   static KVF_Q8_AVX512 KVF_Q8_INLINE V8 Scales8(const std::byte* const* b) { return F16Scales(b); }
+  static KVF_Q8_AVX512 KVF_Q8_INLINE V8 Mins8(const std::byte* const* b) { return F16At(b, 2); }
   static KVF_Q8_AVX512 KVF_Q8_INLINE V8 Fma(V8 a, V8 b, V8 c) { return HwFma::Fma(a, b, c); }
 };
 
@@ -262,10 +290,14 @@ KVF_Q8_INLINE void Tile8(const QuantizedRows& xq, const WeightMatrix& w, int64_t
     }
     const typename D::W wb = D::Prepare(blocks);
     const V8 dw = D::Scales8(blocks);
+    V8 mw = Splat8(0.0f);
+    if constexpr (D::kHasMin) mw = D::Mins8(blocks);
     for (int64_t m = m0; m < m1; ++m) {
       const V8 scale = dw * Splat8(xq.scales[m * nb + b]);
       float* a = acc + (m - m0) * 8;
-      Store8(a, D::Fma(scale, D::DotSame(wb, xq.blocks[m * nb + b].q), Load8(a)));
+      V8 sum = D::Fma(scale, D::DotSame(wb, xq.blocks[m * nb + b].q), Load8(a));
+      if constexpr (D::kHasMin) sum = D::Fma(mw, Splat8(xq.sums[m * nb + b]), sum);
+      Store8(a, sum);
     }
   }
   for (int64_t m = m0; m < m1; ++m) {
@@ -279,7 +311,8 @@ KVF_Q8_INLINE void Tile8(const QuantizedRows& xq, const WeightMatrix& w, int64_t
 // 4 * nb. (Written out, not through the Dots structs: their arrays of pointers cost decode 16 %.)
 template <typename F>
 KVF_Q8_AVX2 KVF_Q8_INLINE void Stream4(const QuantizedRows& xq, int64_t m, const WeightMatrix& w,
-                                       int64_t n, float* y, float* sums, float* scales) {
+                                       int64_t n, float* y, float* sums, float* scales,
+                                       float* mins) {
   const int64_t nb = xq.blocks_per_row;
   const BlockQ8_0* xr = xq.blocks.data() + m * nb;
   const float* xd = xq.scales.data() + m * nb;
@@ -287,6 +320,7 @@ KVF_Q8_AVX2 KVF_Q8_INLINE void Stream4(const QuantizedRows& xq, int64_t m, const
     const std::byte* wr = w.row(n + r);
     float* s = sums + r * nb;
     float* sc = scales + r * nb;
+    float* mn = mins + r * nb;
     int64_t b = 0;
     for (; b + 8 <= nb; b += 8) {
       __m256i v[8];
@@ -299,18 +333,22 @@ KVF_Q8_AVX2 KVF_Q8_INLINE void Stream4(const QuantizedRows& xq, int64_t m, const
       }
       Store8(s + b, ToV8(_mm256_cvtepi32_ps(Sum8x8(v))));
       Store8(sc + b, F16Scales(blocks) * Load8(xd + b));
+      if constexpr (F::kHasMin) Store8(mn + b, F16At(blocks, 2));
     }
     int8_t ints[32];
     for (; b < nb; ++b) {
       F::Ints(wr + b * F::kBytes, ints);
       s[b] = static_cast<float>(BlockDotQ8(ints, xr[b].q));
       sc[b] = F16ToF32(ScaleBits(wr + b * F::kBytes)) * xd[b];
+      if constexpr (F::kHasMin) mn[b] = F16ToF32(MinBits(wr + b * F::kBytes));
     }
   }
+  const float* xs = xq.sums.data() + m * nb;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int64_t b = 0; b < nb; ++b) {
     for (int r = 0; r < 4; ++r) {
       acc[r] = __builtin_fmaf(scales[r * nb + b], sums[r * nb + b], acc[r]);
+      if constexpr (F::kHasMin) acc[r] = __builtin_fmaf(mins[r * nb + b], xs[b], acc[r]);
     }
   }
   for (int r = 0; r < 4; ++r) y[n + r] = acc[r];
@@ -320,11 +358,12 @@ KVF_Q8_AVX2 KVF_Q8_INLINE void Stream4(const QuantizedRows& xq, int64_t m, const
 template <typename F>
 KVF_Q8_INLINE void StreamColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y,
                                  int64_t ldy, int64_t n0, int64_t n1) {
-  std::vector<float> scratch(static_cast<size_t>(8 * xq.blocks_per_row));
+  std::vector<float> scratch(static_cast<size_t>(12 * xq.blocks_per_row));
   const int64_t n4 = n0 + (n1 - n0) / 4 * 4;
   for (int64_t m = 0; m < xq.rows; ++m) {
     for (int64_t n = n0; n < n4; n += 4) {
-      Stream4<F>(xq, m, w, n, y + m * ldy, scratch.data(), scratch.data() + 4 * xq.blocks_per_row);
+      Stream4<F>(xq, m, w, n, y + m * ldy, scratch.data(), scratch.data() + 4 * xq.blocks_per_row,
+                 scratch.data() + 8 * xq.blocks_per_row);
     }
   }
   ColumnsPortable<F>(xq, w, y, ldy, n4, n1);
@@ -396,9 +435,10 @@ void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRo
   out->blocks_per_row = K / kQ8_0Block;
   out->blocks.resize(static_cast<size_t>(M * out->blocks_per_row));
   out->scales.resize(out->blocks.size());
+  out->sums.resize(out->blocks.size());
   for (int64_t m = 0; m < M; ++m) {
     BlockQ8_0* row = out->blocks.data() + m * out->blocks_per_row;
-    QuantizeActivationsQ8_0(x + m * ldx, K, row);
+    QuantizeActivationsQ8_0(x + m * ldx, K, row, out->sums.data() + m * out->blocks_per_row);
     for (int64_t b = 0; b < out->blocks_per_row; ++b) {
       out->scales[m * out->blocks_per_row + b] = F16ToF32(row[b].d);
     }
@@ -408,10 +448,8 @@ void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRo
 void QuantColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,
                   int64_t n1, QuantPath widest) {
 #if KVF_Q8_SIMD
-  const bool done =
-      w.dtype == formats::DType::kQ4_0   ? SimdColumns<Q4_0Format>(xq, w, y, ldy, n0, n1, widest)
-      : w.dtype == formats::DType::kQ5_0 ? SimdColumns<Q5_0Format>(xq, w, y, ldy, n0, n1, widest)
-                                         : SimdColumns<Q8_0Format>(xq, w, y, ldy, n0, n1, widest);
+  const bool done = WithFormat(
+      w.dtype, [&](auto f) { return SimdColumns<decltype(f)>(xq, w, y, ldy, n0, n1, widest); });
   if (done) return;
 #endif
   (void)widest;
@@ -419,26 +457,28 @@ void QuantColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int6
 }
 
 void QuantReference(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy) {
-  std::vector<float> values(static_cast<size_t>(w.cols));
-  for (int64_t m = 0; m < xq.rows; ++m) {
-    const BlockQ8_0* xr = xq.blocks.data() + m * xq.blocks_per_row;
-    for (int64_t n = 0; n < w.rows; ++n) {
-      // W's values d * q decoded, then q recovered as value / d: exact (q is small, d a power
-      // of two times an 11-bit fraction), so this checks the kernels' own decoders.
-      ReadRowF32(w, n, values.data());
-      float acc = 0.0f;
-      for (int64_t b = 0; b < xq.blocks_per_row; ++b) {
-        const float dw = F16ToF32(ScaleBits(w.row(n) + w.bytes_of(b * kQ8_0Block)));
-        int32_t s = 0;
-        for (int i = 0; i < 32; ++i) {
-          const float q = dw == 0.0f ? 0.0f : values[b * 32 + i] / dw;
-          s += static_cast<int32_t>(q) * xr[b].q[i];
+  WithFormat(w.dtype, [&](auto f) {
+    using F = decltype(f);
+    int8_t q[32];
+    for (int64_t m = 0; m < xq.rows; ++m) {
+      for (int64_t n = 0; n < w.rows; ++n) {
+        float acc = 0.0f;
+        for (int64_t b = 0; b < xq.blocks_per_row; ++b) {
+          const std::byte* block = w.row(n) + b * F::kBytes;
+          const BlockQ8_0& xb = xq.blocks[m * xq.blocks_per_row + b];
+          F::Ints(block, q);
+          int32_t s = 0;
+          for (int i = 0; i < 32; ++i) s += q[i] * xb.q[i];
+          acc = std::fma(F16ToF32(ScaleBits(block)) * F16ToF32(xb.d), static_cast<float>(s), acc);
+          if (F::kHasMin) {
+            acc = std::fma(F16ToF32(MinBits(block)), xq.sums[m * xq.blocks_per_row + b], acc);
+          }
         }
-        acc = std::fma(dw * F16ToF32(xr[b].d), static_cast<float>(s), acc);
+        y[m * ldy + n] = acc;
       }
-      y[m * ldy + n] = acc;
     }
-  }
+    return 0;
+  });
 }
 
 }  // namespace kvferry::engine::kernels

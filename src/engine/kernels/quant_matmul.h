@@ -1,15 +1,18 @@
 // The matmul over block-quantized weights (internal; MatMul in matmul.h calls it for every part
-// whose dtype is quantized: Q8_0, Q4_0 or Q5_0).
+// whose dtype is quantized: Q8_0, Q4_0, Q5_0, Q4_1 or Q5_1).
 //
 // As llama.cpp computes it, the weights stay in their blocks and the activations are quantized
 // too: each row of x is cut into Q8_0 blocks (QuantizeActivationsQ8_0), and each block pair is an
 // integer dot product. Determinism: with w's blocks (dw_b, qw_b: the block's 32 values as
-// integers: Q8_0's bytes, Q4_0's nibbles minus 8, Q5_0's 5-bit values minus 16) and x's (dx_b,
+// integers: Q8_0's bytes, Q4_0's nibbles minus 8, Q5_0's 5-bit values minus 16, Q4_1's and
+// Q5_1's 4- and 5-bit values, whose blocks also hold a minimum mw_b) and x's (dx_b,
 // qx_b), b = 0 .. K/32 - 1,
 //
-//   acc = 0;  acc = fma(dw_b * dx_b, float(sum_i qw_b[i] * qx_b[i]), acc) for b in order;  y = acc
+//   acc = 0;  for b in order:  acc = fma(dw_b * dx_b, float(sum_i qw_b[i] * qx_b[i]), acc)
+//                              [with a minimum:  acc = fma(mw_b, sx_b, acc)];  y = acc
 //
-// (dw_b * dx_b one f32 product; the integer sum exact, so how a SIMD path adds it up does not
+// where sx_b is x's block sum as llama.cpp's Q8_1 holds it (F16 of d * sum_i qx_b[i]) (dw_b * dx_b
+// one f32 product; the integer sum exact, so how a SIMD path adds it up does not
 // matter). y[m][n] depends on x's row m and W's row n alone — not on M, the tiling, the SIMD path
 // or the thread count — and x's blocks cut the same way wherever K is split on a block boundary,
 // so a row-parallel leaf (row_parallel.h) computes its slice alike whatever the TP size.
@@ -31,6 +34,7 @@ struct QuantizedRows {
   int64_t blocks_per_row = 0;
   std::vector<BlockQ8_0> blocks;
   std::vector<float> scales;
+  std::vector<float> sums;  // sx_b (above), for the formats with a minimum
 };
 void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRows* out);
 
@@ -39,8 +43,8 @@ void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRo
 // bits): AVX-512 with VNNI (vpdpbusd, two blocks per vector), AVX2 (vpmaddubsw), portable.
 enum class QuantPath { kAvx512Vnni, kAvx2, kPortable };
 
-// y[m][n] for n in [n0, n1) of one Q8_0, Q4_0 or Q5_0 matrix w (K = w.cols, a multiple of 32),
-// every row m of xq; y's row m at y + m * ldy; the widest path the CPU runs up to `widest`.
+// y[m][n] for n in [n0, n1) of one Q8_0, Q4_0, Q5_0, Q4_1 or Q5_1 matrix w (K = w.cols, a multiple
+// of 32), every row m of xq; y's row m at y + m * ldy; the widest path the CPU runs up to `widest`.
 void QuantColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,
                   int64_t n1, QuantPath widest);
 

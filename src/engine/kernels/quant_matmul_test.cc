@@ -13,6 +13,7 @@
 #include "engine/engine_test_util.h"
 #include "engine/kernels/matmul.h"
 #include "engine/kernels/quant_q4_0.h"
+#include "engine/kernels/quant_q4_1.h"
 #include "engine/kernels/quant_q5_0.h"
 #include "engine/kernels/quant_q8_0.h"
 #include "engine/thread_pool.h"
@@ -43,6 +44,10 @@ std::vector<std::byte> WeightBytes(formats::DType dtype, int64_t n, int64_t k, u
     QuantizeRowQ4_0(w.data(), n * k, reinterpret_cast<BlockQ4_0*>(out.data()));
   } else if (dtype == formats::DType::kQ5_0) {
     QuantizeRowQ5_0(w.data(), n * k, reinterpret_cast<BlockQ5_0*>(out.data()));
+  } else if (dtype == formats::DType::kQ4_1) {
+    QuantizeRowQ4_1(w.data(), n * k, reinterpret_cast<BlockQ4_1*>(out.data()));
+  } else if (dtype == formats::DType::kQ5_1) {
+    QuantizeRowQ5_1(w.data(), n * k, reinterpret_cast<BlockQ5_1*>(out.data()));
   } else {
     QuantizeRowQ8_0(w.data(), n * k, reinterpret_cast<BlockQ8_0*>(out.data()));
   }
@@ -50,7 +55,8 @@ std::vector<std::byte> WeightBytes(formats::DType dtype, int64_t n, int64_t k, u
 }
 
 const formats::DType kTypes[] = {formats::DType::kQ8_0, formats::DType::kQ4_0,
-                                 formats::DType::kQ5_0};
+                                 formats::DType::kQ5_0, formats::DType::kQ4_1,
+                                 formats::DType::kQ5_1};
 
 TEST(QuantQ8_0Test, WeightsRoundHalvesAwayActivationsToEven) {
   // max |x| = 127: d = 1, so q = x rounded; 2.5 and -0.5 are ties.
@@ -129,6 +135,39 @@ TEST(QuantQ5_0Test, FifthBitsGoToQhAndValuesSpanMinus16To15) {
   EXPECT_EQ(back[20], 6.0f);
 }
 
+TEST(QuantQ4_1Test, MinimumAndStepSpanTheBlock) {
+  // min -1, max 14: d = 15 / 15 = 1 (Q4_1), 15 / 31 (Q5_1); q = trunc((x - min) / d + 0.5).
+  std::vector<float> x(32, 0.0f);
+  x[0] = -1.0f;
+  x[1] = 14.0f;
+  x[18] = 4.4f;  // Q4_1: 5.4 + 0.5 -> 5
+  BlockQ4_1 a;
+  QuantizeRowQ4_1(x.data(), 32, &a);
+  EXPECT_EQ(F16ToF32(a.d), 1.0f);
+  EXPECT_EQ(F16ToF32(a.m), -1.0f);
+  int8_t q[32];
+  Q4_1Ints(a, q);
+  EXPECT_EQ(q[0], 0);
+  EXPECT_EQ(q[1], 15);
+  EXPECT_EQ(q[5], 1);  // 0 - (-1) = 1
+  EXPECT_EQ(q[18], 5);
+  std::vector<float> back(32);
+  DequantizeRowQ4_1(&a, 32, back.data());
+  EXPECT_EQ(back[1], 14.0f);
+  EXPECT_EQ(back[18], 4.0f);
+  BlockQ5_1 b;
+  QuantizeRowQ5_1(x.data(), 32, &b);
+  EXPECT_EQ(F16ToF32(b.m), -1.0f);
+  Q5_1Ints(b, q);
+  EXPECT_EQ(q[0], 0);
+  EXPECT_EQ(q[1], 31);   // the fifth bit: qh bit 1
+  EXPECT_EQ(q[18], 11);  // 5.4 / (15 / 31) = 11.16 + 0.5 -> 11
+  uint32_t qh;
+  std::memcpy(&qh, b.qh, 4);
+  EXPECT_TRUE(qh & (1u << 1));
+  EXPECT_FALSE(qh & (1u << 18));
+}
+
 TEST(QuantQ8_0Test, RoundTripIsWithinHalfAStep) {
   const std::vector<float> x = RandomFloats(4096, 5);
   std::vector<BlockQ8_0> blocks(4096 / 32);
@@ -172,14 +211,24 @@ void ExpectEveryPathEqualsTheDefinition(formats::DType dtype, int64_t M, int64_t
         << formats::DTypeName(dtype) << " M=" << M << " K=" << K << " N=" << N << " path "
         << static_cast<int>(path);
   }
-  // And close to the f64 product of what the blocks hold.
+  // And close to the f64 product of what the blocks hold. A block's minimum multiplies x's block
+  // sum as Q8_1 stores it (F16), not the exact sum: that is the product llama.cpp computes.
   const std::vector<float> wd = ToF32(w);
   std::vector<float> xd(M * K);
   DequantizeRowQ8_0(xq.blocks.data(), M * K, xd.data());
+  const bool with_min = dtype == formats::DType::kQ4_1 || dtype == formats::DType::kQ5_1;
   for (int64_t m = 0; m < M; ++m) {
     for (int64_t n = 0; n < N; ++n) {
       double s = 0;
-      for (int64_t k = 0; k < K; ++k) s += double(xd[m * K + k]) * wd[n * K + k];
+      for (int64_t b = 0; b < K / 32; ++b) {
+        uint16_t mb = 0;
+        if (with_min) std::memcpy(&mb, w.row(n) + w.bytes_of(b * 32) + 2, 2);
+        const double min = F16ToF32(mb);
+        for (int64_t k = b * 32; k < b * 32 + 32; ++k) {
+          s += double(xd[m * K + k]) * (wd[n * K + k] - min);
+        }
+        s += min * xq.sums[m * (K / 32) + b];
+      }
       ASSERT_NEAR(y[m * N + n], s, 1e-4 * (1 + std::sqrt(double(K))));
     }
   }

@@ -39,6 +39,13 @@ void QuantizeRowQ4_0(const float* x, int64_t n, BlockQ4_0* out) {
   }
 }
 
+void Q4_0Ints(const BlockQ4_0& b, int8_t out[32]) {
+  for (int j = 0; j < 16; ++j) {
+    out[j] = static_cast<int8_t>((b.qs[j] & 0x0F) - 8);
+    out[j + 16] = static_cast<int8_t>((b.qs[j] >> 4) - 8);
+  }
+}
+
 void DequantizeRowQ4_0(const BlockQ4_0* blocks, int64_t n, float* out) {
   for (int64_t b = 0; b < n / 32; ++b) {
     const float d = F16ToF32(blocks[b].d);

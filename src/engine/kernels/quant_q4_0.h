@@ -25,6 +25,9 @@ static_assert(sizeof(BlockQ4_0) == 18, "ggml's block_q4_0 is 18 bytes");
 // n values (a multiple of 32) into n / 32 blocks.
 void QuantizeRowQ4_0(const float* x, int64_t n, BlockQ4_0* out);
 
+// A block's 32 values q - 8 (before d applies).
+void Q4_0Ints(const BlockQ4_0& b, int8_t out[32]);
+
 // n values (a multiple of 32) out of n / 32 blocks.
 void DequantizeRowQ4_0(const BlockQ4_0* blocks, int64_t n, float* out);
 

@@ -37,17 +37,23 @@ void QuantizeRowQ8_0(const float* x, int64_t n, BlockQ8_0* out) {
   }
 }
 
-void QuantizeActivationsQ8_0(const float* x, int64_t n, BlockQ8_0* out) {
+void QuantizeActivationsQ8_0(const float* x, int64_t n, BlockQ8_0* out, float* sums) {
   for (int64_t b = 0; b < n / kQ8_0Block; ++b) {
     const float* v = x + b * kQ8_0Block;
     const float amax = AbsMax(v);
     const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
-    out[b].d = F32ToF16(amax / 127.0f);
+    const float d = amax / 127.0f;
+    out[b].d = F32ToF16(d);
+    int32_t sum = 0;
     for (int64_t i = 0; i < kQ8_0Block; ++i) {
       out[b].q[i] = ToInt8(std::nearbyint(v[i] * id));  // default mode: half-even
+      sum += out[b].q[i];
     }
+    if (sums != nullptr) sums[b] = F16ToF32(F32ToF16(d * static_cast<float>(sum)));
   }
 }
+
+void Q8_0Ints(const BlockQ8_0& b, int8_t out[32]) { std::memcpy(out, b.q, 32); }
 
 void DequantizeRowQ8_0(const BlockQ8_0* blocks, int64_t n, float* out) {
   for (int64_t b = 0; b < n / kQ8_0Block; ++b) {

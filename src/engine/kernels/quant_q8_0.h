@@ -32,8 +32,12 @@ static_assert(sizeof(BlockQ8_0) == 34, "ggml's block_q8_0 is 34 bytes");
 // n values (a multiple of kQ8_0Block) into n / 32 blocks.
 void QuantizeRowQ8_0(const float* x, int64_t n, BlockQ8_0* out);
 
-// The activations' quantizer (above); same shapes.
-void QuantizeActivationsQ8_0(const float* x, int64_t n, BlockQ8_0* out);
+// The activations' quantizer (above); same shapes. With `sums`, also each block's Q8_1 sum as
+// llama.cpp's x86 code computes it: F16(d * the sum of its q), d unrounded, here as f32 (n / 32).
+void QuantizeActivationsQ8_0(const float* x, int64_t n, BlockQ8_0* out, float* sums = nullptr);
+
+// A block's 32 values q (before d applies).
+void Q8_0Ints(const BlockQ8_0& b, int8_t out[32]);
 
 // n values (a multiple of kQ8_0Block) out of n / 32 blocks.
 void DequantizeRowQ8_0(const BlockQ8_0* blocks, int64_t n, float* out);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "engine/kernels/quant_q4_0.h"
+#include "engine/kernels/quant_q4_1.h"
 #include "engine/kernels/quant_q5_0.h"
 #include "engine/kernels/quant_q8_0.h"
 #include "kvferry/common/half.h"
@@ -25,6 +26,14 @@ void ReadRowF32(const WeightMatrix& m, int64_t r, float* out) {
   }
   if (m.dtype == formats::DType::kQ5_0) {
     kernels::DequantizeRowQ5_0(reinterpret_cast<const kernels::BlockQ5_0*>(p), m.cols, out);
+    return;
+  }
+  if (m.dtype == formats::DType::kQ4_1) {
+    kernels::DequantizeRowQ4_1(reinterpret_cast<const kernels::BlockQ4_1*>(p), m.cols, out);
+    return;
+  }
+  if (m.dtype == formats::DType::kQ5_1) {
+    kernels::DequantizeRowQ5_1(reinterpret_cast<const kernels::BlockQ5_1*>(p), m.cols, out);
     return;
   }
   for (int64_t c = 0; c < m.cols; ++c) {

@@ -1,5 +1,6 @@
 // WeightMatrix (internal): a [rows][cols] row-major matrix of model weights in the dtype it is
-// stored in (F32, F16, BF16, or a GGUF block-quantized type: Q8_0, Q4_0, Q5_0), not owned — it
+// stored in (F32, F16, BF16, or a GGUF block-quantized type: Q8_0, Q4_0, Q5_0, Q4_1, Q5_1), not
+// owned — it
 // points into a checkpoint's memory mapping or into a buffer the model owns (engine/weights.h says
 // who keeps the bytes alive). Rows may be further apart than `cols` (`stride`): a tensor-parallel
 // rank's column slice of a row-parallel weight is such a view into the full matrix, never a copy.
@@ -8,7 +9,7 @@
 // the arithmetic after that is the f32 arithmetic of the determinism contract, so a model gives
 // the same bits whether its weights are stored in F16/BF16 or in F32 holding the same values.
 //
-// A quantized matrix's rows are whole blocks (32 values per Q8_0, Q4_0 or Q5_0 block); a column
+// A quantized matrix's rows are whole blocks (32 values per block); a column
 // slice of it starts and ends on block boundaries, and the kernels compute it in its blocks
 // (quant_matmul.h), never converting it to f32 as a whole (ReadRowF32 decodes one row).
 //
@@ -24,7 +25,7 @@
 namespace kvferry::engine {
 
 struct WeightMatrix {
-  formats::DType dtype = formats::DType::kF32;  // kF32, kF16, kBF16, kQ8_0, kQ4_0, kQ5_0
+  formats::DType dtype = formats::DType::kF32;  // kF32, kF16, kBF16 or a quantized type above
   const std::byte* data = nullptr;
   int64_t rows = 0;
   int64_t cols = 0;

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "engine/kernels/quant_q4_0.h"
+#include "engine/kernels/quant_q4_1.h"
 #include "engine/kernels/quant_q5_0.h"
 #include "engine/kernels/quant_q8_0.h"
 #include "engine/model/deepseek_rope.h"
@@ -18,7 +19,13 @@
 namespace kvferry::engine {
 namespace {
 
-// `values` in `dtype` (little-endian bytes; Q8_0, Q4_0, Q5_0: rows whose length is a multiple of
+bool IsWritableQuantType(formats::DType dtype) {
+  return dtype == formats::DType::kQ8_0 || dtype == formats::DType::kQ4_0 ||
+         dtype == formats::DType::kQ5_0 || dtype == formats::DType::kQ4_1 ||
+         dtype == formats::DType::kQ5_1;
+}
+
+// `values` in `dtype` (little-endian bytes; a quantized type: rows whose length is a multiple of
 // 32, so blocks never straddle rows and the values can be quantized as one run).
 std::vector<std::byte> Encode(const std::vector<float>& values, formats::DType dtype) {
   const int64_t n = static_cast<int64_t>(values.size());
@@ -35,6 +42,16 @@ std::vector<std::byte> Encode(const std::vector<float>& values, formats::DType d
   if (dtype == formats::DType::kQ5_0) {
     std::vector<std::byte> out(static_cast<size_t>(n / 32) * sizeof(kernels::BlockQ5_0));
     kernels::QuantizeRowQ5_0(values.data(), n, reinterpret_cast<kernels::BlockQ5_0*>(out.data()));
+    return out;
+  }
+  if (dtype == formats::DType::kQ4_1) {
+    std::vector<std::byte> out(static_cast<size_t>(n / 32) * sizeof(kernels::BlockQ4_1));
+    kernels::QuantizeRowQ4_1(values.data(), n, reinterpret_cast<kernels::BlockQ4_1*>(out.data()));
+    return out;
+  }
+  if (dtype == formats::DType::kQ5_1) {
+    std::vector<std::byte> out(static_cast<size_t>(n / 32) * sizeof(kernels::BlockQ5_1));
+    kernels::QuantizeRowQ5_1(values.data(), n, reinterpret_cast<kernels::BlockQ5_1*>(out.data()));
     return out;
   }
   if (dtype == formats::DType::kF32) {
@@ -65,14 +82,12 @@ Status ForEachTensor(
     const std::function<Status(const std::string&, formats::DType, const std::vector<int64_t>&,
                                const std::vector<std::byte>&)>& add) {
   if (naming == TensorNaming::kGguf) KVF_RETURN_IF_ERROR(RefuseMlaGguf(weights.config));
-  const bool quantized = (dtype == formats::DType::kQ8_0 || dtype == formats::DType::kQ4_0 ||
-                          dtype == formats::DType::kQ5_0) &&
-                         naming == TensorNaming::kGguf;
+  const bool quantized = IsWritableQuantType(dtype) && naming == TensorNaming::kGguf;
   if (dtype != formats::DType::kF32 && dtype != formats::DType::kF16 &&
       dtype != formats::DType::kBF16 && !quantized) {
     return InvalidArgumentError(
-        "checkpoints are written in F32, F16 or BF16 (and GGUF files in Q8_0, Q4_0 or Q5_0), "
-        "not " +
+        "checkpoints are written in F32, F16 or BF16 (and GGUF files in Q8_0, Q4_0, Q5_0, Q4_1 "
+        "or Q5_1), not " +
         std::string(formats::DTypeName(dtype)));
   }
   ModelWeights copy = weights;  // shares the bytes; the slots point into the copy

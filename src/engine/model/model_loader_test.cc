@@ -344,11 +344,12 @@ TEST(ModelLoaderTest, Q8_0GgufWithABadScaleOrAQuantizedNormIsRefusedByName) {
                   "' is Q8_0; norms and biases must be F32, F16 or BF16");
 }
 
-// A Q8_0, Q4_0 or Q5_0 GGUF stays in its blocks (no f32 copy at load) and computes the same tokens
-// and logprobs, bit for bit, at TP 1, 2 and 4 and whatever the batch (Generate runs two prompts).
+// A Q8_0, Q4_0, Q5_0, Q4_1 or Q5_1 GGUF stays in its blocks (no f32 copy at load) and computes the
+// same tokens and logprobs, bit for bit, at TP 1, 2 and 4 and whatever the batch (Generate runs two
+// prompts).
 TEST(ModelLoaderTest, QuantizedGgufComputesInItsBlocksAtEveryTpSize) {
   const ModelWeights w = *GenerateWeights(*BuiltinModelConfig("tiny"));
-  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0}) {
+  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1}) {
     SCOPED_TRACE(formats::DTypeName(dtype));
     const fs::path dir = Scratch("quant_tp");
     ASSERT_TRUE(WriteGgufCheckpoint(w, dir / "q.gguf", dtype, nullptr).ok());

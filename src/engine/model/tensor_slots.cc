@@ -103,8 +103,8 @@ void LayerSlots(const Names& n, int32_t l, const ModelConfig& c, bool gguf, Laye
   out->push_back({At(n.down, l), {d, f}, &lw.down, nullptr, 0});
 }
 
-// A quantized matrix: Q8_0, Q4_0 or Q5_0 (the other block types are refused naming theirs), whole
-// blocks per row, and every block's scale finite.
+// A quantized matrix: Q8_0, Q4_0, Q5_0, Q4_1 or Q5_1 (the other block types are refused naming
+// theirs), whole blocks per row, and every block's scale finite.
 Status CheckQuantized(const TensorSlot& slot, const formats::TensorView& t) {
   const std::string type(formats::DTypeName(t.dtype));
   if (slot.vector != nullptr) {
@@ -125,9 +125,10 @@ Status CheckQuantized(const TensorSlot& slot, const formats::TensorView& t) {
 }
 
 Status BindOne(const TensorSlot& slot, const formats::TensorView& t, ModelWeights* w) {
-  KVF_RETURN_IF_ERROR(formats::RequireDType(
-      t, {formats::DType::kF32, formats::DType::kF16, formats::DType::kBF16, formats::DType::kQ8_0,
-          formats::DType::kQ4_0, formats::DType::kQ5_0}));
+  KVF_RETURN_IF_ERROR(
+      formats::RequireDType(t, {formats::DType::kF32, formats::DType::kF16, formats::DType::kBF16,
+                                formats::DType::kQ8_0, formats::DType::kQ4_0, formats::DType::kQ5_0,
+                                formats::DType::kQ4_1, formats::DType::kQ5_1}));
   if (t.shape == slot.shape && formats::DTypeBlockElements(t.dtype) > 1) {
     KVF_RETURN_IF_ERROR(CheckQuantized(slot, t));
   }
