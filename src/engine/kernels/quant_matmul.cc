@@ -168,11 +168,18 @@ KVF_Q8_AVX2 KVF_Q8_INLINE V8 ToV8(__m256 v) {
   return f;
 }
 
-// The F16 scales (offset 0) or minimums (offset 2) of 8 blocks as f32.
-KVF_Q8_AVX2 KVF_Q8_INLINE V8 F16At(const std::byte* const* blocks, int offset) {
-  uint16_t h[8];
-  for (int i = 0; i < 8; ++i) std::memcpy(&h[i], blocks[i] + offset, 2);
-  return ToV8(_mm256_cvtph_ps(_mm_setr_epi16(h[0], h[1], h[2], h[3], h[4], h[5], h[6], h[7])));
+// The F16 scales (offset 0) or minimums (offset 2) of 8 blocks as f32. Inserted into the vector
+// one by one: eight 2-byte stores and a 16-byte load of them stalled store forwarding (perf:
+// 22 % of Q4_0 decode on the multiply after it).
+KVF_Q8_AVX2 KVF_Q8_INLINE short HalfAt(const std::byte* p) {
+  short h;
+  std::memcpy(&h, p, 2);
+  return h;
+}
+KVF_Q8_AVX2 KVF_Q8_INLINE V8 F16At(const std::byte* const* b, int offset) {
+  return ToV8(_mm256_cvtph_ps(_mm_setr_epi16(
+      HalfAt(b[0] + offset), HalfAt(b[1] + offset), HalfAt(b[2] + offset), HalfAt(b[3] + offset),
+      HalfAt(b[4] + offset), HalfAt(b[5] + offset), HalfAt(b[6] + offset), HalfAt(b[7] + offset))));
 }
 KVF_Q8_AVX2 KVF_Q8_INLINE V8 F16Scales(const std::byte* const* blocks) { return F16At(blocks, 0); }
 
