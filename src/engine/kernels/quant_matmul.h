@@ -11,9 +11,9 @@
 //   acc = 0;  for b in order:  acc = fma(dw_b * dx_b, float(sum_i qw_b[i] * qx_b[i]), acc)
 //                              [with a minimum:  acc = fma(mw_b, sx_b, acc)];  y = acc
 //
-// where sx_b is x's block sum as llama.cpp's Q8_1 holds it (F16 of d * sum_i qx_b[i]) (dw_b * dx_b
-// one f32 product; the integer sum exact, so how a SIMD path adds it up does not
-// matter). y[m][n] depends on x's row m and W's row n alone — not on M, the tiling, the SIMD path
+// where sx_b is x's block sum as llama.cpp's Q8_1 holds it (F16 of d * sum_i qx_b[i]). dw_b * dx_b
+// is one f32 product, and the integer sum is exact, so how a SIMD path adds it up does not
+// matter. y[m][n] depends on x's row m and W's row n alone — not on M, the tiling, the SIMD path
 // or the thread count — and x's blocks cut the same way wherever K is split on a block boundary,
 // so a row-parallel leaf (row_parallel.h) computes its slice alike whatever the TP size.
 //
