@@ -9,9 +9,11 @@
 #include <sstream>
 #include <string>
 
+#include "engine/kernels/quant_types.h"
 #include "engine/model/checkpoint_writer.h"
 #include "engine/model/gguf_tokenizer.h"
 #include "engine/model/model_loader.h"
+#include "engine/model/tensor_slots.h"
 #include "kvferry/formats/gguf.h"
 #include "tools/command_registry.h"
 
@@ -55,35 +57,24 @@ StatusOr<GgufTokenizerMetadata> InputTokenizer(const std::string& in,
   return kvferry::engine::GgufTokenizerFromHuggingFace(json, config, vocab_size);
 }
 
-// The matrices must hold plain floats: quantizing blocks again would compound their error.
+// The matrices must hold plain floats: quantizing blocks again would compound their error. Every
+// matrix of the model is looked at (the slots of its tensor table), named in the refusal.
 Status RequireFloatMatrices(const ModelWeights& w, const std::string& in) {
-  const kvferry::engine::WeightMatrix* matrices[] = {&w.embed, &w.lm_head};
-  for (const auto* m : matrices) {
-    if (m->quantized()) {
-      return kvferry::InvalidArgumentError("'" + in + "' is already quantized (" +
-                                           std::string(kvferry::formats::DTypeName(m->dtype)) +
-                                           "); quantize an F32, F16 or BF16 model");
-    }
-  }
-  for (const auto& l : w.layers) {
-    if (l.q.quantized() || l.o.quantized() || l.down.quantized()) {
-      return kvferry::InvalidArgumentError("'" + in +
-                                           "' is already quantized; quantize an F32, F16 or "
-                                           "BF16 model");
-    }
+  ModelWeights copy = w;  // shares the bytes; the slots point into the copy
+  for (const auto& slot :
+       kvferry::engine::TensorSlots(kvferry::engine::TensorNaming::kHuggingFace, &copy)) {
+    if (slot.matrix == nullptr || !slot.matrix->quantized()) continue;
+    return kvferry::InvalidArgumentError(
+        "'" + in + "' is already quantized (" +
+        std::string(kvferry::formats::DTypeName(slot.matrix->dtype)) + ": " + slot.name +
+        "); quantize an F32, F16 or BF16 model");
   }
   return Status::Ok();
 }
 
 Status Quantize(const QuantizeOptions& o) {
-  using kvferry::formats::DType;
-  const DType type = o.type == "q8_0"   ? DType::kQ8_0
-                     : o.type == "q4_0" ? DType::kQ4_0
-                     : o.type == "q5_0" ? DType::kQ5_0
-                     : o.type == "q4_1" ? DType::kQ4_1
-                     : o.type == "q5_1" ? DType::kQ5_1
-                                        : DType::kF32;
-  if (type == DType::kF32) {
+  const auto type = kvferry::engine::kernels::ComputedQuantTypeFromName(o.type);
+  if (!type) {
     return kvferry::InvalidArgumentError("--type '" + o.type +
                                          "': kvferry quantizes to q8_0, q4_0, q5_0, q4_1 or q5_1 "
                                          "(the other GGUF types are not supported yet; "
@@ -100,13 +91,13 @@ Status Quantize(const QuantizeOptions& o) {
   KVF_ASSIGN_OR_RETURN(GgufTokenizerMetadata tok,
                        InputTokenizer(o.in, format, w.config.vocab_size));
   KVF_RETURN_IF_ERROR(kvferry::engine::WriteGgufCheckpoint(
-      w, o.out, type, [&tok](kvferry::formats::GgufWriter* writer) {
+      w, o.out, *type, [&tok](kvferry::formats::GgufWriter* writer) {
         return kvferry::engine::AddGgufTokenizer(tok, writer);
       }));
   std::error_code ec;
   std::fprintf(stderr, "quantize: %s, %lld parameters, %s: %s (%.1f MiB)\n",
                w.config.architecture.c_str(), static_cast<long long>(w.config.NumParameters()),
-               std::string(kvferry::formats::DTypeName(type)).c_str(), o.out.c_str(),
+               std::string(kvferry::formats::DTypeName(*type)).c_str(), o.out.c_str(),
                static_cast<double>(fs::file_size(o.out, ec)) / (1 << 20));
   return Status::Ok();
 }

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "engine/kernels/quant_types.h"
 #include "engine/model/checkpoint_writer.h"
 #include "engine/model/gguf_tokenizer.h"
 #include "engine/model/synthetic_model.h"
@@ -89,11 +90,7 @@ StatusOr<kvferry::formats::DType> ParseDType(const std::string& s) {
   if (s == "f32") return kvferry::formats::DType::kF32;
   if (s == "f16") return kvferry::formats::DType::kF16;
   if (s == "bf16") return kvferry::formats::DType::kBF16;
-  if (s == "q8_0") return kvferry::formats::DType::kQ8_0;
-  if (s == "q4_0") return kvferry::formats::DType::kQ4_0;
-  if (s == "q5_0") return kvferry::formats::DType::kQ5_0;
-  if (s == "q4_1") return kvferry::formats::DType::kQ4_1;
-  if (s == "q5_1") return kvferry::formats::DType::kQ5_1;
+  if (auto q = kvferry::engine::kernels::ComputedQuantTypeFromName(s)) return *q;
   return kvferry::InvalidArgumentError(
       "--dtype '" + s + "': expected f32, f16, bf16, q8_0, q4_0, q5_0, q4_1 or q5_1");
 }

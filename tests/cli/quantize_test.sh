@@ -61,8 +61,8 @@ expect_refusal() {
     fail "quantize $* (exit $rc): $(cat out.txt)"
   fi
 }
-expect_refusal "already quantized (Q8_0)" from-gguf.gguf again.gguf --type q8_0
-expect_refusal "already quantized (Q4_0)" from-hf-q4.gguf again.gguf --type q8_0
+expect_refusal "already quantized (Q8_0: model.embed_tokens.weight)" from-gguf.gguf again.gguf --type q8_0
+expect_refusal "already quantized (Q4_0: model.embed_tokens.weight)" from-hf-q4.gguf again.gguf --type q8_0
 expect_refusal "--type 'q4_k'" f32.gguf x.gguf --type q4_k
 expect_refusal "nothing-here" nothing-here x.gguf --type q8_0
 [ ! -e again.gguf ] && [ ! -e x.gguf ] || fail "a refused run left an output file"

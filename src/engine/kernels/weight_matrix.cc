@@ -2,10 +2,7 @@
 
 #include <cstring>
 
-#include "engine/kernels/quant_q4_0.h"
-#include "engine/kernels/quant_q4_1.h"
-#include "engine/kernels/quant_q5_0.h"
-#include "engine/kernels/quant_q8_0.h"
+#include "engine/kernels/quant_types.h"
 #include "kvferry/common/half.h"
 
 namespace kvferry::engine {
@@ -16,24 +13,8 @@ void ReadRowF32(const WeightMatrix& m, int64_t r, float* out) {
     std::memcpy(out, p, static_cast<size_t>(m.cols) * 4);
     return;
   }
-  if (m.dtype == formats::DType::kQ8_0) {
-    kernels::DequantizeRowQ8_0(reinterpret_cast<const kernels::BlockQ8_0*>(p), m.cols, out);
-    return;
-  }
-  if (m.dtype == formats::DType::kQ4_0) {
-    kernels::DequantizeRowQ4_0(reinterpret_cast<const kernels::BlockQ4_0*>(p), m.cols, out);
-    return;
-  }
-  if (m.dtype == formats::DType::kQ5_0) {
-    kernels::DequantizeRowQ5_0(reinterpret_cast<const kernels::BlockQ5_0*>(p), m.cols, out);
-    return;
-  }
-  if (m.dtype == formats::DType::kQ4_1) {
-    kernels::DequantizeRowQ4_1(reinterpret_cast<const kernels::BlockQ4_1*>(p), m.cols, out);
-    return;
-  }
-  if (m.dtype == formats::DType::kQ5_1) {
-    kernels::DequantizeRowQ5_1(reinterpret_cast<const kernels::BlockQ5_1*>(p), m.cols, out);
+  if (m.quantized()) {
+    kernels::DequantizeRow(m.dtype, p, m.cols, out);
     return;
   }
   for (int64_t c = 0; c < m.cols; ++c) {

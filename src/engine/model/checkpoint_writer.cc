@@ -4,10 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/kernels/quant_q4_0.h"
-#include "engine/kernels/quant_q4_1.h"
-#include "engine/kernels/quant_q5_0.h"
-#include "engine/kernels/quant_q8_0.h"
+#include "engine/kernels/quant_types.h"
 #include "engine/model/deepseek_rope.h"
 #include "engine/model/gguf_config.h"
 #include "engine/model/hf_config.h"
@@ -19,39 +16,13 @@
 namespace kvferry::engine {
 namespace {
 
-bool IsWritableQuantType(formats::DType dtype) {
-  return dtype == formats::DType::kQ8_0 || dtype == formats::DType::kQ4_0 ||
-         dtype == formats::DType::kQ5_0 || dtype == formats::DType::kQ4_1 ||
-         dtype == formats::DType::kQ5_1;
-}
-
 // `values` in `dtype` (little-endian bytes; a quantized type: rows whose length is a multiple of
 // 32, so blocks never straddle rows and the values can be quantized as one run).
 std::vector<std::byte> Encode(const std::vector<float>& values, formats::DType dtype) {
   const int64_t n = static_cast<int64_t>(values.size());
-  if (dtype == formats::DType::kQ8_0) {
-    std::vector<std::byte> out(static_cast<size_t>(n / 32) * sizeof(kernels::BlockQ8_0));
-    kernels::QuantizeRowQ8_0(values.data(), n, reinterpret_cast<kernels::BlockQ8_0*>(out.data()));
-    return out;
-  }
-  if (dtype == formats::DType::kQ4_0) {
-    std::vector<std::byte> out(static_cast<size_t>(n / 32) * sizeof(kernels::BlockQ4_0));
-    kernels::QuantizeRowQ4_0(values.data(), n, reinterpret_cast<kernels::BlockQ4_0*>(out.data()));
-    return out;
-  }
-  if (dtype == formats::DType::kQ5_0) {
-    std::vector<std::byte> out(static_cast<size_t>(n / 32) * sizeof(kernels::BlockQ5_0));
-    kernels::QuantizeRowQ5_0(values.data(), n, reinterpret_cast<kernels::BlockQ5_0*>(out.data()));
-    return out;
-  }
-  if (dtype == formats::DType::kQ4_1) {
-    std::vector<std::byte> out(static_cast<size_t>(n / 32) * sizeof(kernels::BlockQ4_1));
-    kernels::QuantizeRowQ4_1(values.data(), n, reinterpret_cast<kernels::BlockQ4_1*>(out.data()));
-    return out;
-  }
-  if (dtype == formats::DType::kQ5_1) {
-    std::vector<std::byte> out(static_cast<size_t>(n / 32) * sizeof(kernels::BlockQ5_1));
-    kernels::QuantizeRowQ5_1(values.data(), n, reinterpret_cast<kernels::BlockQ5_1*>(out.data()));
+  if (kernels::IsComputedQuantType(dtype)) {
+    std::vector<std::byte> out(static_cast<size_t>(n / 32 * formats::DTypeBlockBytes(dtype)));
+    kernels::QuantizeRow(dtype, values.data(), n, out.data());
     return out;
   }
   if (dtype == formats::DType::kF32) {
@@ -82,7 +53,7 @@ Status ForEachTensor(
     const std::function<Status(const std::string&, formats::DType, const std::vector<int64_t>&,
                                const std::vector<std::byte>&)>& add) {
   if (naming == TensorNaming::kGguf) KVF_RETURN_IF_ERROR(RefuseMlaGguf(weights.config));
-  const bool quantized = IsWritableQuantType(dtype) && naming == TensorNaming::kGguf;
+  const bool quantized = kernels::IsComputedQuantType(dtype) && naming == TensorNaming::kGguf;
   if (dtype != formats::DType::kF32 && dtype != formats::DType::kF16 &&
       dtype != formats::DType::kBF16 && !quantized) {
     return InvalidArgumentError(

@@ -14,6 +14,7 @@
 
 #include "engine/engine_test_util.h"
 #include "engine/kernels/quant_q8_0.h"
+#include "engine/kernels/quant_types.h"
 #include "engine/model/checkpoint_writer.h"
 #include "engine/weights.h"
 #include "kvferry/engine/engine.h"
@@ -349,7 +350,7 @@ TEST(ModelLoaderTest, Q8_0GgufWithABadScaleOrAQuantizedNormIsRefusedByName) {
 // prompts).
 TEST(ModelLoaderTest, QuantizedGgufComputesInItsBlocksAtEveryTpSize) {
   const ModelWeights w = *GenerateWeights(*BuiltinModelConfig("tiny"));
-  for (DType dtype : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_1, DType::kQ5_1}) {
+  for (DType dtype : kernels::ComputedQuantTypes()) {
     SCOPED_TRACE(formats::DTypeName(dtype));
     const fs::path dir = Scratch("quant_tp");
     ASSERT_TRUE(WriteGgufCheckpoint(w, dir / "q.gguf", dtype, nullptr).ok());

@@ -3,6 +3,8 @@
 #include <cstring>
 #include <map>
 
+#include "engine/kernels/quant_types.h"
+
 namespace kvferry::engine {
 namespace {
 
@@ -103,8 +105,8 @@ void LayerSlots(const Names& n, int32_t l, const ModelConfig& c, bool gguf, Laye
   out->push_back({At(n.down, l), {d, f}, &lw.down, nullptr, 0});
 }
 
-// A quantized matrix: Q8_0, Q4_0, Q5_0, Q4_1 or Q5_1 (the other block types are refused naming
-// theirs), whole blocks per row, and every block's scale finite.
+// A quantized matrix (a computed type: RequireComputedDType has refused the others): whole
+// blocks per row, and every block's scale finite.
 Status CheckQuantized(const TensorSlot& slot, const formats::TensorView& t) {
   const std::string type(formats::DTypeName(t.dtype));
   if (slot.vector != nullptr) {
@@ -124,12 +126,23 @@ Status CheckQuantized(const TensorSlot& slot, const formats::TensorView& t) {
   return Status::Ok();
 }
 
+// The dtypes the engine computes: F32, F16, BF16 and the quantized types of
+// kernels/quant_types.h; any other is refused, naming it and the list.
+Status RequireComputedDType(const formats::TensorView& t) {
+  using formats::DType;
+  if (t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16 ||
+      kernels::IsComputedQuantType(t.dtype)) {
+    return Status::Ok();
+  }
+  std::string expected = "F32, F16, BF16";
+  for (DType d : kernels::ComputedQuantTypes()) expected += ", " + std::string(DTypeName(d));
+  return InvalidArgumentError("tensor '" + t.name + "' in '" + t.file + "' has dtype " +
+                              std::string(DTypeName(t.dtype)) + "; expected one of " + expected);
+}
+
 Status BindOne(const TensorSlot& slot, const formats::TensorView& t, ModelWeights* w) {
-  KVF_RETURN_IF_ERROR(
-      formats::RequireDType(t, {formats::DType::kF32, formats::DType::kF16, formats::DType::kBF16,
-                                formats::DType::kQ8_0, formats::DType::kQ4_0, formats::DType::kQ5_0,
-                                formats::DType::kQ4_1, formats::DType::kQ5_1}));
-  if (t.shape == slot.shape && formats::DTypeBlockElements(t.dtype) > 1) {
+  KVF_RETURN_IF_ERROR(RequireComputedDType(t));
+  if (t.shape == slot.shape && kernels::IsComputedQuantType(t.dtype)) {
     KVF_RETURN_IF_ERROR(CheckQuantized(slot, t));
   }
   if (t.shape != slot.shape) {

@@ -50,9 +50,9 @@ struct TensorSlot {
 std::vector<TensorSlot> TensorSlots(TensorNaming naming, ModelWeights* weights);
 
 // Binds every slot to the tensor of that name in `tensors`. InvalidArgument naming the tensor
-// for one that is missing, has another shape, or a dtype other than F32/F16/BF16 (quantized
-// types are named); also for any tensor of the file no slot takes, unless it is in `ignored`.
-// Copies go into weights->storage.
+// for one that is missing, has another shape, or a dtype the engine does not compute (F32, F16,
+// BF16 and kernels/quant_types.h's; the others are named); also for any tensor of the file no slot
+// takes, unless it is in `ignored`. Copies go into weights->storage.
 Status BindTensors(const std::vector<TensorSlot>& slots,
                    const std::vector<formats::TensorView>& tensors,
                    const std::set<std::string>& ignored, ModelWeights* weights);
