@@ -101,11 +101,12 @@ TSAN_SELECT = -L "transfer|connector|threads" -LE "long|nosan|engine"
 # One clang build (build-asan) does three jobs, so CI compiles the tree once for them: ASan+UBSan
 # over the tests ASAN_SELECT picks, -Wthread-safety as errors over everything it compiles (the
 # libraries, those tests and the kvferry CLI), and the libFuzzer targets, each run FUZZ_SECONDS.
-# (`make tsa` and `make fuzz` remain, as separate builds.)
-asan: deps
+# (`make tsa` and `make fuzz` remain, as separate builds.) The tests' Python oracles (Hugging Face
+# tokenizers) run from build/pyenv, as in the main build.
+asan: deps $(PYENV)/.installed
 	cmake -S . -B build-asan $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_COMPILER=clang++ \
 	  -DCMAKE_C_COMPILER=clang -DKVFERRY_SANITIZE=address,undefined -DKVFERRY_THREAD_SAFETY=ON \
-	  -DKVFERRY_FUZZ=ON -DKVFERRY_BENCH=OFF $(SAN_FLAGS)
+	  -DKVFERRY_FUZZ=ON -DKVFERRY_BENCH=OFF -DPython_EXECUTABLE=$(CURDIR)/$(PYENV)/bin/python $(SAN_FLAGS)
 	cmake --build build-asan -j $(JOBS) --target kvferry fuzz_all \
 	  $$(tests/sanitize/ctest_targets.py build-asan $(ASAN_SELECT))
 	cd build-asan && env $(SAN_ENV) ctest --output-on-failure -j $(JOBS) $(ASAN_SELECT)
