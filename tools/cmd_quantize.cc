@@ -2,15 +2,19 @@
 // blocks, as llama.cpp's llama-quantize does (ggml's reference quantizer; norms and biases stay
 // F32). IN is an F32/F16/BF16 GGUF file or Hugging Face directory; OUT a GGUF file with IN's
 // tokenizer (docs/models.md, "Quantized GGUF").
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
-#include "engine/kernels/quant_types.h"
 #include "engine/model/checkpoint_writer.h"
+#include "engine/model/gguf_file_type.h"
 #include "engine/model/gguf_tokenizer.h"
 #include "engine/model/model_loader.h"
 #include "engine/model/tensor_slots.h"
@@ -29,6 +33,7 @@ struct QuantizeOptions {
   std::string in;
   std::string out;
   std::string type;
+  bool pure = false;
 };
 
 StatusOr<std::string> ReadText(const fs::path& path) {
@@ -72,14 +77,30 @@ Status RequireFloatMatrices(const ModelWeights& w, const std::string& in) {
   return Status::Ok();
 }
 
+// "Q4_K 10, Q6_K 5, F32 9": how many of `path`'s tensors each type holds, most first.
+StatusOr<std::string> TypeCounts(const std::string& path) {
+  KVF_ASSIGN_OR_RETURN(auto file, kvferry::formats::GgufFile::Open(path));
+  std::map<std::string, int> counts;
+  for (const auto& t : file.tensors()) ++counts[std::string(kvferry::formats::DTypeName(t.dtype))];
+  std::vector<std::pair<int, std::string>> order;
+  for (const auto& [name, n] : counts) order.emplace_back(-n, name);
+  std::sort(order.begin(), order.end());
+  std::string out;
+  for (const auto& [n, name] : order) {
+    out += (out.empty() ? "" : ", ") + name + " " + std::to_string(-n);
+  }
+  return out;
+}
+
 Status Quantize(const QuantizeOptions& o) {
-  const auto type = kvferry::engine::kernels::ComputedQuantTypeFromName(o.type);
+  auto type = kvferry::engine::GgufFileTypeFromName(o.type);
   if (!type) {
-    return kvferry::InvalidArgumentError("--type '" + o.type +
-                                         "': kvferry quantizes to q8_0, q4_0, q5_0, q4_1 or q5_1 "
-                                         "(the other GGUF types are not supported yet; "
+    return kvferry::InvalidArgumentError("--type '" + o.type + "': kvferry quantizes to " +
+                                         kvferry::engine::GgufFileTypeNames() +
+                                         " (the other GGUF types are not supported yet; "
                                          "docs/models.md)");
   }
+  type->pure = o.pure;
   KVF_ASSIGN_OR_RETURN(auto format, kvferry::engine::DetectModelFormat(o.in));
   if (format == kvferry::engine::ModelFormat::kBuiltin) {
     return kvferry::InvalidArgumentError("'" + o.in +
@@ -95,9 +116,10 @@ Status Quantize(const QuantizeOptions& o) {
         return kvferry::engine::AddGgufTokenizer(tok, writer);
       }));
   std::error_code ec;
-  std::fprintf(stderr, "quantize: %s, %lld parameters, %s: %s (%.1f MiB)\n",
+  KVF_ASSIGN_OR_RETURN(std::string types, TypeCounts(o.out));
+  std::fprintf(stderr, "quantize: %s, %lld parameters, %s (%s): %s (%.1f MiB)\n",
                w.config.architecture.c_str(), static_cast<long long>(w.config.NumParameters()),
-               std::string(kvferry::formats::DTypeName(*type)).c_str(), o.out.c_str(),
+               type->name.c_str(), types.c_str(), o.out.c_str(),
                static_cast<double>(fs::file_size(o.out, ec)) / (1 << 20));
   return Status::Ok();
 }
@@ -119,10 +141,11 @@ void AddQuantize(CLI::App& app) {
       ->required();
   sub->add_option("OUT", o->out, "GGUF file to write")->required();
   sub->add_option("--type", o->type,
-                  "q8_0 (every matrix in 8-bit blocks of 32 with an F16 scale), q4_0, q5_0, "
-                  "q4_1 or q5_1 (4- and 5-bit, the _1 types with a minimum), "
-                  "as llama-quantize writes them (norms and biases stay F32)")
+                  "q8_0, q4_0, q5_0, q4_1, q5_1, q4_k_s, q4_k_m, q5_k_s, q5_k_m or q6_k: each "
+                  "matrix in the type llama-quantize assigns it (the _k_m mixtures keep some "
+                  "attn_v and ffn_down matrices and the output in Q6_K); norms and biases stay F32")
       ->required();
+  sub->add_flag("--pure", o->pure, "Every matrix in the type's base type (llama-quantize --pure)");
   sub->callback([o] { throw CLI::RuntimeError(RunQuantize(*o)); });
 }
 KVF_REGISTER_COMMAND(AddQuantize);

@@ -7,11 +7,12 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 
-#include "engine/kernels/quant_types.h"
 #include "engine/model/checkpoint_writer.h"
+#include "engine/model/gguf_file_type.h"
 #include "engine/model/gguf_tokenizer.h"
 #include "engine/model/synthetic_model.h"
 #include "kvferry/tokenizer/gguf_metadata.h"
@@ -44,6 +45,7 @@ struct SynthOptions {
   float rope_theta = 0.0f;
   bool tie_embeddings = false;
   std::string dtype = "bf16";
+  bool pure = false;
   unsigned long long seed = 0;
   std::string out;
   int shards = 1;
@@ -86,13 +88,22 @@ StatusOr<TokenizerFiles> LoadTokenizerFiles(const fs::path& dir) {
   return TokenizerFiles{std::move(json), std::move(config), std::move(tok)};
 }
 
-StatusOr<kvferry::formats::DType> ParseDType(const std::string& s) {
-  if (s == "f32") return kvferry::formats::DType::kF32;
-  if (s == "f16") return kvferry::formats::DType::kF16;
-  if (s == "bf16") return kvferry::formats::DType::kBF16;
-  if (auto q = kvferry::engine::kernels::ComputedQuantTypeFromName(s)) return *q;
-  return kvferry::InvalidArgumentError(
-      "--dtype '" + s + "': expected f32, f16, bf16, q8_0, q4_0, q5_0, q4_1 or q5_1");
+// --dtype: a float dtype (both outputs) or a quantized GGUF file type (--gguf only).
+struct WeightFormat {
+  kvferry::formats::DType dtype = kvferry::formats::DType::kBF16;
+  std::optional<kvferry::engine::GgufFileType> quantized;
+};
+
+StatusOr<WeightFormat> ParseDType(const std::string& s, bool pure) {
+  if (s == "f32") return WeightFormat{kvferry::formats::DType::kF32, std::nullopt};
+  if (s == "f16") return WeightFormat{kvferry::formats::DType::kF16, std::nullopt};
+  if (s == "bf16") return WeightFormat{kvferry::formats::DType::kBF16, std::nullopt};
+  if (auto q = kvferry::engine::GgufFileTypeFromName(s)) {
+    q->pure = pure;
+    return WeightFormat{q->base, q};
+  }
+  return kvferry::InvalidArgumentError("--dtype '" + s + "': expected f32, f16, bf16, " +
+                                       kvferry::engine::GgufFileTypeNames());
 }
 
 // The model's name: the output directory's, else the GGUF file's stem.
@@ -191,22 +202,28 @@ Status WriteHfDirectory(const SynthOptions& o, const ModelWeights& w, kvferry::f
   return Status::Ok();
 }
 
-Status WriteGguf(const SynthOptions& o, const ModelWeights& w, kvferry::formats::DType dt,
+Status WriteGguf(const SynthOptions& o, const ModelWeights& w, const WeightFormat& format,
                  const TokenizerFiles& tok) {
   KVF_ASSIGN_OR_RETURN(auto meta, kvferry::engine::GgufTokenizerFromHuggingFace(
                                       tok.json, tok.config, w.config.vocab_size));
-  return kvferry::engine::WriteGgufCheckpoint(
-      w, o.gguf, dt, [&meta](kvferry::formats::GgufWriter* writer) {
-        return kvferry::engine::AddGgufTokenizer(meta, writer);
-      });
+  auto add_tokenizer = [&meta](kvferry::formats::GgufWriter* writer) {
+    return kvferry::engine::AddGgufTokenizer(meta, writer);
+  };
+  if (format.quantized) {
+    return kvferry::engine::WriteGgufCheckpoint(w, o.gguf, *format.quantized, add_tokenizer);
+  }
+  return kvferry::engine::WriteGgufCheckpoint(w, o.gguf, format.dtype, add_tokenizer);
 }
 
 Status Synthesize(const SynthOptions& o) {
   if (o.out.empty() && o.gguf.empty()) {
     return kvferry::InvalidArgumentError("nothing to write: give --out DIR and/or --gguf FILE");
   }
-  KVF_ASSIGN_OR_RETURN(kvferry::formats::DType dtype, ParseDType(o.dtype));
-  if (kvferry::formats::DTypeBlockElements(dtype) > 1 && !o.out.empty()) {
+  KVF_ASSIGN_OR_RETURN(WeightFormat format, ParseDType(o.dtype, o.pure));
+  if (o.pure && !format.quantized) {
+    return kvferry::InvalidArgumentError("--pure applies to the quantized --dtype types");
+  }
+  if (format.quantized && !o.out.empty()) {
     return kvferry::InvalidArgumentError("--dtype " + o.dtype +
                                          " is a GGUF type: write it with --gguf FILE "
                                          "(safetensors has no quantized blocks)");
@@ -215,8 +232,8 @@ Status Synthesize(const SynthOptions& o) {
   KVF_ASSIGN_OR_RETURN(ModelConfig config, BuildConfig(o, tok.tokenizer));
   KVF_ASSIGN_OR_RETURN(ModelWeights w,
                        kvferry::engine::SyntheticWeights(config, tok.tokenizer.vocab_size()));
-  if (!o.out.empty()) KVF_RETURN_IF_ERROR(WriteHfDirectory(o, w, dtype, tok));
-  if (!o.gguf.empty()) KVF_RETURN_IF_ERROR(WriteGguf(o, w, dtype, tok));
+  if (!o.out.empty()) KVF_RETURN_IF_ERROR(WriteHfDirectory(o, w, format.dtype, tok));
+  if (!o.gguf.empty()) KVF_RETURN_IF_ERROR(WriteGguf(o, w, format, tok));
   std::string wrote = o.out.empty() ? "" : "HF directory " + o.out;
   if (!o.gguf.empty()) wrote += (wrote.empty() ? "GGUF " : ", GGUF ") + o.gguf;
   std::fprintf(stderr, "synth-model: %s, %lld parameters, vocab %d (tokenizer %d): %s\n",
@@ -296,11 +313,12 @@ void AddSynthModel(CLI::App& app) {
   sub->add_flag("--tie-embeddings", o->tie_embeddings,
                 "lm_head shares the token embedding (no lm_head.weight / output.weight)");
   sub->add_option("--dtype", o->dtype,
-                  "Weight dtype of the matrices: f32, f16, bf16, or (GGUF only, as "
-                  "llama-quantize writes them) q8_0 (8-bit blocks of 32 with an F16 scale) or "
-                  "q4_0, q5_0, q4_1, q5_1 (4- and 5-bit, the _1 types with a minimum); norms "
-                  "and biases stay f32")
+                  "Weight dtype of the matrices: f32, f16, bf16, or (GGUF only, each matrix in "
+                  "the type llama-quantize assigns it) q8_0, q4_0, q5_0, q4_1, q5_1, q4_k_s, "
+                  "q4_k_m, q5_k_s, q5_k_m or q6_k; norms and biases stay f32")
       ->capture_default_str();
+  sub->add_flag("--pure", o->pure,
+                "With a quantized --dtype: every matrix in its base type (llama-quantize --pure)");
   sub->add_option("--seed", o->seed, "Seed of the random weights (same seed, same bits)")
       ->capture_default_str();
   sub->add_option("--out", o->out,

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # `kvferry quantize` as a user runs it (label integration): an F32 GGUF file and the same model's
-# Hugging Face directory, quantized to Q8_0 (and the directory to Q4_0), compute exactly what
-# `synth-model --dtype q8_0` (q4_0) writes for that model (greedy tokens and logprobs, bit for bit through `generate --json`), at a
-# quarter of the F32 size plus scales; quantizing a quantized file, or to a type kvferry does not
-# write, is refused with a message naming why. (llama.cpp runs synth-model's Q8_0 files in
-# tests/refs/llama_cpp_test.cc.)
+# Hugging Face directory, quantized to Q8_0 (and the directory to Q4_0, and a model whose rows
+# are whole 256-value super-blocks to Q4_K_M), compute exactly what `synth-model --dtype q8_0`
+# (q4_0, q4_k_m) writes for that model (greedy tokens and logprobs, bit for bit through
+# `generate --json`), at a quarter of the F32 size plus scales; the Q4_K_M file mixes the types
+# llama-quantize would (Q4_K, Q6_K for some attn_v/ffn_down and the tied output); quantizing a
+# quantized file, or to a type kvferry does not write, is refused with a message naming why.
+# (llama.cpp runs synth-model's files in tests/refs/llama_cpp_test.cc.)
 #
 # usage: tests/cli/quantize_test.sh path/to/kvferry path/to/tokenizer-dir
 set -euo pipefail
@@ -22,6 +24,12 @@ shape=(--arch qwen3 --tokenizer "$TOK" --hidden 128 --layers 2 --heads 4 --kv-he
 "$KVF" quantize f32.gguf from-gguf.gguf --type q8_0
 "$KVF" quantize hf from-hf.gguf --type q8_0
 "$KVF" quantize hf from-hf-q4.gguf --type q4_0
+kshape=(--arch qwen3 --tokenizer "$TOK" --hidden 256 --layers 2 --heads 8 --kv-heads 2
+  --head-dim 128 --ffn 1024 --tie-embeddings --seed 3)
+"$KVF" synth-model "${kshape[@]}" --dtype f32 --out hfk 2>/dev/null
+"$KVF" synth-model "${kshape[@]}" --dtype q4_k_m --gguf synth-q4km.gguf 2>/dev/null
+"$KVF" quantize hfk from-hf-q4km.gguf --type q4_k_m 2>q4km.txt
+cat q4km.txt
 
 failures=0
 fail() {
@@ -46,6 +54,15 @@ if [ "$(generate from-hf-q4.gguf)" = "$want4" ]; then echo "ok: q4_0 computes as
   fail "from-hf-q4.gguf: $(generate from-hf-q4.gguf) != $want4"
 fi
 [ "$want4" != "$want" ] || fail "the Q4_0 output equals the Q8_0 one"
+wantk=$(generate synth-q4km.gguf)
+if [ -n "$wantk" ] && [ "$(generate from-hf-q4km.gguf)" = "$wantk" ]; then
+  echo "ok: q4_k_m computes as synth-model's"
+else
+  fail "from-hf-q4km.gguf: $(generate from-hf-q4km.gguf) != $wantk"
+fi
+# 2 layers: use_more_bits gives layer 1's attn_v and ffn_down Q6_K, and the tied embedding is the
+# output (Q6_K): 3 of the 15 matrices; the norms stay F32.
+grep -q "(Q4_K 12, F32 9, Q6_K 3)" q4km.txt || fail "q4_k_m's types: $(cat q4km.txt)"
 
 f32=$(stat -c %s f32.gguf)
 q8=$(stat -c %s from-gguf.gguf)
@@ -62,7 +79,10 @@ expect_refusal() {
   fi
 }
 expect_refusal "already quantized (Q8_0: model.embed_tokens.weight)" from-gguf.gguf again.gguf --type q8_0
-expect_refusal "already quantized (Q4_0: model.embed_tokens.weight)" from-hf-q4.gguf again.gguf --type q8_0
+# (q4_0's tied embedding is its output: Q6_K, or Q8_0 where its 128-value rows are not whole
+# super-blocks, as llama-quantize assigns it.)
+expect_refusal "already quantized (Q8_0: model.embed_tokens.weight)" from-hf-q4.gguf again.gguf --type q8_0
+expect_refusal "already quantized (Q6_K: model.embed_tokens.weight)" from-hf-q4km.gguf again.gguf --type q4_k_m
 expect_refusal "--type 'q4_k'" f32.gguf x.gguf --type q4_k
 expect_refusal "nothing-here" nothing-here x.gguf --type q8_0
 [ ! -e again.gguf ] && [ ! -e x.gguf ] || fail "a refused run left an output file"

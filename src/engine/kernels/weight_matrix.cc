@@ -42,10 +42,13 @@ WeightMatrix ColumnSlice(const WeightMatrix& m, int64_t first, int64_t count) {
 int64_t FirstNonFiniteBlockScale(const WeightMatrix& m) {
   const int64_t blocks = m.rows * m.cols / formats::DTypeBlockElements(m.dtype);
   const int64_t bytes = formats::DTypeBlockBytes(m.dtype);
+  const std::span<const int> offsets = kernels::ScaleOffsets(m.dtype);
   for (int64_t b = 0; b < blocks; ++b) {
-    uint16_t d;
-    std::memcpy(&d, m.data + b * bytes, 2);
-    if ((d & 0x7c00) == 0x7c00) return b;  // exponent all ones: inf or NaN
+    for (const int offset : offsets) {
+      uint16_t d;
+      std::memcpy(&d, m.data + b * bytes + offset, 2);
+      if ((d & 0x7c00) == 0x7c00) return b;  // exponent all ones: inf or NaN
+    }
   }
   return -1;
 }

@@ -1,17 +1,18 @@
 // WeightMatrix (internal): a [rows][cols] row-major matrix of model weights in the dtype it is
-// stored in (F32, F16, BF16, or a GGUF block-quantized type: Q8_0, Q4_0, Q5_0, Q4_1, Q5_1), not
-// owned — it
-// points into a checkpoint's memory mapping or into a buffer the model owns (engine/weights.h says
-// who keeps the bytes alive). Rows may be further apart than `cols` (`stride`): a tensor-parallel
-// rank's column slice of a row-parallel weight is such a view into the full matrix, never a copy.
+// stored in (F32, F16, BF16, or a GGUF block-quantized type: Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, Q4_K,
+// Q5_K, Q6_K), not owned — it points into a checkpoint's memory mapping or into a buffer the
+// model owns (engine/weights.h says who keeps the bytes alive). Rows may be further apart than
+// `cols` (`stride`): a tensor-parallel rank's column slice of a row-parallel weight is such a view
+// into the full matrix, never a copy.
 //
 // The kernels read F16/BF16 weights by converting each element to f32 exactly as it is loaded;
 // the arithmetic after that is the f32 arithmetic of the determinism contract, so a model gives
 // the same bits whether its weights are stored in F16/BF16 or in F32 holding the same values.
 //
-// A quantized matrix's rows are whole blocks (32 values per block); a column
+// A quantized matrix's rows are whole blocks (32 values per block, 256 for the k-quants); a column
 // slice of it starts and ends on block boundaries, and the kernels compute it in its blocks
-// (quant_matmul.h), never converting it to f32 as a whole (ReadRowF32 decodes one row).
+// (quant_matmul.h, quant_k_matmul.h), never converting it to f32 as a whole (ReadRowF32 decodes one
+// row).
 //
 // Thread-safety: a value; the bytes it points to are immutable.
 #pragma once
@@ -49,8 +50,8 @@ WeightMatrix ColumnSlice(const WeightMatrix& m, int64_t first, int64_t count);
 // Row r of `m` as f32 values into out[0, cols).
 void ReadRowF32(const WeightMatrix& m, int64_t r, float* out);
 
-// For a quantized matrix (dense: stride 0), the index of the first block whose F16 scale (its
-// first two bytes) is NaN or infinite, or -1.
+// For a quantized matrix (dense: stride 0), the index of the first block with an F16 scale (d, or
+// a minimum's scale: kernels::ScaleOffsets) that is NaN or infinite, or -1.
 int64_t FirstNonFiniteBlockScale(const WeightMatrix& m);
 
 // The whole matrix as f32 (for small tensors: norms, biases; and for tests).

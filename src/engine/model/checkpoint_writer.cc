@@ -17,11 +17,12 @@ namespace kvferry::engine {
 namespace {
 
 // `values` in `dtype` (little-endian bytes; a quantized type: rows whose length is a multiple of
-// 32, so blocks never straddle rows and the values can be quantized as one run).
+// its block, so blocks never straddle rows and the values can be quantized as one run).
 std::vector<std::byte> Encode(const std::vector<float>& values, formats::DType dtype) {
   const int64_t n = static_cast<int64_t>(values.size());
   if (kernels::IsComputedQuantType(dtype)) {
-    std::vector<std::byte> out(static_cast<size_t>(n / 32 * formats::DTypeBlockBytes(dtype)));
+    std::vector<std::byte> out(static_cast<size_t>(n / formats::DTypeBlockElements(dtype) *
+                                                   formats::DTypeBlockBytes(dtype)));
     kernels::QuantizeRow(dtype, values.data(), n, out.data());
     return out;
   }
@@ -46,21 +47,28 @@ Status RefuseMlaGguf(const ModelConfig& c) {
                             ": writing MLA (deepseek) models as GGUF is not supported");
 }
 
+bool IsFloat(formats::DType d) {
+  return d == formats::DType::kF32 || d == formats::DType::kF16 || d == formats::DType::kBF16;
+}
+
+Status RequireFloat(formats::DType dtype) {
+  if (IsFloat(dtype)) return Status::Ok();
+  return InvalidArgumentError(
+      "checkpoints are written in F32, F16 or BF16 (and GGUF files in the quantized types of "
+      "docs/models.md), not " +
+      std::string(formats::DTypeName(dtype)));
+}
+
+// The dtype of a matrix: its GGUF name and row length in, the type it is written in out.
+using TypeOf = std::function<formats::DType(const std::string& name, int64_t cols)>;
+
 // Calls add(name, shape, bytes) for every tensor of `weights` under `naming`. Norms and biases
-// stay F32 (as llama.cpp's converter keeps 1-D tensors); matrices take `dtype`.
+// stay F32 (as llama.cpp's converter keeps 1-D tensors); matrices take type_of's dtype.
 Status ForEachTensor(
-    const ModelWeights& weights, TensorNaming naming, formats::DType dtype,
+    const ModelWeights& weights, TensorNaming naming, const TypeOf& type_of,
     const std::function<Status(const std::string&, formats::DType, const std::vector<int64_t>&,
                                const std::vector<std::byte>&)>& add) {
   if (naming == TensorNaming::kGguf) KVF_RETURN_IF_ERROR(RefuseMlaGguf(weights.config));
-  const bool quantized = kernels::IsComputedQuantType(dtype) && naming == TensorNaming::kGguf;
-  if (dtype != formats::DType::kF32 && dtype != formats::DType::kF16 &&
-      dtype != formats::DType::kBF16 && !quantized) {
-    return InvalidArgumentError(
-        "checkpoints are written in F32, F16 or BF16 (and GGUF files in Q8_0, Q4_0, Q5_0, Q4_1 "
-        "or Q5_1), not " +
-        std::string(formats::DTypeName(dtype)));
-  }
   ModelWeights copy = weights;  // shares the bytes; the slots point into the copy
   PermuteMlaRopeRows(&copy, /*to_interleaved=*/true);  // DeepSeek checkpoints' pair order
   for (const TensorSlot& slot : TensorSlots(naming, &copy)) {
@@ -70,15 +78,41 @@ Status ForEachTensor(
       continue;
     }
     WeightMatrix m = *slot.matrix;
-    if (quantized && m.cols % 32 != 0) {
+    const formats::DType dtype = type_of(slot.name, m.cols);
+    if (m.cols % formats::DTypeBlockElements(dtype) != 0) {
       return InvalidArgumentError("tensor '" + slot.name + "': rows of " + std::to_string(m.cols) +
                                   " values are not whole " +
-                                  std::string(formats::DTypeName(dtype)) + " blocks of 32");
+                                  std::string(formats::DTypeName(dtype)) + " blocks of " +
+                                  std::to_string(formats::DTypeBlockElements(dtype)));
     }
     if (slot.interleaved_heads > 0) m = RotateHalfRows(m, slot.interleaved_heads, true, &copy);
     KVF_RETURN_IF_ERROR(add(slot.name, dtype, slot.shape, Encode(ToF32(m), dtype)));
   }
   return Status::Ok();
+}
+
+TypeOf Uniform(formats::DType dtype) {
+  return [dtype](const std::string&, int64_t) { return dtype; };
+}
+
+Status WriteGguf(const ModelWeights& weights, const std::string& path, const TypeOf& type_of,
+                 int32_t llama_ftype,
+                 const std::function<Status(formats::GgufWriter*)>& add_tokenizer) {
+  formats::GgufWriter writer;
+  KVF_RETURN_IF_ERROR(RefuseMlaGguf(weights.config));
+  KVF_RETURN_IF_ERROR(AddGgufModelMetadata(weights.config, &writer));
+  if (llama_ftype > 0) {
+    KVF_RETURN_IF_ERROR(writer.AddMetadata(
+        "general.file_type", formats::GgufValue::Int(formats::GgufValueType::kU32, llama_ftype)));
+  }
+  if (add_tokenizer) KVF_RETURN_IF_ERROR(add_tokenizer(&writer));
+  KVF_RETURN_IF_ERROR(
+      ForEachTensor(weights, TensorNaming::kGguf, type_of,
+                    [&](const std::string& name, formats::DType dt,
+                        const std::vector<int64_t>& shape, const std::vector<std::byte>& bytes) {
+                      return writer.AddTensor(name, dt, shape, bytes);
+                    }));
+  return writer.Write(path);
 }
 
 }  // namespace
@@ -87,8 +121,9 @@ Status WriteHfCheckpoint(const ModelWeights& weights, const std::string& dir, fo
                          int shards) {
   formats::SafetensorsWriter writer;
   writer.SetMetadata("format", "pt");
+  KVF_RETURN_IF_ERROR(RequireFloat(dtype));
   KVF_RETURN_IF_ERROR(
-      ForEachTensor(weights, TensorNaming::kHuggingFace, dtype,
+      ForEachTensor(weights, TensorNaming::kHuggingFace, Uniform(dtype),
                     [&](const std::string& name, formats::DType dt,
                         const std::vector<int64_t>& shape, const std::vector<std::byte>& bytes) {
                       return writer.AddTensor(name, dt, shape, bytes);
@@ -106,17 +141,19 @@ Status WriteHfCheckpoint(const ModelWeights& weights, const std::string& dir, fo
 Status WriteGgufCheckpoint(const ModelWeights& weights, const std::string& path,
                            formats::DType dtype,
                            const std::function<Status(formats::GgufWriter*)>& add_tokenizer) {
-  formats::GgufWriter writer;
-  KVF_RETURN_IF_ERROR(RefuseMlaGguf(weights.config));
-  KVF_RETURN_IF_ERROR(AddGgufModelMetadata(weights.config, &writer));
-  if (add_tokenizer) KVF_RETURN_IF_ERROR(add_tokenizer(&writer));
-  KVF_RETURN_IF_ERROR(
-      ForEachTensor(weights, TensorNaming::kGguf, dtype,
-                    [&](const std::string& name, formats::DType dt,
-                        const std::vector<int64_t>& shape, const std::vector<std::byte>& bytes) {
-                      return writer.AddTensor(name, dt, shape, bytes);
-                    }));
-  return writer.Write(path);
+  if (!kernels::IsComputedQuantType(dtype)) KVF_RETURN_IF_ERROR(RequireFloat(dtype));
+  return WriteGguf(weights, path, Uniform(dtype), 0, add_tokenizer);
+}
+
+Status WriteGgufCheckpoint(const ModelWeights& weights, const std::string& path,
+                           const GgufFileType& type,
+                           const std::function<Status(formats::GgufWriter*)>& add_tokenizer) {
+  const int32_t n_layers = weights.config.num_layers;
+  const bool has_output = !weights.config.tie_embeddings;
+  auto type_of = [&](const std::string& name, int64_t cols) {
+    return GgufTensorType(type, name, n_layers, cols, has_output);
+  };
+  return WriteGguf(weights, path, type_of, type.llama_ftype, add_tokenizer);
 }
 
 Status SaveCheckpoint(const ModelWeights& weights, const std::string& path) {
@@ -126,7 +163,7 @@ Status SaveCheckpoint(const ModelWeights& weights, const std::string& path) {
   writer.SetMetadata("format", "kvferry");
   writer.SetMetadata("kvferry_config", config.dump());
   KVF_RETURN_IF_ERROR(
-      ForEachTensor(weights, TensorNaming::kHuggingFace, formats::DType::kF32,
+      ForEachTensor(weights, TensorNaming::kHuggingFace, Uniform(formats::DType::kF32),
                     [&](const std::string& name, formats::DType dt,
                         const std::vector<int64_t>& shape, const std::vector<std::byte>& bytes) {
                       return writer.AddTensor(name, dt, shape, bytes);

@@ -299,22 +299,26 @@ void RewriteGguf(const fs::path& good_path, const fs::path& path,
   ASSERT_TRUE(writer.Write(path).ok());
 }
 
-TEST(ModelLoaderTest, QuantizedGgufTensorsOtherThanQ8_0AndQ4_0AreRefusedByName) {
+TEST(ModelLoaderTest, QuantizedGgufTypesTheEngineDoesNotComputeAreRefusedByName) {
   const ModelWeights w = *GenerateWeights(*BuiltinModelConfig("tiny"));
   const fs::path dir = Scratch("quant");
   ASSERT_TRUE(WriteGgufCheckpoint(w, dir / "f32.gguf", DType::kF32, nullptr).ok());
-  // One projection as Q4_K blocks (144 bytes per 256 values; zeros).
-  RewriteGguf(dir / "f32.gguf", dir / "q4k.gguf",
+  // One projection as Q3_K blocks (110 bytes per 256 values; zeros).
+  RewriteGguf(dir / "f32.gguf", dir / "q3k.gguf",
               [](const auto& t, DType* dtype, auto* shape, auto* bytes) {
                 if (t.name != "blk.1.ffn_up.weight") return;
                 *shape = {t.shape[0], 256};
-                *dtype = DType::kQ4_K;
-                bytes->assign(static_cast<size_t>(t.shape[0] * 144), std::byte{0});
+                *dtype = DType::kQ3_K;
+                bytes->assign(static_cast<size_t>(t.shape[0] * 110), std::byte{0});
               });
-  ExpectError(dir / "q4k.gguf", StatusCode::kInvalidArgument, "Q4_K");
-  // And the writer refuses to produce one.
-  EXPECT_EQ(WriteGgufCheckpoint(w, dir / "x.gguf", DType::kQ4_K, nullptr).code(),
+  ExpectError(dir / "q3k.gguf", StatusCode::kInvalidArgument,
+              "has dtype Q3_K; expected one of F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_1, Q5_1, "
+              "Q4_K, Q5_K, Q6_K");
+  // And the writer refuses to produce one; nor k-quants whose rows are not whole super-blocks.
+  EXPECT_EQ(WriteGgufCheckpoint(w, dir / "x.gguf", DType::kQ3_K, nullptr).code(),
             StatusCode::kInvalidArgument);
+  const Status k = WriteGgufCheckpoint(w, dir / "x.gguf", DType::kQ4_K, nullptr);
+  EXPECT_NE(k.message().find("not whole Q4_K blocks of 256"), std::string::npos) << k;
 }
 
 TEST(ModelLoaderTest, Q8_0GgufWithABadScaleOrAQuantizedNormIsRefusedByName) {
@@ -345,15 +349,23 @@ TEST(ModelLoaderTest, Q8_0GgufWithABadScaleOrAQuantizedNormIsRefusedByName) {
                   "' is Q8_0; norms and biases must be F32, F16 or BF16");
 }
 
-// A Q8_0, Q4_0, Q5_0, Q4_1 or Q5_1 GGUF stays in its blocks (no f32 copy at load) and computes the
+// A GGUF in any computed quantized type stays in its blocks (no f32 copy at load) and computes the
 // same tokens and logprobs, bit for bit, at TP 1, 2 and 4 and whatever the batch (Generate runs two
-// prompts).
+// prompts). The k-quants on tiny's layout at 256 wide (8 heads of 128, FFN 1024): every row, and
+// every row-parallel leaf (4 of o_proj's 1024 columns, of down_proj's 1024), whole super-blocks.
 TEST(ModelLoaderTest, QuantizedGgufComputesInItsBlocksAtEveryTpSize) {
   const ModelWeights w = *GenerateWeights(*BuiltinModelConfig("tiny"));
+  ModelConfig wide = *BuiltinModelConfig("tiny");
+  wide.hidden_dim = 256;
+  wide.num_heads = 8;
+  wide.head_dim = 128;
+  wide.ffn_dim = 1024;
+  const ModelWeights wk = *GenerateWeights(wide);
   for (DType dtype : kernels::ComputedQuantTypes()) {
     SCOPED_TRACE(formats::DTypeName(dtype));
     const fs::path dir = Scratch("quant_tp");
-    ASSERT_TRUE(WriteGgufCheckpoint(w, dir / "q.gguf", dtype, nullptr).ok());
+    const bool k_quant = formats::DTypeBlockElements(dtype) == 256;
+    ASSERT_TRUE(WriteGgufCheckpoint(k_quant ? wk : w, dir / "q.gguf", dtype, nullptr).ok());
     auto loaded = LoadModelWeights((dir / "q.gguf").string());
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     EXPECT_EQ(loaded->layers[0].q.dtype, dtype);
