@@ -39,8 +39,8 @@ void QuantizeRowsK(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedR
 bool IsKQuant(formats::DType dtype);
 
 // y[m][n] for n in [n0, n1) of one Q4_K, Q5_K or Q6_K matrix w, every row m of xq; y's row m at
-// y + m * ldy; the widest path the CPU runs up to `widest` (AVX2 or portable: the AVX-512 choice
-// runs the AVX2 code).
+// y + m * ldy; the widest path the CPU runs up to `widest` (AVX-512 VNNI, AVX2, portable: all
+// give the same bits).
 void KQuantColumns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, int64_t ldy,
                    int64_t n0, int64_t n1, QuantPath widest);
 
