@@ -1,8 +1,10 @@
 #include "engine/model/checkpoint_writer.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "engine/kernels/quant_types.h"
 #include "engine/model/deepseek_rope.h"
@@ -16,16 +18,34 @@
 namespace kvferry::engine {
 namespace {
 
-// `values` in `dtype` (little-endian bytes; a quantized type: rows whose length is a multiple of
-// its block, so blocks never straddle rows and the values can be quantized as one run).
+// `values` as blocks of the quantized `dtype` (rows whose length is a multiple of its block, so
+// blocks never straddle rows and the values can be quantized as one run). Each block is
+// quantized on its own, so the run is split between the CPU's threads at block bounds: the same
+// bytes, in a fraction of the time (ggml's k-quant search is slow: 60 s single-threaded for a
+// 0.6B model's Q4_K_M).
+std::vector<std::byte> Quantize(const std::vector<float>& values, formats::DType dtype) {
+  const int64_t block = formats::DTypeBlockElements(dtype);
+  const int64_t blocks = static_cast<int64_t>(values.size()) / block;
+  const int64_t bytes = formats::DTypeBlockBytes(dtype);
+  std::vector<std::byte> out(static_cast<size_t>(blocks * bytes));
+  const int64_t threads = std::clamp<int64_t>(std::thread::hardware_concurrency(), 1,
+                                              std::max<int64_t>(blocks / 64, 1));
+  std::vector<std::thread> workers;
+  for (int64_t t = 0; t < threads; ++t) {
+    const int64_t b0 = blocks * t / threads, b1 = blocks * (t + 1) / threads;
+    workers.emplace_back([&, b0, b1] {
+      kernels::QuantizeRow(dtype, values.data() + b0 * block, (b1 - b0) * block,
+                           out.data() + b0 * bytes);
+    });
+  }
+  for (std::thread& w : workers) w.join();
+  return out;
+}
+
+// `values` in `dtype` (little-endian bytes; a quantized type: Quantize).
 std::vector<std::byte> Encode(const std::vector<float>& values, formats::DType dtype) {
   const int64_t n = static_cast<int64_t>(values.size());
-  if (kernels::IsComputedQuantType(dtype)) {
-    std::vector<std::byte> out(static_cast<size_t>(n / formats::DTypeBlockElements(dtype) *
-                                                   formats::DTypeBlockBytes(dtype)));
-    kernels::QuantizeRow(dtype, values.data(), n, out.data());
-    return out;
-  }
+  if (kernels::IsComputedQuantType(dtype)) return Quantize(values, dtype);
   if (dtype == formats::DType::kF32) {
     std::vector<std::byte> out(values.size() * 4);
     std::memcpy(out.data(), values.data(), out.size());
