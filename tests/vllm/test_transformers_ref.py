@@ -25,9 +25,10 @@ import sys
 import torch
 from transformers import AutoModelForCausalLM
 
-# Measured at most 2e-5 over these models (printed below); a wrong RoPE pairing, a skipped norm
-# or a dropped bias moves them by 1e-2 and more.
-LOGPROB_TOLERANCE = 1e-3
+# Measured at most 1.4e-5 over these models (printed below). Changing transformers' side alone:
+# Qwen3's RMSNorm epsilon 10x moves them by 1e-3 to 2e-3; another RoPE base by 0.1 to 0.3, and
+# its tokens part from kvferry's within 11 to 14.
+LOGPROB_TOLERANCE = 2e-4
 NEAR_TIE = 1e-3
 MAX_TOKENS = 16
 
