@@ -104,10 +104,12 @@ constexpr int64_t kKVnniFromRows = 4;
 // minimum (times dmin, its own term); Q6_K: 32 * s_g, which takes u's offset back out of the dot:
 // sum_g s_g * sum (u - 32) * x = sum_g s_g * sum u * x - sum_g n_g * bs_g. Every sum is an exact
 // integer, so the result is KInts' isum (and msum) exactly.
+// The scales and minimums are built in registers, never stored as scalars and loaded back as a
+// vector (a store-forwarding stall on every super-block).
 struct KVectors {
   __m256i u[8];
-  alignas(32) int16_t sc[16];
-  alignas(32) int16_t mn[16];
+  __m256i scales;  // 16 x int16: s_g
+  __m256i mins;    // 16 x int16: n_g
   float d, dmin;
 };
 
@@ -115,16 +117,20 @@ KVF_K_AVX2 KVF_K_INLINE __m256i Load32(const uint8_t* p) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
 }
 
-// Q4_K / Q5_K: sub-block j's 6-bit scale and minimum for both of its groups.
+// Q4_K / Q5_K: the 8 sub-blocks' 6-bit scales and minimums unpacked from their 12 bytes in four
+// 32-bit words (bytes 0-7 of `sm`: the scales, 8-15: the minimums), then each doubled for the
+// sub-block's two groups.
 KVF_K_AVX2 KVF_K_INLINE void ScaleMins(const uint8_t sc12[12], KVectors* v) {
-  for (int j = 0; j < 4; ++j) {
-    v->sc[2 * j] = v->sc[2 * j + 1] = sc12[j] & 63;
-    v->mn[2 * j] = v->mn[2 * j + 1] = sc12[j + 4] & 63;
-    v->sc[2 * j + 8] = v->sc[2 * j + 9] =
-        static_cast<int16_t>((sc12[j + 8] & 0xF) | ((sc12[j] >> 6) << 4));
-    v->mn[2 * j + 8] = v->mn[2 * j + 9] =
-        static_cast<int16_t>((sc12[j + 8] >> 4) | ((sc12[j + 4] >> 6) << 4));
-  }
+  constexpr uint32_t kLow6 = 0x3f3f3f3f, kLow4 = 0x0f0f0f0f, kLow2 = 0x03030303;
+  uint32_t w[3];
+  std::memcpy(w, sc12, 12);
+  const uint32_t scales_lo = w[0] & kLow6, mins_lo = w[1] & kLow6;
+  const uint32_t scales_hi = (w[2] & kLow4) | (((w[0] >> 6) & kLow2) << 4);
+  const uint32_t mins_hi = ((w[2] >> 4) & kLow4) | (((w[1] >> 6) & kLow2) << 4);
+  const __m128i sm = _mm_setr_epi32(static_cast<int>(scales_lo), static_cast<int>(scales_hi),
+                                    static_cast<int>(mins_lo), static_cast<int>(mins_hi));
+  v->scales = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(sm, sm));
+  v->mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(sm, sm));
 }
 
 KVF_K_AVX2 KVF_K_INLINE void Decode(Q4_KFormat, const std::byte* p, KVectors* v) {
@@ -179,10 +185,8 @@ KVF_K_AVX2 KVF_K_INLINE void Decode(Q6_KFormat, const std::byte* p, KVectors* v)
     v->u[4 * h + 3] =
         _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), low), HighPair(q, 6));
   }
-  for (int g = 0; g < 16; ++g) {
-    v->sc[g] = b->scales[g];
-    v->mn[g] = static_cast<int16_t>(32 * b->scales[g]);
-  }
+  v->scales = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b->scales)));
+  v->mins = _mm256_slli_epi16(v->scales, 5);
 }
 
 KVF_K_AVX2 KVF_K_INLINE int32_t Sum8(__m256i v) {
@@ -212,10 +216,15 @@ struct KAvx2Dots {
     __m256i mins;
   };
   static KVF_K_AVX2 KVF_K_INLINE void Prepare(const KVectors& k, W* w) {
+    // The 32-bit lane j of k.scales holds (s_2j, s_2j+1): broadcast it, then spread its low
+    // int16 over the low half and its high one over the high half.
+    const __m256i spread = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1,  //
+                                            2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3);
     for (int j = 0; j < 8; ++j) {
-      w->scales[j] = _mm256_set_m128i(_mm_set1_epi16(k.sc[2 * j + 1]), _mm_set1_epi16(k.sc[2 * j]));
+      w->scales[j] =
+          _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(k.scales, _mm256_set1_epi32(j)), spread);
     }
-    w->mins = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.mn));
+    w->mins = k.mins;
   }
   template <bool kHasMin>
   static KVF_K_AVX2 KVF_K_INLINE float Step(const KVectors& k, const W& w, const BlockQ8_K& x,
@@ -240,8 +249,7 @@ struct KAvx512Dots {
     __m256i mins;
   };
   static KVF_K_AVX512 KVF_K_INLINE void Prepare(const KVectors& k, W* w) {
-    const __m512i s32 =
-        _mm512_cvtepi16_epi32(_mm256_load_si256(reinterpret_cast<const __m256i*>(k.sc)));
+    const __m512i s32 = _mm512_cvtepi16_epi32(k.scales);
     for (int j = 0; j < 4; ++j) {
       w->u[j] = _mm512_inserti64x4(_mm512_castsi256_si512(k.u[2 * j]), k.u[2 * j + 1], 1);
       const __m512i index = _mm512_set_epi32(4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 2,
@@ -249,7 +257,7 @@ struct KAvx512Dots {
                                              4 * j + 1, 4 * j + 1, 4 * j, 4 * j, 4 * j, 4 * j);
       w->scales[j] = _mm512_permutexvar_epi32(index, s32);
     }
-    w->mins = _mm256_load_si256(reinterpret_cast<const __m256i*>(k.mn));
+    w->mins = k.mins;
   }
   template <bool kHasMin>
   static KVF_K_AVX512 KVF_K_INLINE float Step(const KVectors& k, const W& w, const BlockQ8_K& x,
