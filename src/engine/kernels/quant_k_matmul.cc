@@ -66,8 +66,8 @@ float Step(const KInts& k, const BlockQ8_K& x, float acc) {
 }
 
 template <typename F>
-void ColumnsPortable(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, int64_t ldy,
-                     int64_t n0, int64_t n1) {
+void KColumnsPortable(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, int64_t ldy,
+                      int64_t n0, int64_t n1) {
   KInts k;
   for (int64_t n = n0; n < n1; ++n) {
     for (int64_t m = 0; m < xq.rows; ++m) y[m * ldy + n] = 0.0f;
@@ -355,7 +355,7 @@ void KQuantColumns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, in
   }
 #endif
   (void)widest;
-  WithKFormat(w.dtype, [&](auto f) { ColumnsPortable<decltype(f)>(xq, w, y, ldy, n0, n1); });
+  WithKFormat(w.dtype, [&](auto f) { KColumnsPortable<decltype(f)>(xq, w, y, ldy, n0, n1); });
 }
 
 void KQuantReference(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, int64_t ldy) {
