@@ -44,7 +44,6 @@ std::vector<std::byte> Quantize(const std::vector<float>& values, formats::DType
 
 // `values` in `dtype` (little-endian bytes; a quantized type: Quantize).
 std::vector<std::byte> Encode(const std::vector<float>& values, formats::DType dtype) {
-  const int64_t n = static_cast<int64_t>(values.size());
   if (kernels::IsComputedQuantType(dtype)) return Quantize(values, dtype);
   if (dtype == formats::DType::kF32) {
     std::vector<std::byte> out(values.size() * 4);

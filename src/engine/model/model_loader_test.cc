@@ -383,6 +383,21 @@ TEST(ModelLoaderTest, QuantizedGgufComputesInItsBlocksAtEveryTpSize) {
   }
 }
 
+// A quantized file cut short (a download that stopped): refused at open, naming the tensor whose
+// bytes run past the end of the data, never read.
+TEST(ModelLoaderTest, TruncatedQuantizedGgufIsDataLossNamingTheTensor) {
+  ModelConfig wide = *BuiltinModelConfig("tiny");
+  wide.hidden_dim = 256;
+  wide.num_heads = 8;
+  wide.head_dim = 128;
+  wide.ffn_dim = 1024;
+  const fs::path dir = Scratch("q4k_truncated");
+  ASSERT_TRUE(
+      WriteGgufCheckpoint(*GenerateWeights(wide), dir / "q.gguf", DType::kQ4_K, nullptr).ok());
+  fs::resize_file(dir / "q.gguf", fs::file_size(dir / "q.gguf") - 100);
+  ExpectError(dir / "q.gguf", StatusCode::kDataLoss, "run past the end of the data section");
+}
+
 // Leaves of 16 columns (4 heads of 16, fixed whatever the TP size) would cut o_proj's blocks:
 // refused when the engine is created, naming the layer and the tensor.
 TEST(ModelLoaderTest, Q8_0WhoseRowParallelLeavesCutBlocksIsRefused) {
