@@ -226,16 +226,17 @@ struct KAvx2Dots {
     }
     w->mins = k.mins;
   }
-  template <bool kHasMin>
-  static KVF_K_AVX2 KVF_K_INLINE float Step(const KVectors& k, const W& w, const BlockQ8_K& x,
-                                            float acc) {
+  // isum' and msum of one row of x as 8 int32 lanes each (their sums).
+  static KVF_K_AVX2 KVF_K_INLINE void Sums(const KVectors& k, const W& w, const BlockQ8_K& x,
+                                           __m256i* isum, __m256i* msum) {
     __m256i sum = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
       const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.q + 32 * j));
       sum = _mm256_add_epi32(sum, _mm256_madd_epi16(_mm256_maddubs_epi16(k.u[j], xv), w.scales[j]));
     }
-    const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums));
-    return Chain<kHasMin>(k, x, Sum8(sum), Sum8(_mm256_madd_epi16(bs, w.mins)), acc);
+    *isum = sum;
+    *msum =
+        _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums)), w.mins);
   }
 };
 
@@ -259,24 +260,71 @@ struct KAvx512Dots {
     }
     w->mins = k.mins;
   }
-  template <bool kHasMin>
-  static KVF_K_AVX512 KVF_K_INLINE float Step(const KVectors& k, const W& w, const BlockQ8_K& x,
-                                              float acc) {
+  static KVF_K_AVX512 KVF_K_INLINE void Sums(const KVectors&, const W& w, const BlockQ8_K& x,
+                                             __m256i* isum, __m256i* msum) {
     __m512i sum = _mm512_setzero_si512();
     for (int j = 0; j < 4; ++j) {
       const __m512i xv = _mm512_loadu_si512(x.q + 64 * j);
       const __m512i dots = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w.u[j], xv);
       sum = _mm512_add_epi32(sum, _mm512_mullo_epi32(dots, w.scales[j]));
     }
-    const __m256i bs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums));
-    const __m256i half =
-        _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
-    return Chain<kHasMin>(k, x, Sum8(half), Sum8(_mm256_madd_epi16(bs, w.mins)), acc);
+    *isum = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64(sum, 1));
+    *msum =
+        _mm256_madd_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.bsums)), w.mins);
   }
 };
 
+// Eight vectors of 8 int32 -> one vector of their 8 sums (lane r: vector r's).
+KVF_K_AVX2 KVF_K_INLINE __m256i KSum8x8(const __m256i v[8]) {
+  const __m256i t0 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  const __m256i t1 =
+      _mm256_hadd_epi32(_mm256_hadd_epi32(v[4], v[5]), _mm256_hadd_epi32(v[6], v[7]));
+  return _mm256_add_epi32(_mm256_permute2x128_si256(t0, t1, 0x20),
+                          _mm256_permute2x128_si256(t0, t1, 0x31));
+}
+
+// Chain for eight rows at once: lane r holds row r's sums and x scale dx[r].
+KVF_K_AVX2 KVF_K_INLINE void Chain8(const KVectors& k, const float dx[8], __m256i isum,
+                                    __m256i msum, bool has_min, float* acc8) {
+  const __m256 xd = _mm256_loadu_ps(dx);
+  __m256 acc = _mm256_loadu_ps(acc8);
+  if (has_min) {
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(k.d), xd), _mm256_cvtepi32_ps(isum), acc);
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(k.dmin), xd),
+                          _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_setzero_si256(), msum)), acc);
+  } else {
+    acc = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(k.d), xd),
+                          _mm256_cvtepi32_ps(_mm256_sub_epi32(isum, msum)), acc);
+  }
+  _mm256_storeu_ps(acc8, acc);
+}
+
+// The chain's step for one row of x (Step, from D's sums).
+template <bool kHasMin, typename D>
+KVF_K_INLINE float Step1(const KVectors& k, const typename D::W& w, const BlockQ8_K& x, float acc) {
+  __m256i isum, msum;
+  D::Sums(k, w, x, &isum, &msum);
+  return Chain<kHasMin>(k, x, Sum8(isum), Sum8(msum), acc);
+}
+
+// The same step for eight rows of x at once, acc8[r] row r's chain: their sums reduced together
+// (lane r of one vector each), then the two fused multiply-adds lane by lane: each lane rounds
+// as Step1 does.
+template <bool kHasMin, typename D>
+KVF_K_INLINE void Step8(const KVectors& k, const typename D::W& w, const BlockQ8_K* x, int64_t nb,
+                        float* acc8) {
+  __m256i is[8], ms[8];
+  float dx[8];
+  for (int r = 0; r < 8; ++r) {
+    D::Sums(k, w, x[r * nb], &is[r], &ms[r]);
+    dx[r] = x[r * nb].d;
+  }
+  Chain8(k, dx, KSum8x8(is), KSum8x8(ms), kHasMin, acc8);
+}
+
 // Columns [n0, n1): each W super-block decoded once per pass of rows of x, its steps taken for
-// every row of the pass.
+// every row of the pass, eight rows at a time.
 template <typename F, typename D>
 KVF_K_INLINE void KColumns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, int64_t ldy,
                            int64_t n0, int64_t n1) {
@@ -293,9 +341,12 @@ KVF_K_INLINE void KColumns(const QuantizedRowsK& xq, const WeightMatrix& w, floa
         _mm_prefetch(reinterpret_cast<const char*>(row + (b + 4) * F::kBytes), _MM_HINT_T0);
         Decode(F{}, row + b * F::kBytes, &k);
         D::Prepare(k, &prepared);
-        for (int64_t m = m0; m < m1; ++m) {
-          acc[m - m0] =
-              D::template Step<F::kHasMin>(k, prepared, xq.blocks[m * nb + b], acc[m - m0]);
+        int64_t m = m0;
+        for (; m + 8 <= m1; m += 8) {
+          Step8<F::kHasMin, D>(k, prepared, &xq.blocks[m * nb + b], nb, acc + (m - m0));
+        }
+        for (; m < m1; ++m) {
+          acc[m - m0] = Step1<F::kHasMin, D>(k, prepared, xq.blocks[m * nb + b], acc[m - m0]);
         }
       }
       for (int64_t m = m0; m < m1; ++m) y[m * ldy + n] = acc[m - m0];
