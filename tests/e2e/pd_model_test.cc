@@ -210,6 +210,13 @@ INSTANTIATE_TEST_SUITE_P(
                   "--arch qwen3 --hidden 128 --layers 2 --heads 4 --kv-heads 2 --head-dim 32 "
                   "--ffn 256 --tie-embeddings --dtype q8_0",
                   true, "32", "HND"},
+        // Qwen3 as Q4_K_M GGUF (Q4_K, with Q6_K for layer 1's attn_v and ffn_down and the tied
+        // embedding: llama-quantize's mixture): 256 wide, 8 heads of 128, so every row and
+        // row-parallel leaf is whole super-blocks; D with 16-token blocks, NHD.
+        ModelCase{"qwen3_q4_k_m_gguf", "tokenizer-qwen3",
+                  "--arch qwen3 --hidden 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 128 "
+                  "--ffn 1024 --tie-embeddings --dtype q4_k_m",
+                  true, "16", "NHD"},
         // DeepSeek-shaped (multi-head latent attention, dense MLP) as a Hugging Face directory:
         // rope rows interleaved on write and re-ordered on load; the KV is the latent rows.
         ModelCase{"deepseek_hf", "tokenizer-llama3",
