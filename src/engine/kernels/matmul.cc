@@ -491,6 +491,14 @@ bool CpuHasAvx2() {
   return has;
 }
 
+bool CpuHasAvx512Vnni() {
+  static const bool has =
+      CpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
 namespace {
 
 std::atomic<MatMulPath> g_forced_path{MatMulPath::kAuto};

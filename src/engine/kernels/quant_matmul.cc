@@ -409,14 +409,6 @@ KVF_Q8_AVX512_ENTRY void TileColumnsAvx512(const QuantizedRows& xq, const Weight
   TileColumns<F, Avx512Dots<F>>(xq, w, y, ldy, n0, n1);
 }
 
-bool CpuHasAvx512Vnni() {
-  static const bool has =
-      CpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-      __builtin_cpu_supports("avx512vnni");
-  return has;
-}
-
 // The widest copy for one block format.
 template <typename F>
 bool SimdColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,

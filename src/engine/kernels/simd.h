@@ -105,4 +105,8 @@ inline __attribute__((always_inline)) float FusedDot(const float* x, const float
 // results).
 bool CpuHasAvx2();
 
+// True when the CPU also runs AVX-512 F/BW/VL/DQ with VNNI (the quantized kernels' vpdpbusd
+// copies; same results).
+bool CpuHasAvx512Vnni();
+
 }  // namespace kvferry::engine::kernels

@@ -139,6 +139,17 @@ void EditConfig(const fs::path& dir, const std::function<void(nlohmann::json&)>&
   std::ofstream(dir / "config.json") << j.dump();
 }
 
+// tiny's layout at 256 wide (8 heads of 128, FFN 1024): every row, and every row-parallel leaf
+// (4 of o_proj's 1024 columns, of down_proj's 1024), whole k-quant super-blocks.
+ModelConfig KQuantTiny() {
+  ModelConfig c = *BuiltinModelConfig("tiny");
+  c.hidden_dim = 256;
+  c.num_heads = 8;
+  c.head_dim = 128;
+  c.ffn_dim = 1024;
+  return c;
+}
+
 void ExpectError(const fs::path& model, StatusCode code, const std::string& needle) {
   auto w = LoadModelWeights(model);
   ASSERT_FALSE(w.ok()) << model;
@@ -351,16 +362,10 @@ TEST(ModelLoaderTest, Q8_0GgufWithABadScaleOrAQuantizedNormIsRefusedByName) {
 
 // A GGUF in any computed quantized type stays in its blocks (no f32 copy at load) and computes the
 // same tokens and logprobs, bit for bit, at TP 1, 2 and 4 and whatever the batch (Generate runs two
-// prompts). The k-quants on tiny's layout at 256 wide (8 heads of 128, FFN 1024): every row, and
-// every row-parallel leaf (4 of o_proj's 1024 columns, of down_proj's 1024), whole super-blocks.
+// prompts). The k-quants on KQuantTiny's layout.
 TEST(ModelLoaderTest, QuantizedGgufComputesInItsBlocksAtEveryTpSize) {
   const ModelWeights w = *GenerateWeights(*BuiltinModelConfig("tiny"));
-  ModelConfig wide = *BuiltinModelConfig("tiny");
-  wide.hidden_dim = 256;
-  wide.num_heads = 8;
-  wide.head_dim = 128;
-  wide.ffn_dim = 1024;
-  const ModelWeights wk = *GenerateWeights(wide);
+  const ModelWeights wk = *GenerateWeights(KQuantTiny());
   for (DType dtype : kernels::ComputedQuantTypes()) {
     SCOPED_TRACE(formats::DTypeName(dtype));
     const fs::path dir = Scratch("quant_tp");
@@ -386,14 +391,10 @@ TEST(ModelLoaderTest, QuantizedGgufComputesInItsBlocksAtEveryTpSize) {
 // A quantized file cut short (a download that stopped): refused at open, naming the tensor whose
 // bytes run past the end of the data, never read.
 TEST(ModelLoaderTest, TruncatedQuantizedGgufIsDataLossNamingTheTensor) {
-  ModelConfig wide = *BuiltinModelConfig("tiny");
-  wide.hidden_dim = 256;
-  wide.num_heads = 8;
-  wide.head_dim = 128;
-  wide.ffn_dim = 1024;
   const fs::path dir = Scratch("q4k_truncated");
   ASSERT_TRUE(
-      WriteGgufCheckpoint(*GenerateWeights(wide), dir / "q.gguf", DType::kQ4_K, nullptr).ok());
+      WriteGgufCheckpoint(*GenerateWeights(KQuantTiny()), dir / "q.gguf", DType::kQ4_K, nullptr)
+          .ok());
   fs::resize_file(dir / "q.gguf", fs::file_size(dir / "q.gguf") - 100);
   ExpectError(dir / "q.gguf", StatusCode::kDataLoss, "run past the end of the data section");
 }
