@@ -56,6 +56,16 @@ struct SynthOptions {
   int qk_nope_head_dim = 32;
   int qk_rope_head_dim = 16;
   int v_head_dim = 32;
+  // Mixture of experts: --arch mixtral and qwen3moe, and deepseek with --experts.
+  int experts = 0;
+  int experts_per_token = 2;
+  int expert_ffn = 0;
+  int shared_experts = 0;
+  int first_dense_layers = 0;
+  int expert_groups = 1;
+  int topk_groups = 1;
+  std::string scoring = "sigmoid";
+  float routed_scaling_factor = 1.0f;
 };
 
 // The tokenizer files of --tokenizer: tokenizer.json, and tokenizer_config.json when present.
@@ -112,10 +122,45 @@ std::string ModelName(const SynthOptions& o) {
   return fs::path(o.gguf).stem().string();
 }
 
+// The MoE flags into c.moe: --arch mixtral and qwen3moe (8 experts unless --experts says
+// otherwise), deepseek with --experts > 0 (V3's sigmoid routing with the correction bias and
+// normalised weights, or V2's softmax with --scoring softmax).
+kvferry::Status MoeFromFlags(const SynthOptions& o, ModelConfig* c) {
+  const bool deepseek = o.arch == "deepseek";
+  const int experts = o.experts != 0 ? o.experts : (deepseek ? 0 : 8);
+  if (experts == 0) return Status::Ok();
+  if (o.scoring != "sigmoid" && o.scoring != "softmax") {
+    return kvferry::InvalidArgumentError("--scoring '" + o.scoring + "': expected sigmoid or softmax");
+  }
+  kvferry::engine::MoeShape& m = c->moe;
+  m.num_experts = experts;
+  m.experts_per_token = o.experts_per_token;
+  m.expert_ffn_dim = o.expert_ffn != 0 ? o.expert_ffn : c->ffn_dim;
+  m.norm_topk_prob = true;
+  if (!deepseek) return Status::Ok();
+  const bool v3 = o.scoring == "sigmoid";
+  m.scoring = v3 ? kvferry::engine::MoeShape::Scoring::kSigmoid
+                 : kvferry::engine::MoeShape::Scoring::kSoftmax;
+  m.correction_bias = v3;
+  m.norm_topk_prob = v3;
+  m.shared_experts = o.shared_experts;
+  m.first_dense_layers = o.first_dense_layers;
+  m.num_groups = o.expert_groups;
+  m.topk_groups = o.topk_groups;
+  m.group_score_top = v3 ? 2 : 1;
+  m.routed_scaling_factor = o.routed_scaling_factor;
+  return Status::Ok();
+}
+
 StatusOr<ModelConfig> BuildConfig(const SynthOptions& o, const kvferry::tokenizer::Tokenizer& tok) {
-  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "deepseek") {
-    return kvferry::InvalidArgumentError("--arch '" + o.arch +
-                                         "': expected llama, qwen2, qwen3 or deepseek");
+  if (o.arch != "llama" && o.arch != "qwen2" && o.arch != "qwen3" && o.arch != "deepseek" &&
+      o.arch != "mixtral" && o.arch != "qwen3moe") {
+    return kvferry::InvalidArgumentError(
+        "--arch '" + o.arch + "': expected llama, qwen2, qwen3, mixtral, qwen3moe or deepseek");
+  }
+  if (o.experts != 0 && (o.arch == "llama" || o.arch == "qwen2" || o.arch == "qwen3")) {
+    return kvferry::InvalidArgumentError("--experts: --arch " + o.arch +
+                                         " has no experts (mixtral, qwen3moe and deepseek do)");
   }
   if (o.arch == "deepseek" && !o.gguf.empty()) {
     return kvferry::InvalidArgumentError(
@@ -126,10 +171,10 @@ StatusOr<ModelConfig> BuildConfig(const SynthOptions& o, const kvferry::tokenize
                                          " is smaller than the tokenizer's " +
                                          std::to_string(tok.vocab_size()) + " tokens");
   }
-  const bool llama = o.arch == "llama";
+  const bool llama = o.arch == "llama" || o.arch == "mixtral";
   ModelConfig c;
   c.name = ModelName(o);
-  c.architecture = o.arch;
+  c.architecture = o.arch == "mixtral" ? "llama" : o.arch;
   c.vocab_size = o.vocab_size != 0 ? o.vocab_size : tok.vocab_size();
   c.hidden_dim = o.hidden;
   c.num_layers = o.layers;
@@ -143,7 +188,7 @@ StatusOr<ModelConfig> BuildConfig(const SynthOptions& o, const kvferry::tokenize
   c.rms_norm_eps = llama ? 1e-5f : 1e-6f;
   c.tie_embeddings = o.tie_embeddings;
   c.attention_bias = o.arch == "qwen2";
-  c.qk_norm = o.arch == "qwen3";
+  c.qk_norm = o.arch == "qwen3" || o.arch == "qwen3moe";
   c.bos_token_id = tok.bos_token_id().value_or(-1);
   c.eos_token_ids = tok.eos_token_ids();
   c.weight_seed = o.seed;
@@ -157,6 +202,7 @@ StatusOr<ModelConfig> BuildConfig(const SynthOptions& o, const kvferry::tokenize
     c.head_dim = o.qk_nope_head_dim + o.qk_rope_head_dim;
     c.rope_theta = o.rope_theta != 0.0f ? o.rope_theta : 10000.0f;  // DeepSeek-V2/V3's
   }
+  KVF_RETURN_IF_ERROR(MoeFromFlags(o, &c));
   KVF_RETURN_IF_ERROR(c.Validate());
   return c;
 }
@@ -251,15 +297,53 @@ int RunSynthModel(const SynthOptions& o) {
   return 0;
 }
 
+void AddMoeOptions(CLI::App* sub, SynthOptions* o) {
+  sub->add_option("--experts", o->experts,
+                  "Routed experts per MoE layer (0: 8 for mixtral and qwen3moe, none for deepseek)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
+  sub->add_option("--experts-per-token", o->experts_per_token, "Experts each token runs (top-k)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--expert-ffn", o->expert_ffn, "Each expert's SwiGLU width (0: --ffn's)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxDim));
+  sub->add_option("--shared-experts", o->shared_experts,
+                  "deepseek: shared experts every token runs")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
+  sub->add_option("--first-dense-layers", o->first_dense_layers,
+                  "deepseek: leading layers with a dense MLP (first_k_dense_replace)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxDim));
+  sub->add_option("--expert-groups", o->expert_groups,
+                  "deepseek: expert groups of group-limited routing (n_group)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--topk-groups", o->topk_groups,
+                  "deepseek: groups a token's experts may come from (topk_group)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  sub->add_option("--scoring", o->scoring,
+                  "deepseek: sigmoid (V3: correction bias, weights normalised) or softmax (V2)")
+      ->capture_default_str();
+  sub->add_option("--routed-scaling-factor", o->routed_scaling_factor,
+                  "deepseek: factor on the routed experts' weights")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+}
+
 void AddSynthModel(CLI::App& app) {
   auto o = std::make_shared<SynthOptions>();
   auto* sub = app.add_subcommand(
       "synth-model",
       "Write a random model with a real tokenizer (a Hugging Face directory and/or GGUF)");
   sub->add_option("--arch", o->arch,
-                  "llama, qwen2 (q/k/v biases), qwen3 (q/k norms) or deepseek (multi-head latent "
-                  "attention, dense MLP; Hugging Face directory only)")
+                  "llama, qwen2 (q/k/v biases), qwen3 (q/k norms), mixtral and qwen3moe "
+                  "(mixture of experts), or deepseek (multi-head latent attention, dense or with "
+                  "--experts; Hugging Face directory only)")
       ->capture_default_str();
+  AddMoeOptions(sub, o.get());
   sub->add_option("--tokenizer", o->tokenizer,
                   "Directory with tokenizer.json (and optionally tokenizer_config.json)")
       ->required();

@@ -36,6 +36,39 @@ Status ValidateMla(const ModelConfig& c) {
   return Status::Ok();
 }
 
+// The MoE fields: none for dense architectures; a consistent routing for the MoE ones.
+Status ValidateMoe(const ModelConfig& c) {
+  const MoeShape& m = c.moe;
+  auto bad = [](const std::string& why) { return InvalidArgumentError("model config: " + why); };
+  if (!c.is_moe()) {
+    if (c.architecture == "qwen3moe") return bad("qwen3moe needs num_experts > 0");
+    return m == MoeShape{} ? Status::Ok() : bad("MoE fields need num_experts > 0");
+  }
+  if (c.architecture != "llama" && c.architecture != "qwen3moe" && c.architecture != "deepseek") {
+    return bad("architecture '" + c.architecture + "' has no mixture-of-experts layers");
+  }
+  if (m.experts_per_token < 1 || m.experts_per_token > m.num_experts) {
+    return bad("experts_per_token must be in [1, num_experts]");
+  }
+  if (m.expert_ffn_dim <= 0 || m.shared_experts < 0) {
+    return bad("expert_ffn_dim must be > 0 and shared_experts >= 0");
+  }
+  if (m.first_dense_layers < 0 || m.first_dense_layers > c.num_layers) {
+    return bad("first_dense_layers must be in [0, num_layers]");
+  }
+  if (m.num_groups < 1 || m.num_experts % m.num_groups != 0 || m.topk_groups < 1 ||
+      m.topk_groups > m.num_groups) {
+    return bad("num_groups must divide num_experts and topk_groups be in [1, num_groups]");
+  }
+  const int32_t per_group = m.num_experts / m.num_groups;
+  if (m.experts_per_token > m.topk_groups * per_group || m.group_score_top < 1 ||
+      m.group_score_top > per_group) {
+    return bad("experts_per_token must fit in topk_groups groups, group_score_top in a group");
+  }
+  if (!(m.routed_scaling_factor > 0.0f)) return bad("routed_scaling_factor must be > 0");
+  return Status::Ok();
+}
+
 }  // namespace
 
 double YarnMscale(double factor, double mscale) {
@@ -82,10 +115,11 @@ Status ModelConfig::Validate() const {
     }
   }
   if (architecture != "llama" && architecture != "qwen2" && architecture != "qwen3" &&
-      architecture != "deepseek") {
+      architecture != "qwen3moe" && architecture != "deepseek") {
     return InvalidArgumentError("model config: unknown architecture '" + architecture + "'");
   }
   KVF_RETURN_IF_ERROR(ValidateMla(*this));
+  KVF_RETURN_IF_ERROR(ValidateMoe(*this));
   if (rope_scaling.type != RopeScaling::Type::kNone && !(rope_scaling.factor > 0.0f)) {
     return InvalidArgumentError("model config: rope_scaling.factor must be > 0");
   }
@@ -126,9 +160,15 @@ int64_t ModelConfig::NumParameters() const {
            d * kv_cache_head_dim() + m.kv_lora_rank +
            m.kv_lora_rank * h * (m.qk_nope_head_dim + m.v_head_dim) + h * m.v_head_dim * d;
   }
-  const int64_t per_layer = attn + 3 * d * ffn_dim + 2 * d;
+  int64_t layers = 0;
+  for (int32_t l = 0; l < num_layers; ++l) {
+    layers += attn + 3 * d * dense_ffn_dim(l) + 2 * d;
+    if (!is_moe_layer(l)) continue;
+    const int64_t e = moe.num_experts;
+    layers += e * d + e * 3 * d * moe.expert_ffn_dim + (moe.correction_bias ? e : 0);
+  }
   const int64_t embed = int64_t{vocab_size} * d;
-  return embed * (tie_embeddings ? 1 : 2) + per_layer * num_layers + d;
+  return embed * (tie_embeddings ? 1 : 2) + layers + d;
 }
 
 namespace {

@@ -68,18 +68,22 @@ void ModelRunner::RowParallelAdd(const float* in, int64_t rows, std::span<const 
   comm_->AllReduceAdd(rank, n, x_.data());
 }
 
-void ModelRunner::FinishLayer(const LayerShard& lw, int64_t rows) {
+void ModelRunner::FinishLayer(int32_t l, const LayerShard& lw, int64_t rows) {
   const ModelConfig& c = config();
   const RankShard& rs = shard_->shard;
   const int64_t d = c.hidden_dim;
-  const int64_t f = rs.ffn_count;
-  gu_.resize(rows * 2 * f);
-  act_.resize(rows * f);
+  const bool moe = c.is_moe_layer(l);
   RowParallelAdd(attn_.data(), rows, rs.o_bounds, lw.o);
   kernels::RmsNorm(x_.data(), rows, d, lw.full->ffn_norm.data(), c.rms_norm_eps, h_.data());
-  kernels::MatMul(h_.data(), rows, d, lw.gate_up(), gu_.data(), pool_);
-  kernels::SwiGlu(gu_.data(), rows, f, act_.data());
-  RowParallelAdd(act_.data(), rows, rs.down_bounds, lw.down);
+  if (c.dense_ffn_dim(l) > 0) {
+    const int64_t f = moe ? rs.shared_count : rs.ffn_count;
+    gu_.resize(rows * 2 * f);
+    act_.resize(rows * f);
+    kernels::MatMul(h_.data(), rows, d, lw.gate_up(), gu_.data(), pool_);
+    kernels::SwiGlu(gu_.data(), rows, f, act_.data());
+    RowParallelAdd(act_.data(), rows, moe ? rs.shared_bounds : rs.down_bounds, lw.down);
+  }
+  if (moe) MoeBlock(lw, rows);
 }
 
 void ModelRunner::Forward(std::span<const ForwardChunk> chunks, std::vector<float>* logits) {
@@ -109,7 +113,7 @@ void ModelRunner::Forward(std::span<const ForwardChunk> chunks, float* logits) {
     } else {
       AttentionBlock(l, seqs, rows);
     }
-    FinishLayer(lw, rows);
+    FinishLayer(l, lw, rows);
   }
   WriteLogits(chunks, seqs, logits);
 }

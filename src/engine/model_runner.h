@@ -11,7 +11,8 @@
 // store k, v in its cache; attention over its heads (reads the cache, own token included);
 // x += AllReduce(o Wo^T over its heads); h = RmsNorm(x); x += AllReduce(SwiGlu(h Wgu^T)
 // Wdown^T over its ffn columns). MLA models replace the attention part by
-// MlaAttentionBlock (docs/engine.md, "Multi-head latent attention"). The all-reduce
+// MlaAttentionBlock (docs/engine.md, "Multi-head latent attention"); an MoE layer's MLP is its
+// shared experts (if any) and then MoeBlock's routed experts (moe_layer.cc). The all-reduce
 // (TpCommunicator) leaves every rank's x identical. Logits: RmsNorm(x) lm_head^T of its vocab rows,
 // for the last row of the chunks that ask for them.
 //
@@ -81,11 +82,14 @@ class ModelRunner {
                    std::span<const kernels::AttentionSequence> seqs, float* logits);
   // Biases and q/k norms of one row of the fused q|k|v projection, in place.
   void PrepareQk(const LayerShard& lw, float* row) const;
-  // o projection and MLP of one layer, from attn_ (x += both, all-reduced).
-  void FinishLayer(const LayerShard& lw, int64_t rows);
+  // o projection and MLP (or MoE) of layer l, from attn_ (x += both, all-reduced).
+  void FinishLayer(int32_t l, const LayerShard& lw, int64_t rows);
   // Layer l's attention for an MLA model (mla_layer.cc): from h_ (normed x) to attn_
   // ([rows][H * v_head_dim]); stores the chunk's latent rows in the cache first.
   void MlaAttentionBlock(int32_t l, std::span<const kernels::AttentionSequence> seqs, int64_t rows);
+  // An MoE layer's routed experts, from h_ (the normed x): x += the all-reduced weighted sum of
+  // the chosen experts' outputs (the rank's experts only; tensor_parallel.h).
+  void MoeBlock(const LayerShard& lw, int64_t rows);
   // x += the all-reduced row-parallel product of `in` ([rows][K]) and the shard's `w`.
   void RowParallelAdd(const float* in, int64_t rows, std::span<const int64_t> bounds,
                       const WeightMatrix& w);
@@ -102,6 +106,8 @@ class ModelRunner {
   // Scratch, reused across calls.
   std::vector<float> x_, h_, qkv_, q_, attn_, gu_, act_, last_, leaves_;
   std::vector<float> qa_, latent_, qcat_, olat_;  // MLA
+  std::vector<float> router_, route_w_, xin_, expert_y_, moe_leaves_;  // MoE
+  std::vector<int32_t> route_e_, expert_rows_, expert_first_;
   std::vector<int32_t> positions_;
 };
 

@@ -87,6 +87,13 @@ StatusOr<std::vector<RankShard>> PlanTensorParallel(const ModelConfig& c, int32_
     s.ffn_first = LeafBound(c.ffn_dim, r * leaves, groups);
     s.ffn_count = LeafBound(c.ffn_dim, (r + 1) * leaves, groups) - s.ffn_first;
     s.down_bounds = LocalBounds(c.ffn_dim, r * leaves, leaves, groups);
+    const int64_t shared = int64_t{c.moe.shared_experts} * c.moe.expert_ffn_dim;
+    s.shared_first = LeafBound(shared, r * leaves, groups);
+    s.shared_count = LeafBound(shared, (r + 1) * leaves, groups) - s.shared_first;
+    s.shared_bounds = LocalBounds(shared, r * leaves, leaves, groups);
+    for (int32_t g = r * leaves; g <= (r + 1) * leaves; ++g) {
+      s.expert_bounds.push_back(static_cast<int32_t>(LeafBound(c.moe.num_experts, g, groups)));
+    }
     s.vocab_first = int64_t{c.vocab_size} * r / tp_size;
     s.vocab_count = int64_t{c.vocab_size} * (r + 1) / tp_size - s.vocab_first;
     out.push_back(std::move(s));
@@ -106,7 +113,7 @@ Status CheckQuantizedLeaves(const ModelWeights& w) {
     for (const auto& [m, what] : parts) {
       if (!m->quantized()) continue;
       const int64_t block = formats::DTypeBlockElements(m->dtype);
-      const int64_t width = m == &lw.o ? o_width : c.ffn_dim;
+      const int64_t width = m == &lw.o ? o_width : c.dense_ffn_dim(static_cast<int32_t>(l));
       for (int32_t g = 1; g < groups; ++g) {
         if (LeafBound(width, g, groups) % block == 0) continue;
         return InvalidArgumentError(
@@ -139,9 +146,14 @@ ModelShard ShardWeights(const ModelWeights& w, const RankShard& s) {
       l.v = RowSlice(lw.v, k0, kn);
       l.o = ColumnSlice(lw.o, q0, qn);
     }
-    l.gate = RowSlice(lw.gate, s.ffn_first, s.ffn_count);
-    l.up = RowSlice(lw.up, s.ffn_first, s.ffn_count);
-    l.down = ColumnSlice(lw.down, s.ffn_first, s.ffn_count);
+    const bool moe = w.config.is_moe_layer(static_cast<int32_t>(out.layers.size()));
+    const int64_t f0 = moe ? s.shared_first : s.ffn_first;
+    const int64_t fn = moe ? s.shared_count : s.ffn_count;
+    if (fn > 0) {
+      l.gate = RowSlice(lw.gate, f0, fn);
+      l.up = RowSlice(lw.up, f0, fn);
+      l.down = ColumnSlice(lw.down, f0, fn);
+    }
     if (!lw.q_bias.empty()) {
       l.q_bias = std::span<const float>(lw.q_bias).subspan(q0, qn);
       l.k_bias = std::span<const float>(lw.k_bias).subspan(k0, kn);

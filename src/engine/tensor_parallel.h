@@ -15,6 +15,12 @@
 // same tree (an aligned subtree), and the all-reduce (TpCommunicator) combines the N rank
 // results with the top of the tree. TP 1 computes all G groups itself. Same tree, same bits.
 //
+// Mixture of experts (expert parallelism): the routed experts of an MoE layer split into the same
+// G leaves (leaf g: experts [g*E/G, (g+1)*E/G)); a leaf's partial is the sum, in expert order,
+// of its experts' weighted outputs for a token (0 when it chose none there), and the leaves
+// combine by the same tree — so rank r runs the experts of its leaves, whole, and the output
+// is the same at every TP size. Shared experts split like the dense MLP's columns.
+//
 // Query heads split evenly (H/N per rank); KV heads follow kv::HeadSharding (split, or
 // replicated when fewer than N; MLA's one latent "head" is replicated on every rank, each rank
 // computing it from the whole kv_a_proj_with_mqa); logits are split by vocab rows (ranks write
@@ -49,6 +55,12 @@ struct RankShard {
   // The rank's leaves of the row-parallel tree, as boundaries within its own input columns
   // (first 0, last = its width): o_proj over its q_heads * head_dim, down_proj over ffn_count.
   std::vector<int64_t> o_bounds, down_bounds;
+  // MoE layers: the shared experts' columns and leaves (as ffn_* for the dense MLP), and the
+  // routed experts' leaves as global expert ids (first = its first expert, last = one past its
+  // last).
+  int64_t shared_first = 0, shared_count = 0;
+  std::vector<int64_t> shared_bounds;
+  std::vector<int32_t> expert_bounds;
 };
 
 // One shard per rank. InvalidArgument naming the model's head counts when tp_size does not
@@ -56,12 +68,14 @@ struct RankShard {
 StatusOr<std::vector<RankShard>> PlanTensorParallel(const ModelConfig& config, int32_t tp_size);
 
 // InvalidArgument naming the layer and tensor when a quantized row-parallel weight (o_proj,
-// down_proj) has leaf boundaries that cut its blocks: the leaves are the model's, whatever the
+// down_proj, the shared experts' down_proj) has leaf boundaries that cut its blocks: the leaves are the model's, whatever the
 // TP size, so such a model cannot compute in its blocks at any TP size.
 Status CheckQuantizedLeaves(const ModelWeights& weights);
 
 // One layer's weights as a rank sees them: views into the full weights (column-parallel parts
-// as row slices, row-parallel parts as strided column slices), never copies.
+// as row slices, row-parallel parts as strided column slices), never copies. gate, up and down
+// are the dense MLP's, or an MoE layer's shared experts'; the router and the routed experts are
+// read whole from `full`.
 struct LayerShard {
   const LayerWeights* full = nullptr;  // norms (replicated)
   WeightMatrix q, k, v, o, gate, up, down;

@@ -90,6 +90,29 @@ void GenerateMla(ModelWeights& w, const ModelConfig& c, uint64_t tensor, LayerWe
   lw.kv_b = FusedViews<1>(w, s, tensor + 5, {kv_b_rows}, m.kv_lora_rank, spread(m.kv_lora_rank))[0];
 }
 
+// The router and routed experts of MoE layer `l` (weights.h), from tensors of their own range
+// (so a dense model's tensors keep their numbers). The router's logits have a std of ~2, so a
+// token's experts are well separated and depend on it.
+void GenerateExperts(ModelWeights& w, const ModelConfig& c, int32_t l, LayerWeights& lw) {
+  const uint64_t s = c.weight_seed;
+  const MoeShape& m = c.moe;
+  const int64_t d = c.hidden_dim, f = m.expert_ffn_dim;
+  const uint64_t base = 1'000'000 + uint64_t{8192} * 4 * static_cast<uint64_t>(l);
+  lw.router = FusedViews<1>(w, s, base, {m.num_experts}, d, 2.0f / std::sqrt(static_cast<float>(d)))[0];
+  if (m.correction_bias) {
+    lw.router_bias = Fill(s, base + 1, m.num_experts, 0.05f);
+    for (float& b : lw.router_bias) b = std::fabs(b);  // scores + bias stay positive
+  }
+  for (int32_t e = 0; e < m.num_experts; ++e) {
+    const uint64_t t = base + 4 + 2 * static_cast<uint64_t>(e);
+    const auto gu = FusedViews<2>(w, s, t, {f, f}, d, 1.0f / std::sqrt(static_cast<float>(d)));
+    lw.expert_gate.push_back(gu[0]);
+    lw.expert_up.push_back(gu[1]);
+    lw.expert_down.push_back(
+        FusedViews<1>(w, s, t + 1, {d}, f, 1.0f / std::sqrt(static_cast<float>(f)))[0]);
+  }
+}
+
 }  // namespace
 
 StatusOr<ModelWeights> GenerateWeights(const ModelConfig& c) {
@@ -98,7 +121,6 @@ StatusOr<ModelWeights> GenerateWeights(const ModelConfig& c) {
   const int64_t d = c.hidden_dim;
   const int64_t q = int64_t{c.num_heads} * c.head_dim;
   const int64_t kv = int64_t{c.num_kv_heads} * c.head_dim;
-  const int64_t f = c.ffn_dim;
   const int64_t vocab = c.vocab_size;
   ModelWeights w;
   w.config = c;
@@ -120,11 +142,17 @@ StatusOr<ModelWeights> GenerateWeights(const ModelConfig& c) {
     const int64_t o_in = int64_t{c.num_heads} * c.attn_out_head_dim();
     lw.o = FusedViews<1>(w, s, tensor++, {d}, o_in, 1.0f / std::sqrt(static_cast<float>(o_in)))[0];
     lw.ffn_norm = Norm(s, tensor++, d);
-    const auto gu =
-        FusedViews<2>(w, s, tensor++, {f, f}, d, 1.0f / std::sqrt(static_cast<float>(d)));
-    lw.gate = gu[0];
-    lw.up = gu[1];
-    lw.down = FusedViews<1>(w, s, tensor++, {d}, f, 1.0f / std::sqrt(static_cast<float>(f)))[0];
+    const int64_t f = c.dense_ffn_dim(l);
+    if (f > 0) {
+      const auto gu =
+          FusedViews<2>(w, s, tensor, {f, f}, d, 1.0f / std::sqrt(static_cast<float>(d)));
+      lw.gate = gu[0];
+      lw.up = gu[1];
+      lw.down =
+          FusedViews<1>(w, s, tensor + 1, {d}, f, 1.0f / std::sqrt(static_cast<float>(f)))[0];
+    }
+    tensor += 2;
+    if (c.is_moe_layer(l)) GenerateExperts(w, c, l, lw);
     if (c.attention_bias) {
       lw.q_bias = Fill(s, 1000 + tensor, q, 0.1f);
       lw.k_bias = Fill(s, 2000 + tensor, kv, 0.1f);

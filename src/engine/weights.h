@@ -42,6 +42,14 @@ struct LayerWeights {
   WeightMatrix q_a, q_b, kv_a, kv_b;
   std::vector<float> q_a_norm, kv_a_norm;
 
+  // MoE layers (config.is_moe_layer; model_config.h, MoeShape): the router [E][dim], V3's
+  // correction bias [E] (empty without), and expert e's SwiGLU MLP: expert_gate[e] and
+  // expert_up[e] [Fe][dim], expert_down[e] [dim][Fe]. gate, up and down above are then the
+  // shared experts' MLP [S*Fe][dim], [dim][S*Fe] (empty without shared experts).
+  WeightMatrix router;
+  std::vector<float> router_bias;
+  std::vector<WeightMatrix> expert_gate, expert_up, expert_down;
+
   // The parts of the fused projections, in output order (their outputs land side by side).
   std::array<WeightMatrix, 3> qkv() const { return {q, k, v}; }
   std::array<WeightMatrix, 2> gate_up() const { return {gate, up}; }

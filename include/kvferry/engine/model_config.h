@@ -70,10 +70,41 @@ struct MlaShape {
   friend bool operator==(const MlaShape&, const MlaShape&) = default;
 };
 
+// Mixture-of-experts MLP layers (Mixtral, Qwen3-MoE, DeepSeek-V2/V3; docs/engine.md, "Mixture of
+// experts"). num_experts > 0 makes every layer from first_dense_layers on an MoE layer: a router
+// [num_experts][dim] scores the experts for each token, the experts_per_token best run (each a
+// SwiGLU MLP of width expert_ffn_dim), and their outputs are summed, each times its router
+// weight. Shared experts (DeepSeek) run for every token, as one SwiGLU MLP of width
+// shared_experts * expert_ffn_dim. No capacity limit: a token's experts depend on the token only.
+//   scores  = softmax(logits) (kSoftmax) or sigmoid(logits) (kSigmoid, DeepSeek-V3)
+//   choice  = scores (+ the per-expert correction bias with correction_bias, V3's)
+//   groups  (num_groups > 1): a group's score is the sum of its group_score_top best choice
+//             values (V3 2, V2's group_limited_greedy 1); only the topk_groups best groups'
+//             experts can be chosen
+//   chosen  = the experts_per_token best choice values (ties: the lower expert id)
+//   weight  = scores[chosen] (normalised to sum 1 with norm_topk_prob) * routed_scaling_factor
+struct MoeShape {
+  enum class Scoring : uint8_t { kSoftmax, kSigmoid };
+  int32_t num_experts = 0;  // 0: every layer dense
+  int32_t experts_per_token = 0;
+  int32_t expert_ffn_dim = 0;
+  int32_t shared_experts = 0;
+  int32_t first_dense_layers = 0;  // DeepSeek's first_k_dense_replace (width ffn_dim)
+  Scoring scoring = Scoring::kSoftmax;
+  bool norm_topk_prob = true;
+  float routed_scaling_factor = 1.0f;
+  int32_t num_groups = 1;
+  int32_t topk_groups = 1;
+  int32_t group_score_top = 1;
+  bool correction_bias = false;
+  friend bool operator==(const MoeShape&, const MoeShape&) = default;
+};
+
 struct ModelConfig {
   std::string name;  // "tiny", "small", or the checkpoint's name
-  // "llama" (Llama 2/3, Mistral, the built-ins), "qwen2" or "qwen3": which optional parts the
-  // layers have (below) and, for GGUF, its tensor names and Q/K row order.
+  // "llama" (Llama 2/3, Mistral, Mixtral, the built-ins), "qwen2", "qwen3", "qwen3moe" or
+  // "deepseek": which optional parts the layers have (below) and, for GGUF, its tensor names and
+  // Q/K row order.
   std::string architecture = "llama";
   int32_t vocab_size = 0;  // includes the special tokens
   int32_t hidden_dim = 0;  // model width
@@ -95,8 +126,17 @@ struct ModelConfig {
   // Architecture "deepseek" only. There num_kv_heads is 1 (the latent, shared by every query
   // head) and head_dim is the query/key head dim, qk_nope_head_dim + qk_rope_head_dim.
   MlaShape mla;
+  // Architectures "llama" (Mixtral), "qwen3moe" and "deepseek" may have MoE layers.
+  MoeShape moe;
 
   bool is_mla() const { return mla.kv_lora_rank > 0; }
+  bool is_moe() const { return moe.num_experts > 0; }
+  bool is_moe_layer(int32_t layer) const { return is_moe() && layer >= moe.first_dense_layers; }
+  // The width of layer `layer`'s dense SwiGLU MLP: ffn_dim, or in an MoE layer its shared
+  // experts' (0 without).
+  int64_t dense_ffn_dim(int32_t layer) const {
+    return is_moe_layer(layer) ? int64_t{moe.shared_experts} * moe.expert_ffn_dim : ffn_dim;
+  }
   // The width RoPE rotates: qk_rope_head_dim for MLA, head_dim otherwise.
   int32_t rope_dim() const { return is_mla() ? mla.qk_rope_head_dim : head_dim; }
   // Per-head width of the attention output (o_proj's input): v_head_dim for MLA, else head_dim.

@@ -80,13 +80,33 @@ Status RequireFloat(formats::DType dtype) {
 
 // The dtype of a matrix: its GGUF name and row length in, the type it is written in out.
 using TypeOf = std::function<formats::DType(const std::string& name, int64_t cols)>;
+using AddTensor = std::function<Status(const std::string&, formats::DType,
+                                       const std::vector<int64_t>&, const std::vector<std::byte>&)>;
+
+Status RequireWholeBlocks(const std::string& name, int64_t cols, formats::DType dtype) {
+  if (cols % formats::DTypeBlockElements(dtype) == 0) return Status::Ok();
+  return InvalidArgumentError("tensor '" + name + "': rows of " + std::to_string(cols) +
+                              " values are not whole " + std::string(formats::DTypeName(dtype)) +
+                              " blocks of " + std::to_string(formats::DTypeBlockElements(dtype)));
+}
+
+// A GGUF expert tensor [E][rows][cols]: the experts' matrices one after another.
+Status AddExperts(const TensorSlot& slot, const TypeOf& type_of, const AddTensor& add) {
+  const int64_t cols = slot.shape.back();
+  const formats::DType dtype = type_of(slot.name, cols);
+  KVF_RETURN_IF_ERROR(RequireWholeBlocks(slot.name, cols, dtype));
+  std::vector<float> values;
+  for (const WeightMatrix& m : *slot.experts) {
+    const std::vector<float> v = ToF32(m);
+    values.insert(values.end(), v.begin(), v.end());
+  }
+  return add(slot.name, dtype, slot.shape, Encode(values, dtype));
+}
 
 // Calls add(name, shape, bytes) for every tensor of `weights` under `naming`. Norms and biases
 // stay F32 (as llama.cpp's converter keeps 1-D tensors); matrices take type_of's dtype.
-Status ForEachTensor(
-    const ModelWeights& weights, TensorNaming naming, const TypeOf& type_of,
-    const std::function<Status(const std::string&, formats::DType, const std::vector<int64_t>&,
-                               const std::vector<std::byte>&)>& add) {
+Status ForEachTensor(const ModelWeights& weights, TensorNaming naming, const TypeOf& type_of,
+                     const AddTensor& add) {
   if (naming == TensorNaming::kGguf) KVF_RETURN_IF_ERROR(RefuseMlaGguf(weights.config));
   ModelWeights copy = weights;  // shares the bytes; the slots point into the copy
   PermuteMlaRopeRows(&copy, /*to_interleaved=*/true);  // DeepSeek checkpoints' pair order
@@ -96,22 +116,25 @@ Status ForEachTensor(
                               Encode(*slot.vector, formats::DType::kF32)));
       continue;
     }
+    if (slot.experts != nullptr) {
+      KVF_RETURN_IF_ERROR(AddExperts(slot, type_of, add));
+      continue;
+    }
     WeightMatrix m = *slot.matrix;
     const formats::DType dtype = type_of(slot.name, m.cols);
-    if (m.cols % formats::DTypeBlockElements(dtype) != 0) {
-      return InvalidArgumentError("tensor '" + slot.name + "': rows of " + std::to_string(m.cols) +
-                                  " values are not whole " +
-                                  std::string(formats::DTypeName(dtype)) + " blocks of " +
-                                  std::to_string(formats::DTypeBlockElements(dtype)));
-    }
+    KVF_RETURN_IF_ERROR(RequireWholeBlocks(slot.name, m.cols, dtype));
     if (slot.interleaved_heads > 0) m = RotateHalfRows(m, slot.interleaved_heads, true, &copy);
     KVF_RETURN_IF_ERROR(add(slot.name, dtype, slot.shape, Encode(ToF32(m), dtype)));
   }
   return Status::Ok();
 }
 
+// Every matrix in `dtype`, but a GGUF MoE router (ffn_gate_inp) in F32, as llama.cpp's
+// converter writes it.
 TypeOf Uniform(formats::DType dtype) {
-  return [dtype](const std::string&, int64_t) { return dtype; };
+  return [dtype](const std::string& name, int64_t) {
+    return name.find("ffn_gate_inp") != std::string::npos ? formats::DType::kF32 : dtype;
+  };
 }
 
 Status WriteGguf(const ModelWeights& weights, const std::string& path, const TypeOf& type_of,
@@ -170,7 +193,7 @@ Status WriteGgufCheckpoint(const ModelWeights& weights, const std::string& path,
   const int32_t n_layers = weights.config.num_layers;
   const bool has_output = !weights.config.tie_embeddings;
   auto type_of = [&](const std::string& name, int64_t cols) {
-    return GgufTensorType(type, name, n_layers, cols, has_output);
+    return GgufTensorType(type, name, n_layers, cols, has_output, weights.config.moe.num_experts);
   };
   return WriteGguf(weights, path, type_of, type.llama_ftype, add_tokenizer);
 }

@@ -81,14 +81,45 @@ Status Add(formats::GgufWriter* w, const std::string& key, int64_t v) {
   return w->AddMetadata(key, GgufValue::Int(GgufValueType::kU32, v));
 }
 
+// Mixture of experts (<arch>.expert_count > 0): Mixtral (llama, experts as wide as
+// feed_forward_length) or Qwen3-MoE (expert_feed_forward_length). llama.cpp routes both by the
+// softmax of the router, its top experts_used_count, weights normalised.
+Status GgufExperts(const GgufMetadata& m, const std::string& a, ModelConfig* c) {
+  KVF_ASSIGN_OR_RETURN(int32_t experts, IntKeyOr(m, a + ".expert_count", 0));
+  if (experts == 0) return Status::Ok();
+  MoeShape& moe = c->moe;
+  moe.num_experts = experts;
+  KVF_ASSIGN_OR_RETURN(moe.experts_per_token, IntKey(m, a + ".expert_used_count"));
+  KVF_ASSIGN_OR_RETURN(moe.expert_ffn_dim,
+                       IntKeyOr(m, a + ".expert_feed_forward_length", c->ffn_dim));
+  KVF_ASSIGN_OR_RETURN(int32_t shared, IntKeyOr(m, a + ".expert_shared_count", 0));
+  if (shared != 0) {
+    return InvalidArgumentError("GGUF: " + a + ".expert_shared_count " + std::to_string(shared) +
+                                ": shared experts are supported for DeepSeek Hugging Face "
+                                "checkpoints only");
+  }
+  return Status::Ok();
+}
+
+Status AddGgufExperts(const ModelConfig& c, formats::GgufWriter* w) {
+  if (!c.is_moe()) return Status::Ok();
+  const std::string& a = c.architecture;
+  KVF_RETURN_IF_ERROR(Add(w, a + ".expert_count", c.moe.num_experts));
+  KVF_RETURN_IF_ERROR(Add(w, a + ".expert_used_count", c.moe.experts_per_token));
+  if (a == "qwen3moe") {
+    KVF_RETURN_IF_ERROR(Add(w, a + ".expert_feed_forward_length", c.moe.expert_ffn_dim));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 StatusOr<ModelConfig> ModelConfigFromGguf(const formats::GgufFile& file, std::string name) {
   const GgufMetadata& m = file.metadata();
   KVF_ASSIGN_OR_RETURN(std::string a, m.GetString("general.architecture"));
-  if (a != "llama" && a != "qwen2" && a != "qwen3") {
+  if (a != "llama" && a != "qwen2" && a != "qwen3" && a != "qwen3moe") {
     return InvalidArgumentError("GGUF: general.architecture '" + a +
-                                "' is not supported (supported: llama, qwen2, qwen3)");
+                                "' is not supported (supported: llama, qwen2, qwen3, qwen3moe)");
   }
   ModelConfig c;
   c.name = std::move(name);
@@ -99,7 +130,8 @@ StatusOr<ModelConfig> ModelConfigFromGguf(const formats::GgufFile& file, std::st
   c.vocab_size = static_cast<int32_t>(embed->shape[0]);
   c.tie_embeddings = file.Find("output.weight") == nullptr;
   c.attention_bias = a == "qwen2";
-  c.qk_norm = a == "qwen3";
+  c.qk_norm = a == "qwen3" || a == "qwen3moe";
+  KVF_RETURN_IF_ERROR(GgufExperts(m, a, &c));
   KVF_RETURN_IF_ERROR(GgufRopeScaling(file, a, &c));
   KVF_RETURN_IF_ERROR(Tokens(m, &c));
   KVF_RETURN_IF_ERROR(c.Validate());
@@ -113,7 +145,11 @@ Status AddGgufModelMetadata(const ModelConfig& c, formats::GgufWriter* w) {
   KVF_RETURN_IF_ERROR(Add(w, a + ".context_length", c.max_position));
   KVF_RETURN_IF_ERROR(Add(w, a + ".embedding_length", c.hidden_dim));
   KVF_RETURN_IF_ERROR(Add(w, a + ".block_count", c.num_layers));
-  KVF_RETURN_IF_ERROR(Add(w, a + ".feed_forward_length", c.ffn_dim));
+  // Mixtral's (llama) experts are as wide as its feed_forward_length.
+  const bool mixtral = a == "llama" && c.is_moe();
+  KVF_RETURN_IF_ERROR(
+      Add(w, a + ".feed_forward_length", mixtral ? c.moe.expert_ffn_dim : c.ffn_dim));
+  KVF_RETURN_IF_ERROR(AddGgufExperts(c, w));
   KVF_RETURN_IF_ERROR(Add(w, a + ".attention.head_count", c.num_heads));
   KVF_RETURN_IF_ERROR(Add(w, a + ".attention.head_count_kv", c.num_kv_heads));
   KVF_RETURN_IF_ERROR(Add(w, a + ".attention.key_length", c.head_dim));

@@ -35,12 +35,19 @@ bool Contains(std::string_view s, std::string_view part) {
 }
 
 // llama-quantize's choice before the row-length check.
-DType Choose(const GgufFileType& t, std::string_view tensor, int32_t n_layers, bool has_output) {
+DType Choose(const GgufFileType& t, std::string_view tensor, int32_t n_layers, bool has_output,
+             int32_t n_experts) {
   if (tensor == "output.weight" || (!has_output && tensor == "token_embd.weight")) {
     return t.base == DType::kQ8_0 ? DType::kQ8_0 : DType::kQ6_K;
   }
   const int layer = LayerOf(tensor);
   const bool m = t.name == "q4_k_m" || t.name == "q5_k_m";
+  if (n_experts == 8) {
+    if (Contains(tensor, "attn_v.weight") || Contains(tensor, "attn_k.weight")) return DType::kQ8_0;
+    if (Contains(tensor, "attn_output.weight") && (t.name == "q4_k_s" || t.name == "q4_k_m")) {
+      return DType::kQ5_K;
+    }
+  }
   if (Contains(tensor, "attn_v.weight")) {
     if (m && UseMoreBits(layer, n_layers)) return DType::kQ6_K;
     if (t.name == "q4_k_s" && layer < 4) return DType::kQ5_K;
@@ -81,8 +88,9 @@ std::string GgufFileTypeNames() {
 }
 
 DType GgufTensorType(const GgufFileType& type, std::string_view tensor, int32_t n_layers,
-                     int64_t cols, bool has_output) {
-  const DType d = type.pure ? type.base : Choose(type, tensor, n_layers, has_output);
+                     int64_t cols, bool has_output, int32_t n_experts) {
+  if (Contains(tensor, "ffn_gate_inp")) return DType::kF32;
+  const DType d = type.pure ? type.base : Choose(type, tensor, n_layers, has_output, n_experts);
   if (cols % formats::DTypeBlockElements(d) == 0) return d;
   const DType fallback = Fallback(d);
   if (fallback == d) return d;  // a 32-value type: the writer refuses the rows, as llama-quantize

@@ -42,8 +42,11 @@ std::optional<GgufFileType> GgufFileTypeFromName(std::string_view name);
 std::string GgufFileTypeNames();
 
 // The type of the GGUF matrix `tensor` ("blk.3.attn_v.weight"), whose rows hold `cols` values,
-// in a model of `n_layers` layers that has (`has_output`) or ties away its output.weight.
+// in a model of `n_layers` layers that has (`has_output`) or ties away its output.weight and has
+// `n_experts` routed experts per MoE layer (0: dense). An MoE router (ffn_gate_inp) stays F32,
+// as llama-quantize leaves it; with 8 experts attn_v and attn_k take Q8_0 and, in q4_k_s and
+// q4_k_m, attn_output Q5_K (llama-quantize's rules for Mixtral-like models).
 formats::DType GgufTensorType(const GgufFileType& type, std::string_view tensor, int32_t n_layers,
-                              int64_t cols, bool has_output);
+                              int64_t cols, bool has_output, int32_t n_experts = 0);
 
 }  // namespace kvferry::engine

@@ -11,6 +11,7 @@ const std::map<std::string, std::string>& Architectures() {
   static const std::map<std::string, std::string> kArchs = {
       {"LlamaForCausalLM", "llama"},         {"MistralForCausalLM", "llama"},
       {"Qwen2ForCausalLM", "qwen2"},         {"Qwen3ForCausalLM", "qwen3"},
+      {"MixtralForCausalLM", "llama"},       {"Qwen3MoeForCausalLM", "qwen3moe"},
       {"DeepseekV2ForCausalLM", "deepseek"}, {"DeepseekV3ForCausalLM", "deepseek"},
   };
   return kArchs;
@@ -109,7 +110,69 @@ Status SlidingWindow(const Json& j, const std::string& arch, ModelConfig* c) {
   return Status::Ok();
 }
 
-// DeepSeek-V2/V3: multi-head latent attention (ModelConfig::mla), dense MLP layers only.
+// Mixtral (num_local_experts, experts as wide as intermediate_size) and Qwen3-MoE
+// (num_experts, moe_intermediate_size; every layer sparse): softmax routing, top
+// num_experts_per_tok.
+Status MixtralOrQwenMoe(const Json& j, ModelConfig* c) {
+  MoeShape& m = c->moe;
+  const bool mixtral = c->architecture == "llama";
+  if (!mixtral && !j.contains("num_experts")) return Status::Ok();  // Validate refuses
+  KVF_RETURN_IF_ERROR(Int(j, mixtral ? "num_local_experts" : "num_experts", &m.num_experts, true));
+  KVF_RETURN_IF_ERROR(Int(j, "num_experts_per_tok", &m.experts_per_token, true));
+  if (mixtral) {
+    m.expert_ffn_dim = c->ffn_dim;
+    m.norm_topk_prob = true;
+    return Status::Ok();
+  }
+  KVF_RETURN_IF_ERROR(Int(j, "moe_intermediate_size", &m.expert_ffn_dim, true));
+  m.norm_topk_prob = j.value("norm_topk_prob", false);
+  int32_t step = 1;
+  KVF_RETURN_IF_ERROR(Int(j, "decoder_sparse_step", &step, false, 1));
+  const auto dense = j.find("mlp_only_layers");
+  if (step != 1 || (dense != j.end() && dense->is_array() && !dense->empty())) {
+    return Refuse(step != 1 ? "decoder_sparse_step" : "mlp_only_layers",
+                  "dense layers between the sparse ones are not supported (every layer must be "
+                  "mixture-of-experts)");
+  }
+  return Status::Ok();
+}
+
+// DeepSeek-V2/V3's MoE layers (n_routed_experts > 0; the first first_k_dense_replace layers
+// dense): V2 softmax, topk_method greedy or group_limited_greedy (a group's score its best
+// expert's); V3 sigmoid with e_score_correction_bias, noaux_tc (its best two's).
+Status DeepseekMoe(const Json& j, ModelConfig* c) {
+  MoeShape& m = c->moe;
+  KVF_RETURN_IF_ERROR(Int(j, "n_routed_experts", &m.num_experts, false, 0));
+  if (m.num_experts == 0) return Status::Ok();
+  KVF_RETURN_IF_ERROR(Int(j, "num_experts_per_tok", &m.experts_per_token, true));
+  KVF_RETURN_IF_ERROR(Int(j, "moe_intermediate_size", &m.expert_ffn_dim, true));
+  KVF_RETURN_IF_ERROR(Int(j, "n_shared_experts", &m.shared_experts, false, 0));
+  KVF_RETURN_IF_ERROR(Int(j, "first_k_dense_replace", &m.first_dense_layers, false, 0));
+  int32_t freq = 1;
+  KVF_RETURN_IF_ERROR(Int(j, "moe_layer_freq", &freq, false, 1));
+  if (freq != 1) return Refuse("moe_layer_freq", "only 1 (every layer after the dense ones)");
+  const std::string scoring = j.value("scoring_func", std::string("softmax"));
+  const std::string method = j.value("topk_method", std::string("greedy"));
+  if (scoring != "softmax" && scoring != "sigmoid") {
+    return Refuse("scoring_func", "'" + scoring + "' is not supported (softmax, sigmoid)");
+  }
+  if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc") {
+    return Refuse("topk_method", "'" + method +
+                                     "' is not supported (greedy, group_limited_greedy, noaux_tc)");
+  }
+  m.scoring = scoring == "sigmoid" ? MoeShape::Scoring::kSigmoid : MoeShape::Scoring::kSoftmax;
+  m.correction_bias = method == "noaux_tc";
+  m.norm_topk_prob = j.value("norm_topk_prob", false);
+  KVF_RETURN_IF_ERROR(Float(j, "routed_scaling_factor", &m.routed_scaling_factor, 1.0f));
+  if (method != "greedy") {
+    KVF_RETURN_IF_ERROR(Int(j, "n_group", &m.num_groups, false, 1));
+    KVF_RETURN_IF_ERROR(Int(j, "topk_group", &m.topk_groups, false, 1));
+    m.group_score_top = method == "noaux_tc" ? 2 : 1;
+  }
+  return Status::Ok();
+}
+
+// DeepSeek-V2/V3: multi-head latent attention (ModelConfig::mla), dense or MoE MLP layers.
 Status Deepseek(const Json& j, ModelConfig* c) {
   MlaShape& m = c->mla;
   KVF_RETURN_IF_ERROR(Int(j, "q_lora_rank", &m.q_lora_rank, false, 0));  // null: q_proj
@@ -119,17 +182,7 @@ Status Deepseek(const Json& j, ModelConfig* c) {
   KVF_RETURN_IF_ERROR(Int(j, "v_head_dim", &m.v_head_dim, true));
   c->head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim;  // the query/key head
   c->num_kv_heads = 1;                                    // the latent, shared by every head
-  int32_t experts = 0, first_dense = 0;
-  KVF_RETURN_IF_ERROR(Int(j, "n_routed_experts", &experts, false, 0));
-  KVF_RETURN_IF_ERROR(Int(j, "first_k_dense_replace", &first_dense, false, 0));
-  if (experts > 0 && first_dense < c->num_layers) {
-    return Refuse("first_k_dense_replace", std::to_string(first_dense) + " < num_hidden_layers " +
-                                               std::to_string(c->num_layers) + ": layers from " +
-                                               std::to_string(first_dense) +
-                                               " on are mixture-of-experts (n_routed_experts " +
-                                               std::to_string(experts) +
-                                               "), which kvferry does not run (dense MLP only)");
-  }
+  KVF_RETURN_IF_ERROR(DeepseekMoe(j, c));
   if (j.value("attention_bias", false)) {
     return Refuse("attention_bias", "biases on DeepSeek's attention projections are not supported");
   }
@@ -167,8 +220,43 @@ void AddDeepseekFields(const ModelConfig& c, Json* j) {
   (*j)["qk_nope_head_dim"] = m.qk_nope_head_dim;
   (*j)["qk_rope_head_dim"] = m.qk_rope_head_dim;
   (*j)["v_head_dim"] = m.v_head_dim;
-  (*j)["first_k_dense_replace"] = c.num_layers;
+  (*j)["first_k_dense_replace"] = c.is_moe() ? c.moe.first_dense_layers : c.num_layers;
   (*j)["attention_bias"] = false;
+}
+
+// The MoE fields of a Mixtral, Qwen3-MoE or DeepSeek config.json.
+void AddMoeFields(const ModelConfig& c, Json* j) {
+  const MoeShape& m = c.moe;
+  (*j)["num_experts_per_tok"] = m.experts_per_token;
+  if (c.architecture == "llama") {
+    (*j)["model_type"] = "mixtral";
+    (*j)["architectures"] = {"MixtralForCausalLM"};
+    (*j)["num_local_experts"] = m.num_experts;
+    (*j)["intermediate_size"] = m.expert_ffn_dim;
+    return;
+  }
+  (*j)["moe_intermediate_size"] = m.expert_ffn_dim;
+  (*j)["norm_topk_prob"] = m.norm_topk_prob;
+  if (c.architecture == "qwen3moe") {
+    (*j)["model_type"] = "qwen3_moe";
+    (*j)["num_experts"] = m.num_experts;
+    (*j)["decoder_sparse_step"] = 1;
+    (*j)["mlp_only_layers"] = Json::array();
+    return;
+  }
+  const bool v3 = m.scoring == MoeShape::Scoring::kSigmoid;
+  (*j)["model_type"] = v3 ? "deepseek_v3" : "deepseek_v2";
+  (*j)["architectures"] = {v3 ? "DeepseekV3ForCausalLM" : "DeepseekV2ForCausalLM"};
+  (*j)["n_routed_experts"] = m.num_experts;
+  (*j)["n_shared_experts"] = m.shared_experts;
+  (*j)["moe_layer_freq"] = 1;
+  (*j)["scoring_func"] = v3 ? "sigmoid" : "softmax";
+  (*j)["topk_method"] = m.correction_bias     ? "noaux_tc"
+                        : m.num_groups > 1 ? "group_limited_greedy"
+                                           : "greedy";
+  (*j)["n_group"] = m.num_groups;
+  (*j)["topk_group"] = m.topk_groups;
+  (*j)["routed_scaling_factor"] = m.routed_scaling_factor;
 }
 
 }  // namespace
@@ -184,7 +272,8 @@ StatusOr<ModelConfig> ModelConfigFromHf(const Json& j, const Json& generation, s
   if (known == Architectures().end()) {
     return Refuse("architectures", "'" + arch_name +
                                        "' is not supported (supported: LlamaForCausalLM, "
-                                       "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                                       "MistralForCausalLM, MixtralForCausalLM, Qwen2ForCausalLM, "
+                                       "Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
                                        "DeepseekV2ForCausalLM, DeepseekV3ForCausalLM)");
   }
   ModelConfig c;
@@ -197,13 +286,16 @@ StatusOr<ModelConfig> ModelConfigFromHf(const Json& j, const Json& generation, s
     if (j.value("mlp_bias", false)) return Refuse("mlp_bias", "MLP biases are not supported");
     const bool attention_bias = j.value("attention_bias", false);
     if (c.architecture == "deepseek") KVF_RETURN_IF_ERROR(Deepseek(j, &c));
+    if (arch_name == "MixtralForCausalLM" || c.architecture == "qwen3moe") {
+      KVF_RETURN_IF_ERROR(MixtralOrQwenMoe(j, &c));
+    }
     if (c.architecture == "llama" && attention_bias) {
       return Refuse("attention_bias",
                     "biases on the attention projections (incl. o_proj) are "
                     "not supported for Llama");
     }
     c.attention_bias = c.architecture == "qwen2" || attention_bias;
-    c.qk_norm = c.architecture == "qwen3";
+    c.qk_norm = c.architecture == "qwen3" || c.architecture == "qwen3moe";
     KVF_RETURN_IF_ERROR(RopeScalingFrom(j, &c.rope_scaling));
     if (c.rope_scaling.type == RopeScaling::Type::kYarn && c.architecture != "deepseek") {
       return Refuse("rope_scaling.rope_type", "yarn is supported for DeepSeek models only");
@@ -222,6 +314,7 @@ Json HfConfigJson(const ModelConfig& c, const std::string& dtype_name) {
   static const std::map<std::string, std::string> kClass = {{"llama", "LlamaForCausalLM"},
                                                             {"qwen2", "Qwen2ForCausalLM"},
                                                             {"qwen3", "Qwen3ForCausalLM"},
+                                                            {"qwen3moe", "Qwen3MoeForCausalLM"},
                                                             {"deepseek", "DeepseekV3ForCausalLM"}};
   Json j = {{"architectures", {kClass.at(c.architecture)}},
             {"model_type", c.architecture},
@@ -238,8 +331,11 @@ Json HfConfigJson(const ModelConfig& c, const std::string& dtype_name) {
             {"tie_word_embeddings", c.tie_embeddings},
             {"hidden_act", "silu"},
             {"torch_dtype", dtype_name}};
-  if (c.architecture == "qwen3") j["attention_bias"] = c.attention_bias;
+  if (c.architecture == "qwen3" || c.architecture == "qwen3moe") {
+    j["attention_bias"] = c.attention_bias;
+  }
   if (c.is_mla()) AddDeepseekFields(c, &j);
+  if (c.is_moe()) AddMoeFields(c, &j);
   if (c.bos_token_id >= 0) j["bos_token_id"] = c.bos_token_id;
   if (c.eos_token_ids.size() == 1) j["eos_token_id"] = c.eos_token_ids[0];
   if (c.eos_token_ids.size() > 1) j["eos_token_id"] = c.eos_token_ids;

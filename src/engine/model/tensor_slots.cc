@@ -76,9 +76,59 @@ void MlaSlots(int32_t l, const ModelConfig& c, LayerWeights& lw, std::vector<Ten
       {at + "o_proj.weight", {d, int64_t{c.num_heads} * m.v_head_dim}, &lw.o, nullptr, 0});
 }
 
+// An MoE layer's router and routed experts (and DeepSeek's correction bias), per naming.
+void ExpertSlots(int32_t l, const ModelConfig& c, bool gguf, LayerWeights& lw,
+                 std::vector<TensorSlot>* out) {
+  const MoeShape& m = c.moe;
+  const int64_t d = c.hidden_dim, f = m.expert_ffn_dim, n = m.num_experts;
+  lw.expert_gate.resize(n);
+  lw.expert_up.resize(n);
+  lw.expert_down.resize(n);
+  const std::string blk = "blk." + std::to_string(l) + ".";
+  if (gguf) {
+    out->push_back({blk + "ffn_gate_inp.weight", {n, d}, &lw.router, nullptr, 0});
+    out->push_back({blk + "ffn_gate_exps.weight", {n, f, d}, nullptr, nullptr, 0, &lw.expert_gate});
+    out->push_back({blk + "ffn_up_exps.weight", {n, f, d}, nullptr, nullptr, 0, &lw.expert_up});
+    out->push_back({blk + "ffn_down_exps.weight", {n, d, f}, nullptr, nullptr, 0, &lw.expert_down});
+    return;
+  }
+  const bool mixtral = c.architecture == "llama";
+  const std::string at = "model.layers." + std::to_string(l) +
+                         (mixtral ? ".block_sparse_moe." : ".mlp.");
+  out->push_back({at + "gate.weight", {n, d}, &lw.router, nullptr, 0});
+  if (m.correction_bias) {
+    out->push_back({at + "gate.e_score_correction_bias", {n}, nullptr, &lw.router_bias, 0});
+  }
+  for (int64_t e = 0; e < n; ++e) {
+    const std::string ex = at + "experts." + std::to_string(e) + ".";
+    out->push_back({ex + (mixtral ? "w1" : "gate_proj") + ".weight", {f, d}, &lw.expert_gate[e], nullptr, 0});
+    out->push_back({ex + (mixtral ? "w3" : "up_proj") + ".weight", {f, d}, &lw.expert_up[e], nullptr, 0});
+    out->push_back({ex + (mixtral ? "w2" : "down_proj") + ".weight", {d, f}, &lw.expert_down[e], nullptr, 0});
+  }
+}
+
+// Layer l's dense MLP, or in an MoE layer its shared experts (DeepSeek) and routed experts.
+void MlpSlots(const Names& n, int32_t l, const ModelConfig& c, bool gguf, LayerWeights& lw,
+              std::vector<TensorSlot>* out) {
+  const int64_t d = c.hidden_dim, f = c.dense_ffn_dim(l);
+  if (!c.is_moe_layer(l)) {
+    out->push_back({At(n.gate, l), {f, d}, &lw.gate, nullptr, 0});
+    out->push_back({At(n.up, l), {f, d}, &lw.up, nullptr, 0});
+    out->push_back({At(n.down, l), {d, f}, &lw.down, nullptr, 0});
+    return;
+  }
+  if (f > 0) {  // DeepSeek's shared experts (Hugging Face names only)
+    const std::string at = "model.layers." + std::to_string(l) + ".mlp.shared_experts.";
+    out->push_back({at + "gate_proj.weight", {f, d}, &lw.gate, nullptr, 0});
+    out->push_back({at + "up_proj.weight", {f, d}, &lw.up, nullptr, 0});
+    out->push_back({at + "down_proj.weight", {d, f}, &lw.down, nullptr, 0});
+  }
+  ExpertSlots(l, c, gguf, lw, out);
+}
+
 void LayerSlots(const Names& n, int32_t l, const ModelConfig& c, bool gguf, LayerWeights& lw,
                 std::vector<TensorSlot>* out) {
-  const int64_t d = c.hidden_dim, hd = c.head_dim, f = c.ffn_dim;
+  const int64_t d = c.hidden_dim, hd = c.head_dim;
   const int64_t q = c.num_heads * hd, kv = c.num_kv_heads * hd;
   const bool interleaved = gguf && c.architecture == "llama";
   out->push_back({At(n.attn_norm, l), {d}, nullptr, &lw.attn_norm, 0});
@@ -100,9 +150,7 @@ void LayerSlots(const Names& n, int32_t l, const ModelConfig& c, bool gguf, Laye
     out->push_back({At(n.k_norm, l), {hd}, nullptr, &lw.k_norm, 0});
   }
   out->push_back({At(n.ffn_norm, l), {d}, nullptr, &lw.ffn_norm, 0});
-  out->push_back({At(n.gate, l), {f, d}, &lw.gate, nullptr, 0});
-  out->push_back({At(n.up, l), {f, d}, &lw.up, nullptr, 0});
-  out->push_back({At(n.down, l), {d, f}, &lw.down, nullptr, 0});
+  MlpSlots(n, l, c, gguf, lw, out);
 }
 
 // A quantized matrix (a computed type: RequireComputedDType has refused the others): whole
@@ -113,12 +161,12 @@ Status CheckQuantized(const TensorSlot& slot, const formats::TensorView& t) {
     return InvalidArgumentError("tensor '" + slot.name + "' in '" + t.file + "' is " + type +
                                 "; norms and biases must be F32, F16 or BF16");
   }
-  const int64_t cols = slot.shape.size() == 2 ? slot.shape[1] : 1;
+  const int64_t cols = slot.shape.size() >= 2 ? slot.shape.back() : 1;
   if (cols % formats::DTypeBlockElements(t.dtype) != 0) {
     return InvalidArgumentError("tensor '" + slot.name + "' in '" + t.file + "': rows of " +
                                 std::to_string(cols) + " values are not whole " + type + " blocks");
   }
-  const WeightMatrix m{t.dtype, t.data, slot.shape[0], cols};
+  const WeightMatrix m{t.dtype, t.data, t.elements() / cols, cols};
   if (const int64_t bad = FirstNonFiniteBlockScale(m); bad >= 0) {
     return InvalidArgumentError("tensor '" + slot.name + "' in '" + t.file + "': " + type +
                                 " block " + std::to_string(bad) + " has a NaN or infinite scale");
@@ -154,7 +202,14 @@ Status BindOne(const TensorSlot& slot, const formats::TensorView& t, ModelWeight
     slot.vector->resize(static_cast<size_t>(t.elements()));
     return formats::ReadAsF32(t, *slot.vector);
   }
-  const int64_t cols = slot.shape.size() == 2 ? slot.shape[1] : 1;
+  const int64_t cols = slot.shape.size() >= 2 ? slot.shape.back() : 1;
+  if (slot.experts != nullptr) {  // [E][rows][cols]: expert e is rows [e * rows, (e + 1) * rows)
+    const WeightMatrix all{t.dtype, t.data, slot.shape[0] * slot.shape[1], cols};
+    for (int64_t e = 0; e < slot.shape[0]; ++e) {
+      (*slot.experts)[e] = RowSlice(all, e * slot.shape[1], slot.shape[1]);
+    }
+    return Status::Ok();
+  }
   *slot.matrix = WeightMatrix{t.dtype, t.data, slot.shape[0], cols};
   if (slot.interleaved_heads > 0) {
     *slot.matrix = RotateHalfRows(*slot.matrix, slot.interleaved_heads, false, w);

@@ -13,6 +13,14 @@
 //     .mlp.down_proj.weight           [d][F]         blk.{i}.ffn_down.weight
 //   model.norm.weight                 [d]            output_norm.weight
 //   lm_head.weight (untied only)      [V][d]         output.weight
+//   Mixture of experts (model_config.h, MoeShape), instead of the MLP in an MoE layer:
+//     Qwen3-MoE, DeepSeek: model.layers.{i}.mlp.gate.weight [E][d]  blk.{i}.ffn_gate_inp.weight
+//       .mlp.experts.{e}.{gate,up}_proj.weight [Fe][d]  blk.{i}.ffn_{gate,up}_exps.weight [E][Fe][d]
+//       .mlp.experts.{e}.down_proj.weight [d][Fe]       blk.{i}.ffn_down_exps.weight [E][d][Fe]
+//     Mixtral: model.layers.{i}.block_sparse_moe.gate.weight, .block_sparse_moe.experts.{e}.
+//       w1 (gate), w3 (up), w2 (down); the same GGUF names (architecture llama)
+//     DeepSeek only: .mlp.gate.e_score_correction_bias [E] (V3), and the shared experts
+//       .mlp.shared_experts.{gate,up,down}_proj.weight [S*Fe][d], [d][S*Fe]
 //   DeepSeek (MLA, Hugging Face only), instead of q/k/v/o: model.layers.{i}.self_attn.
 //     q_proj [H*(N+R)][d]  or  q_a_proj [Q][d], q_a_layernorm [Q], q_b_proj [H*(N+R)][Q];
 //     kv_a_proj_with_mqa [L+R][d], kv_a_layernorm [L], kv_b_proj [H*(N+V)][L], o_proj [d][H*V]
@@ -44,6 +52,8 @@ struct TensorSlot {
   WeightMatrix* matrix = nullptr;        // big tensors: bound as a view (or a copy, below)
   std::vector<float>* vector = nullptr;  // small tensors: copied as f32
   int32_t interleaved_heads = 0;         // > 0: GGUF llama q/k rows to undo per head
+  // A GGUF expert tensor [E][rows][cols]: bound as E views, one per expert (shape[0] of them).
+  std::vector<WeightMatrix>* experts = nullptr;
 };
 
 // The tensors `weights->config` needs, pointing into `weights`.
