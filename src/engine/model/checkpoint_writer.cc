@@ -129,12 +129,27 @@ Status ForEachTensor(const ModelWeights& weights, TensorNaming naming, const Typ
   return Status::Ok();
 }
 
-// Every matrix in `dtype`, but a GGUF MoE router (ffn_gate_inp) in F32, as llama.cpp's
-// converter writes it.
 TypeOf Uniform(formats::DType dtype) {
-  return [dtype](const std::string& name, int64_t) {
-    return name.find("ffn_gate_inp") != std::string::npos ? formats::DType::kF32 : dtype;
-  };
+  return [dtype](const std::string&, int64_t) { return dtype; };
+}
+
+// An MoE router (ffn_gate_inp) in F16 or BF16, widened to F32: llama.cpp's converter writes
+// routers in F32 whatever the checkpoint's dtype, so a GGUF file holds the values of the Hugging
+// Face checkpoint of the same dtype, exactly, in F32.
+bool WidenRouter(const std::string& name, formats::DType* dtype, std::vector<std::byte>* bytes) {
+  if (name.find("ffn_gate_inp") == std::string::npos ||
+      (*dtype != formats::DType::kF16 && *dtype != formats::DType::kBF16)) {
+    return false;
+  }
+  std::vector<float> values(bytes->size() / 2);
+  for (size_t i = 0; i < values.size(); ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, bytes->data() + 2 * i, 2);
+    values[i] = *dtype == formats::DType::kBF16 ? BF16ToF32(bits) : F16ToF32(bits);
+  }
+  *dtype = formats::DType::kF32;
+  *bytes = Encode(values, formats::DType::kF32);
+  return true;
 }
 
 Status WriteGguf(const ModelWeights& weights, const std::string& path, const TypeOf& type_of,
@@ -148,12 +163,14 @@ Status WriteGguf(const ModelWeights& weights, const std::string& path, const Typ
         "general.file_type", formats::GgufValue::Int(formats::GgufValueType::kU32, llama_ftype)));
   }
   if (add_tokenizer) KVF_RETURN_IF_ERROR(add_tokenizer(&writer));
-  KVF_RETURN_IF_ERROR(
-      ForEachTensor(weights, TensorNaming::kGguf, type_of,
-                    [&](const std::string& name, formats::DType dt,
-                        const std::vector<int64_t>& shape, const std::vector<std::byte>& bytes) {
-                      return writer.AddTensor(name, dt, shape, bytes);
-                    }));
+  KVF_RETURN_IF_ERROR(ForEachTensor(
+      weights, TensorNaming::kGguf, type_of,
+      [&](const std::string& name, formats::DType dt, const std::vector<int64_t>& shape,
+          const std::vector<std::byte>& bytes) {
+        std::vector<std::byte> widened = bytes;
+        if (WidenRouter(name, &dt, &widened)) return writer.AddTensor(name, dt, shape, widened);
+        return writer.AddTensor(name, dt, shape, bytes);
+      }));
   return writer.Write(path);
 }
 
