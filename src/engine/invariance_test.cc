@@ -1,7 +1,9 @@
 // Batch invariance (docs/engine.md, "The determinism contract"): the logits of a sequence are
 // bit-identical whatever the batch, the chunking, the kernel block size, the layout, the thread
 // count, for each storage dtype and for each of tiny, tiny-odd (whose widths leave SIMD
-// tails) and tiny-mla (multi-head latent attention over a cache of latent rows). Runs the model
+// tails), tiny-mla (multi-head latent attention over a cache of latent rows), and the mixtures of
+// experts tiny-moe and tiny-mla-moe (a token's experts and their sum must not depend on its
+// batch). Runs the model
 // runner directly so the logits themselves can be compared. One sequence is 392 tokens long, so
 // kernel blocks of 64 and 128 are crossed by prefill and by decode steps.
 #include <gtest/gtest.h>
@@ -215,7 +217,8 @@ TEST_P(InvarianceTest, LogitsBitIdenticalAcrossBatchChunkingGeometryAndThreads) 
 }
 
 INSTANTIATE_TEST_SUITE_P(ModelsAndDtypes, InvarianceTest,
-                         ::testing::Combine(::testing::Values("tiny", "tiny-odd", "tiny-mla"),
+                         ::testing::Combine(::testing::Values("tiny", "tiny-odd", "tiny-mla", "tiny-moe",
+                                                            "tiny-mla-moe"),
                                             ::testing::Values(kv::DType::kF32, kv::DType::kF16,
                                                               kv::DType::kBF16)),
                          [](const auto& info) {

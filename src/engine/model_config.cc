@@ -236,6 +236,7 @@ struct BuiltinModel {
   int32_t head_dim = 0;  // 0 with MLA: qk_nope_head_dim + qk_rope_head_dim
   int32_t ffn_dim = 0;
   MlaShape mla{};
+  MoeShape moe{};
   uint64_t weight_seed = 0;
 };
 
@@ -296,6 +297,43 @@ constexpr BuiltinModel kBuiltinModels[] = {
              .qk_rope_head_dim = 8,
              .v_head_dim = 16},
      .weight_seed = 0x6d6c61ull},  // "mla"
+    // Mixture of experts, Mixtral style: every layer routes each token to 2 of 8 experts.
+    {.name = "tiny-moe",
+     .hidden_dim = 128,
+     .num_layers = 2,
+     .num_heads = 4,
+     .num_kv_heads = 2,
+     .head_dim = 32,
+     .ffn_dim = 128,
+     .moe = {.num_experts = 8, .experts_per_token = 2, .expert_ffn_dim = 128},
+     .weight_seed = 0x6d6f65ull},  // "moe"
+    // DeepSeek-V3 style: MLA, a dense first layer, then 4 of 16 experts from the best 2 of 4
+    // groups by sigmoid scores with the correction bias, 2 shared experts, weights x 2.5.
+    {.name = "tiny-mla-moe",
+     .architecture = "deepseek",
+     .hidden_dim = 128,
+     .num_layers = 3,
+     .num_heads = 4,
+     .num_kv_heads = 1,
+     .ffn_dim = 256,
+     .mla = {.q_lora_rank = 48,
+             .kv_lora_rank = 32,
+             .qk_nope_head_dim = 16,
+             .qk_rope_head_dim = 8,
+             .v_head_dim = 16},
+     .moe = {.num_experts = 16,
+             .experts_per_token = 4,
+             .expert_ffn_dim = 64,
+             .shared_experts = 2,
+             .first_dense_layers = 1,
+             .scoring = MoeShape::Scoring::kSigmoid,
+             .norm_topk_prob = true,
+             .routed_scaling_factor = 2.5f,
+             .num_groups = 4,
+             .topk_groups = 2,
+             .group_score_top = 2,
+             .correction_bias = true},
+     .weight_seed = 0x6d6c616d6f65ull},  // "mlamoe"
 };
 
 ModelConfig ConfigOf(const BuiltinModel& m) {
@@ -313,6 +351,7 @@ ModelConfig ConfigOf(const BuiltinModel& m) {
   c.num_heads = m.num_heads;
   c.num_kv_heads = m.num_kv_heads;
   c.mla = m.mla;
+  c.moe = m.moe;
   c.head_dim = m.head_dim > 0 ? m.head_dim : m.mla.qk_nope_head_dim + m.mla.qk_rope_head_dim;
   c.ffn_dim = m.ffn_dim;
   c.max_position = 4096;

@@ -197,7 +197,7 @@ std::vector<float> LogitsAtEveryPosition(const ModelWeights& w, int32_t tp, kv::
 TEST(TensorParallelInvarianceTest, LogitsBitIdenticalAcrossTpSizes) {
   std::vector<int32_t> tokens;
   for (int32_t i = 0; i < 70; ++i) tokens.push_back(1 + (i * 37) % 250);
-  for (const char* model : {"tiny", "tiny-kv4", "tiny-odd", "tiny-mla"}) {
+  for (const char* model : {"tiny", "tiny-kv4", "tiny-odd", "tiny-mla", "tiny-moe", "tiny-mla-moe"}) {
     const ModelWeights w = GenerateWeights(BuiltinModelConfig(model).value()).value();
     for (kv::Layout layout : {kv::Layout::kNHD, kv::Layout::kHND}) {
       const std::vector<float> ref = LogitsAtEveryPosition(w, 1, layout, tokens);
@@ -266,7 +266,9 @@ TEST(TensorParallelInvarianceTest, EngineOutputsBitIdenticalAcrossTpSizes) {
   for (const Case& c : {Case{"tiny", 16, "paged", kv::Layout::kNHD},
                         Case{"tiny-kv4", 128, "flash", kv::Layout::kHND},
                         Case{"tiny-odd", 32, "paged", kv::Layout::kHND},
-                        Case{"tiny-mla", 64, "flash", kv::Layout::kNHD}}) {
+                        Case{"tiny-mla", 64, "flash", kv::Layout::kNHD},
+                        Case{"tiny-moe", 16, "paged", kv::Layout::kHND},
+                        Case{"tiny-mla-moe", 32, "flash", kv::Layout::kNHD}}) {
     std::vector<std::vector<TokenLogprob>> ref_tops;
     const auto ref = RunBatch(c.model, 1, c.block_size, c.backend, c.layout, &ref_tops);
     ASSERT_EQ(ref.size(), 4u);

@@ -12,6 +12,10 @@
 //   "tiny-mla" : tiny's vocab and width, 2 layers of multi-head latent attention (DeepSeek-V2/V3
 //             style): 4 query heads, q_lora_rank 48, kv_lora_rank 32, qk_nope 16 + qk_rope 8,
 //             v_head_dim 16, ffn 256. Its KV cache holds 40 values per token per layer.
+//   "tiny-moe" : tiny's shape with Mixtral-style mixture-of-experts layers (2 of 8 experts of
+//             width 128 per token).
+//   "tiny-mla-moe" : tiny-mla's attention over 3 layers, DeepSeek-V3-style: a dense first layer,
+//             then 4 of 16 experts (sigmoid, correction bias, groups, 2 shared experts).
 // A checkpoint file (docs/engine.md, "Checkpoint format") carries its own ModelConfig.
 //
 // Thread-safety: values.
@@ -158,7 +162,8 @@ struct ModelConfig {
   friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
-// The built-in config `name` ("tiny" | "small" | "tiny-odd" | "tiny-kv4" | "tiny-mla"); NotFound
+// The built-in config `name` ("tiny" | "small" | "tiny-odd" | "tiny-kv4" | "tiny-mla" |
+// "tiny-moe" | "tiny-mla-moe"); NotFound
 // listing the known names otherwise.
 StatusOr<ModelConfig> BuiltinModelConfig(std::string_view name);
 
