@@ -1,6 +1,7 @@
 // End to end with real-model checkpoints: `kvferry synth-model` writes a small random model with
 // a real tokenizer and chat template (Qwen3's as a Hugging Face directory and as Q8_0 GGUF, Llama
-// 3's as GGUF and as a DeepSeek-shaped MLA Hugging Face directory),
+// 3's as GGUF and as a DeepSeek-shaped MLA Hugging Face directory; the mixtures of experts
+// Qwen3-MoE as Q4_K_M GGUF and Mixtral as a Hugging Face directory),
 // and `kvferry serve --model` loads it as P, as D and as a colocated instance. Completions and
 // chat, streaming and not, greedy and seeded sampling, through `kvferry proxy`: every answer
 // must equal the colocated one token for token and logprob for logprob, and must have been
@@ -223,7 +224,18 @@ INSTANTIATE_TEST_SUITE_P(
                   "--arch deepseek --hidden 64 --layers 2 --heads 4 --q-lora-rank 32 "
                   "--kv-lora-rank 32 --qk-nope-head-dim 16 --qk-rope-head-dim 8 --v-head-dim 16 "
                   "--ffn 192 --dtype bf16",
-                  false, "64", "HND"}),
+                  false, "64", "HND"},
+        // Mixtures of experts: Qwen3-MoE as Q4_K_M GGUF (expert tensors in Q4_K / Q6_K blocks,
+        // 3-D), and Mixtral as a Hugging Face directory (per-expert tensors).
+        ModelCase{"qwen3moe_q4_k_m_gguf", "tokenizer-qwen3",
+                  "--arch qwen3moe --hidden 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 128 "
+                  "--expert-ffn 256 --experts 16 --experts-per-token 4 --tie-embeddings "
+                  "--dtype q4_k_m",
+                  true, "32", "HND"},
+        ModelCase{"mixtral_hf", "tokenizer-llama3",
+                  "--arch mixtral --hidden 64 --layers 2 --heads 4 --kv-heads 2 --ffn 128 "
+                  "--experts 8 --experts-per-token 2 --dtype bf16",
+                  false, "16", "NHD"}),
     [](const ::testing::TestParamInfo<ModelCase>& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -1,5 +1,6 @@
 // End to end across tensor-parallel sizes, with real processes on loopback: `kvferry serve
-// -tp 2` as P, `kvferry serve -tp 1` as D (and the reverse), through `kvferry proxy`. Every
+// -tp 2` as P, `kvferry serve -tp 1` as D (and the reverse; and tiny-moe, a mixture of experts,
+// at P TP 4 and D TP 2), through `kvferry proxy`. Every
 // answer must equal a colocated TP-1 instance's, token for token and logprob for logprob, must
 // have been pulled (each D rank its own heads, from the P ranks holding them), and afterwards
 // no block may be left held or used on either side.
@@ -19,10 +20,13 @@ namespace {
 
 using nlohmann::json;
 
-std::vector<std::string> ServeArgs(const std::string& engine_id, int tp, int block_size,
-                                   const char* layout, const char* transfer, bool host_buffer) {
+std::vector<std::string> ServeArgs(const std::string& engine_id, const char* model, int tp,
+                                   int block_size, const char* layout, const char* transfer,
+                                   bool host_buffer) {
   const json kv = TestKvTransferConfig(engine_id, transfer, host_buffer);
   return {"serve",
+          "--model",
+          model,
           "--port",
           "0",
           "--threads",
@@ -59,6 +63,7 @@ struct TpCase {
   const char* d_layout;
   const char* transfer;
   bool host_buffer;
+  const char* model = "tiny";
 };
 
 class PdTpE2eTest : public ::testing::TestWithParam<TpCase> {
@@ -76,10 +81,13 @@ class PdTpE2eTest : public ::testing::TestWithParam<TpCase> {
 
 TEST_P(PdTpE2eTest, ProxyOutputEqualsColocatedTp1) {
   const TpCase& c = GetParam();
-  KvferryProcess colocated("colocated", {"serve", "--port", "0", "--threads", "1"}, log_dir_);
-  KvferryProcess p("p", ServeArgs("p", c.p_tp, c.p_block, c.p_layout, c.transfer, c.host_buffer),
+  KvferryProcess colocated(
+      "colocated", {"serve", "--model", c.model, "--port", "0", "--threads", "1"}, log_dir_);
+  KvferryProcess p(
+      "p", ServeArgs("p", c.model, c.p_tp, c.p_block, c.p_layout, c.transfer, c.host_buffer),
+      log_dir_);
+  KvferryProcess d("d", ServeArgs("d", c.model, c.d_tp, c.d_block, c.d_layout, c.transfer, false),
                    log_dir_);
-  KvferryProcess d("d", ServeArgs("d", c.d_tp, c.d_block, c.d_layout, c.transfer, false), log_dir_);
   ASSERT_TRUE(colocated.ok() && p.ok() && d.ok()) << colocated.error() << p.error() << d.error();
   KvferryProcess proxy("proxy", {"proxy", "--port", "0", "--prefill", p.url(), "--decode", d.url()},
                        log_dir_);
@@ -138,7 +146,11 @@ INSTANTIATE_TEST_SUITE_P(
     TpSizes, PdTpE2eTest,
     ::testing::Values(TpCase{"p_tp2_d_tp1", 2, 1, 128, 16, "NHD", "HND", "ucx", false},
                       TpCase{"p_tp1_d_tp2_socket", 1, 2, 16, 128, "HND", "NHD", "socket", false},
-                      TpCase{"p_tp2_d_tp1_hostbuf", 2, 1, 128, 128, "NHD", "NHD", "ucx", true}),
+                      TpCase{"p_tp2_d_tp1_hostbuf", 2, 1, 128, 128, "NHD", "NHD", "ucx", true},
+                      // Mixture of experts: P's 4 ranks run 2 of tiny-moe's 8 experts each, D's
+                      // 2 ranks 4 each (expert parallelism); the KV is attention's, as ever.
+                      TpCase{"tiny_moe_p_tp4_d_tp2", 4, 2, 16, 64, "NHD", "HND", "ucx", false,
+                             "tiny-moe"}),
     [](const ::testing::TestParamInfo<TpCase>& info) { return std::string(info.param.name); });
 
 }  // namespace
