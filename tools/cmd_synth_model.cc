@@ -127,7 +127,8 @@ std::string ModelName(const SynthOptions& o) {
 // normalised weights, or V2's softmax with --scoring softmax).
 kvferry::Status MoeFromFlags(const SynthOptions& o, ModelConfig* c) {
   const bool deepseek = o.arch == "deepseek";
-  const int experts = o.experts != 0 ? o.experts : (deepseek ? 0 : 8);
+  const bool moe_arch = o.arch == "mixtral" || o.arch == "qwen3moe";
+  const int experts = o.experts != 0 ? o.experts : (moe_arch ? 8 : 0);
   if (experts == 0) return Status::Ok();
   if (o.scoring != "sigmoid" && o.scoring != "softmax") {
     return kvferry::InvalidArgumentError("--scoring '" + o.scoring + "': expected sigmoid or softmax");

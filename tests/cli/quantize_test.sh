@@ -30,6 +30,13 @@ kshape=(--arch qwen3 --tokenizer "$TOK" --hidden 256 --layers 2 --heads 8 --kv-h
 "$KVF" synth-model "${kshape[@]}" --dtype q4_k_m --gguf synth-q4km.gguf 2>/dev/null
 "$KVF" quantize hfk from-hf-q4km.gguf --type q4_k_m 2>q4km.txt
 cat q4km.txt
+# A mixture of experts (Mixtral: 8 experts, 2 per token) from its Hugging Face directory.
+mshape=(--arch mixtral --tokenizer "$TOK" --hidden 256 --layers 2 --heads 8 --kv-heads 2
+  --head-dim 128 --ffn 256 --experts 8 --experts-per-token 2 --seed 3)
+"$KVF" synth-model "${mshape[@]}" --dtype f32 --out hfm 2>/dev/null
+"$KVF" synth-model "${mshape[@]}" --dtype q4_k_m --gguf synth-moe-q4km.gguf 2>/dev/null
+"$KVF" quantize hfm from-hf-moe-q4km.gguf --type q4_k_m 2>moe.txt
+cat moe.txt
 
 failures=0
 fail() {
@@ -63,6 +70,15 @@ fi
 # 2 layers: use_more_bits gives layer 1's attn_v and ffn_down Q6_K, and the tied embedding is the
 # output (Q6_K): 3 of the 15 matrices; the norms stay F32.
 grep -q "(Q4_K 12, F32 9, Q6_K 3)" q4km.txt || fail "q4_k_m's types: $(cat q4km.txt)"
+wantm=$(generate synth-moe-q4km.gguf)
+if [ -n "$wantm" ] && [ "$(generate from-hf-moe-q4km.gguf)" = "$wantm" ]; then
+  echo "ok: a mixture of experts' q4_k_m computes as synth-model's"
+else
+  fail "from-hf-moe-q4km.gguf: $(generate from-hf-moe-q4km.gguf) != $wantm"
+fi
+# llama-quantize's 8-expert rules: attn_k and attn_v Q8_0, attn_output Q5_K; layer 1's
+# ffn_down_exps and the output Q6_K; the routers (ffn_gate_inp) stay F32 beside the norms.
+grep -q "(Q4_K 8, F32 7, Q8_0 4, Q5_K 2, Q6_K 2)" moe.txt || fail "MoE q4_k_m's types: $(cat moe.txt)"
 
 f32=$(stat -c %s f32.gguf)
 q8=$(stat -c %s from-gguf.gguf)
