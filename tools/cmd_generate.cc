@@ -180,7 +180,8 @@ void AddGenerate(CLI::App& app) {
   auto opts = std::make_shared<GenerateOptions>();
   auto* sub = app.add_subcommand("generate", "Generate a completion for one prompt");
   sub->add_option("--model", opts->model,
-                  "Built-in model (tiny, small, tiny-odd, tiny-kv4, tiny-mla, tiny-moe, tiny-mla-moe), a Hugging Face "
+                  "Built-in model (tiny, small, tiny-odd, tiny-kv4, tiny-mla, tiny-moe, "
+                  "tiny-mla-moe), a Hugging Face "
                   "model directory or a "
                   ".gguf file (docs/models.md)")
       ->capture_default_str();

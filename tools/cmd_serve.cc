@@ -166,7 +166,8 @@ void AddServe(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "serve", "Serve a model over an OpenAI-compatible HTTP API (docs/serving.md)");
   sub->add_option("--model", o->model,
-                  "Built-in (tiny, small, tiny-odd, tiny-kv4, tiny-mla, tiny-moe, tiny-mla-moe), a Hugging Face model "
+                  "Built-in (tiny, small, tiny-odd, tiny-kv4, tiny-mla, tiny-moe, tiny-mla-moe), a "
+                  "Hugging Face model "
                   "directory or a .gguf "
                   "file (docs/models.md); also the served model name")
       ->capture_default_str();

@@ -131,7 +131,8 @@ kvferry::Status MoeFromFlags(const SynthOptions& o, ModelConfig* c) {
   const int experts = o.experts != 0 ? o.experts : (moe_arch ? 8 : 0);
   if (experts == 0) return Status::Ok();
   if (o.scoring != "sigmoid" && o.scoring != "softmax") {
-    return kvferry::InvalidArgumentError("--scoring '" + o.scoring + "': expected sigmoid or softmax");
+    return kvferry::InvalidArgumentError("--scoring '" + o.scoring +
+                                         "': expected sigmoid or softmax");
   }
   kvferry::engine::MoeShape& m = c->moe;
   m.num_experts = experts;

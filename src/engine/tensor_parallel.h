@@ -68,8 +68,8 @@ struct RankShard {
 StatusOr<std::vector<RankShard>> PlanTensorParallel(const ModelConfig& config, int32_t tp_size);
 
 // InvalidArgument naming the layer and tensor when a quantized row-parallel weight (o_proj,
-// down_proj, the shared experts' down_proj) has leaf boundaries that cut its blocks: the leaves are the model's, whatever the
-// TP size, so such a model cannot compute in its blocks at any TP size.
+// down_proj, the shared experts' down_proj) has leaf boundaries that cut its blocks: the leaves are
+// the model's, whatever the TP size, so such a model cannot compute in its blocks at any TP size.
 Status CheckQuantizedLeaves(const ModelWeights& weights);
 
 // One layer's weights as a rank sees them: views into the full weights (column-parallel parts

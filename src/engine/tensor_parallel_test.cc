@@ -197,7 +197,8 @@ std::vector<float> LogitsAtEveryPosition(const ModelWeights& w, int32_t tp, kv::
 TEST(TensorParallelInvarianceTest, LogitsBitIdenticalAcrossTpSizes) {
   std::vector<int32_t> tokens;
   for (int32_t i = 0; i < 70; ++i) tokens.push_back(1 + (i * 37) % 250);
-  for (const char* model : {"tiny", "tiny-kv4", "tiny-odd", "tiny-mla", "tiny-moe", "tiny-mla-moe"}) {
+  for (const char* model :
+       {"tiny", "tiny-kv4", "tiny-odd", "tiny-mla", "tiny-moe", "tiny-mla-moe"}) {
     const ModelWeights w = GenerateWeights(BuiltinModelConfig(model).value()).value();
     for (kv::Layout layout : {kv::Layout::kNHD, kv::Layout::kHND}) {
       const std::vector<float> ref = LogitsAtEveryPosition(w, 1, layout, tokens);

@@ -98,7 +98,8 @@ void GenerateExperts(ModelWeights& w, const ModelConfig& c, int32_t l, LayerWeig
   const MoeShape& m = c.moe;
   const int64_t d = c.hidden_dim, f = m.expert_ffn_dim;
   const uint64_t base = 1'000'000 + uint64_t{8192} * 4 * static_cast<uint64_t>(l);
-  lw.router = FusedViews<1>(w, s, base, {m.num_experts}, d, 2.0f / std::sqrt(static_cast<float>(d)))[0];
+  lw.router =
+      FusedViews<1>(w, s, base, {m.num_experts}, d, 2.0f / std::sqrt(static_cast<float>(d)))[0];
   if (m.correction_bias) {
     lw.router_bias = Fill(s, base + 1, m.num_experts, 0.05f);
     for (float& b : lw.router_bias) b = std::fabs(b);  // scores + bias stay positive
@@ -148,8 +149,7 @@ StatusOr<ModelWeights> GenerateWeights(const ModelConfig& c) {
           FusedViews<2>(w, s, tensor, {f, f}, d, 1.0f / std::sqrt(static_cast<float>(d)));
       lw.gate = gu[0];
       lw.up = gu[1];
-      lw.down =
-          FusedViews<1>(w, s, tensor + 1, {d}, f, 1.0f / std::sqrt(static_cast<float>(f)))[0];
+      lw.down = FusedViews<1>(w, s, tensor + 1, {d}, f, 1.0f / std::sqrt(static_cast<float>(f)))[0];
     }
     tensor += 2;
     if (c.is_moe_layer(l)) GenerateExperts(w, c, l, lw);

@@ -372,8 +372,7 @@ INSTANTIATE_TEST_SUITE_P(
         ModelCase{"qwen3moe", "tokenizer-qwen3",
                   "--arch qwen3moe --hidden 128 --layers 2 --heads 4 --kv-heads 2 --head-dim 64 "
                   "--expert-ffn 64 --experts 16 --experts-per-token 4 --vocab-size 151936",
-                  Prompts("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"),
-                  "",
+                  Prompts("<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"), "",
                   "--arch qwen3moe --hidden 256 --layers 2 --heads 8 --kv-heads 2 --head-dim 128 "
                   "--expert-ffn 256 --experts 16 --experts-per-token 4 --vocab-size 151936"}),
     [](const ::testing::TestParamInfo<ModelCase>& info) { return info.param.name; });

@@ -163,14 +163,15 @@ Status WriteGguf(const ModelWeights& weights, const std::string& path, const Typ
         "general.file_type", formats::GgufValue::Int(formats::GgufValueType::kU32, llama_ftype)));
   }
   if (add_tokenizer) KVF_RETURN_IF_ERROR(add_tokenizer(&writer));
-  KVF_RETURN_IF_ERROR(ForEachTensor(
-      weights, TensorNaming::kGguf, type_of,
-      [&](const std::string& name, formats::DType dt, const std::vector<int64_t>& shape,
-          const std::vector<std::byte>& bytes) {
-        std::vector<std::byte> widened = bytes;
-        if (WidenRouter(name, &dt, &widened)) return writer.AddTensor(name, dt, shape, widened);
-        return writer.AddTensor(name, dt, shape, bytes);
-      }));
+  KVF_RETURN_IF_ERROR(
+      ForEachTensor(weights, TensorNaming::kGguf, type_of,
+                    [&](const std::string& name, formats::DType dt,
+                        const std::vector<int64_t>& shape, const std::vector<std::byte>& bytes) {
+                      std::vector<std::byte> widened = bytes;
+                      if (WidenRouter(name, &dt, &widened))
+                        return writer.AddTensor(name, dt, shape, widened);
+                      return writer.AddTensor(name, dt, shape, bytes);
+                    }));
   return writer.Write(path);
 }
 

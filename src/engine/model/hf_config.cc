@@ -157,8 +157,8 @@ Status DeepseekMoe(const Json& j, ModelConfig* c) {
     return Refuse("scoring_func", "'" + scoring + "' is not supported (softmax, sigmoid)");
   }
   if (method != "greedy" && method != "group_limited_greedy" && method != "noaux_tc") {
-    return Refuse("topk_method", "'" + method +
-                                     "' is not supported (greedy, group_limited_greedy, noaux_tc)");
+    return Refuse("topk_method",
+                  "'" + method + "' is not supported (greedy, group_limited_greedy, noaux_tc)");
   }
   m.scoring = scoring == "sigmoid" ? MoeShape::Scoring::kSigmoid : MoeShape::Scoring::kSoftmax;
   m.correction_bias = method == "noaux_tc";
@@ -251,7 +251,7 @@ void AddMoeFields(const ModelConfig& c, Json* j) {
   (*j)["n_shared_experts"] = m.shared_experts;
   (*j)["moe_layer_freq"] = 1;
   (*j)["scoring_func"] = v3 ? "sigmoid" : "softmax";
-  (*j)["topk_method"] = m.correction_bias     ? "noaux_tc"
+  (*j)["topk_method"] = m.correction_bias  ? "noaux_tc"
                         : m.num_groups > 1 ? "group_limited_greedy"
                                            : "greedy";
   (*j)["n_group"] = m.num_groups;

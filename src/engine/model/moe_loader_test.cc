@@ -126,9 +126,15 @@ TEST(MoeLoaderTest, ExpertTensorsThatDisagreeWithTheConfigAreNamed) {
                          "' has shape [8, 128], the config needs [9, 128]");
   EditMoeConfig(dir, [](auto& j) { j["num_local_experts"] = 7; });
   ExpectRefused(dir, "the config needs [7, 128]");
-  EditMoeConfig(dir, [](auto& j) { j["num_local_experts"] = 8; j["intermediate_size"] = 64; });
+  EditMoeConfig(dir, [](auto& j) {
+    j["num_local_experts"] = 8;
+    j["intermediate_size"] = 64;
+  });
   ExpectRefused(dir, "tensor 'model.layers.0.block_sparse_moe.experts.0.w1.weight'");
-  EditMoeConfig(dir, [](auto& j) { j["num_local_experts"] = 8; j["num_experts_per_tok"] = 9; });
+  EditMoeConfig(dir, [](auto& j) {
+    j["num_local_experts"] = 8;
+    j["num_experts_per_tok"] = 9;
+  });
   ExpectRefused(dir, "experts_per_token");
 
   // A GGUF whose 3-D expert tensor holds 7 experts where the metadata says 8.

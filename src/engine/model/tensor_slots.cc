@@ -93,17 +93,20 @@ void ExpertSlots(int32_t l, const ModelConfig& c, bool gguf, LayerWeights& lw,
     return;
   }
   const bool mixtral = c.architecture == "llama";
-  const std::string at = "model.layers." + std::to_string(l) +
-                         (mixtral ? ".block_sparse_moe." : ".mlp.");
+  const std::string at =
+      "model.layers." + std::to_string(l) + (mixtral ? ".block_sparse_moe." : ".mlp.");
   out->push_back({at + "gate.weight", {n, d}, &lw.router, nullptr, 0});
   if (m.correction_bias) {
     out->push_back({at + "gate.e_score_correction_bias", {n}, nullptr, &lw.router_bias, 0});
   }
   for (int64_t e = 0; e < n; ++e) {
     const std::string ex = at + "experts." + std::to_string(e) + ".";
-    out->push_back({ex + (mixtral ? "w1" : "gate_proj") + ".weight", {f, d}, &lw.expert_gate[e], nullptr, 0});
-    out->push_back({ex + (mixtral ? "w3" : "up_proj") + ".weight", {f, d}, &lw.expert_up[e], nullptr, 0});
-    out->push_back({ex + (mixtral ? "w2" : "down_proj") + ".weight", {d, f}, &lw.expert_down[e], nullptr, 0});
+    out->push_back(
+        {ex + (mixtral ? "w1" : "gate_proj") + ".weight", {f, d}, &lw.expert_gate[e], nullptr, 0});
+    out->push_back(
+        {ex + (mixtral ? "w3" : "up_proj") + ".weight", {f, d}, &lw.expert_up[e], nullptr, 0});
+    out->push_back(
+        {ex + (mixtral ? "w2" : "down_proj") + ".weight", {d, f}, &lw.expert_down[e], nullptr, 0});
   }
 }
 

@@ -15,8 +15,9 @@
 //   lm_head.weight (untied only)      [V][d]         output.weight
 //   Mixture of experts (model_config.h, MoeShape), instead of the MLP in an MoE layer:
 //     Qwen3-MoE, DeepSeek: model.layers.{i}.mlp.gate.weight [E][d]  blk.{i}.ffn_gate_inp.weight
-//       .mlp.experts.{e}.{gate,up}_proj.weight [Fe][d]  blk.{i}.ffn_{gate,up}_exps.weight [E][Fe][d]
-//       .mlp.experts.{e}.down_proj.weight [d][Fe]       blk.{i}.ffn_down_exps.weight [E][d][Fe]
+//       .mlp.experts.{e}.{gate,up}_proj.weight [Fe][d]  blk.{i}.ffn_{gate,up}_exps.weight
+//       [E][Fe][d] .mlp.experts.{e}.down_proj.weight [d][Fe]       blk.{i}.ffn_down_exps.weight
+//       [E][d][Fe]
 //     Mixtral: model.layers.{i}.block_sparse_moe.gate.weight, .block_sparse_moe.experts.{e}.
 //       w1 (gate), w3 (up), w2 (down); the same GGUF names (architecture llama)
 //     DeepSeek only: .mlp.gate.e_score_correction_bias [E] (V3), and the shared experts
