@@ -96,7 +96,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   std::vector<float> ref(static_cast<size_t>(M * N)), y(ref.size());
   Reference(x, M, K, m, ref.data());
-  for (MatMulPath path : {MatMulPath::kPortable, MatMulPath::kF16c, MatMulPath::kAvx512}) {
+  for (MatMulPath path :
+       {MatMulPath::kPortable, MatMulPath::kF16c, MatMulPath::kAvx512, MatMulPath::kAmx}) {
     ForceMatMulPathForTest(path);
     MatMul(x.data(), M, K, {&m, 1}, y.data(), nullptr);
     if (std::memcmp(y.data(), ref.data(), y.size() * sizeof(float)) != 0) std::abort();

@@ -509,7 +509,7 @@ using ColumnsFn = void (*)(const float*, int64_t, int64_t, int64_t, std::span<co
 // The widest path the CPU runs, or the one a test forced (falling back to the next narrower).
 ColumnsFn PickColumns() {
   MatMulPath path = g_forced_path.load(std::memory_order_relaxed);
-  if (path == MatMulPath::kAuto) path = MatMulPath::kAvx512;
+  if (path == MatMulPath::kAuto || path == MatMulPath::kAmx) path = MatMulPath::kAvx512;
 #if KVF_MATMUL_AVX512
   if (path == MatMulPath::kAvx512 && MatMulHasAvx512Path()) return &ColumnsAvx512;
 #endif
@@ -559,7 +559,8 @@ void MixedColumns(ColumnsFn run, const QuantizedRows& xq, const QuantizedRowsK& 
   const MatMulPath forced = g_forced_path.load(std::memory_order_relaxed);
   const QuantPath widest = forced == MatMulPath::kPortable ? QuantPath::kPortable
                            : forced == MatMulPath::kF16c   ? QuantPath::kAvx2
-                                                           : QuantPath::kAvx512Vnni;
+                           : forced == MatMulPath::kAvx512 ? QuantPath::kAvx512Vnni
+                                                           : QuantPath::kAmx;
   int64_t first = 0;  // y column of the part's row 0
   for (const WeightMatrix& p : parts) {
     const int64_t b = std::max(n0, first) - first, e = std::min(n1, first + p.rows) - first;

@@ -47,8 +47,9 @@ void MatMul(const float* x, int64_t M, int64_t K, const float* w, int64_t N, flo
 // so P and D on different CPU generations compute alike. kAuto takes the widest the CPU runs;
 // ForceMatMulPathForTest lets a test run each path on one machine (process-wide; not to be
 // called while another thread runs MatMul). A forced path the CPU or build lacks falls back to
-// the next narrower one.
-enum class MatMulPath { kAuto, kPortable, kF16c, kAvx512 };
+// the next narrower one. kAmx is kAvx512 with the AMX-INT8 tiles for the 32-value block formats
+// (quant_amx.h); kAvx512 leaves them out; kAuto is kAmx.
+enum class MatMulPath { kAuto, kPortable, kF16c, kAvx512, kAmx };
 bool MatMulHasF16cPath();
 bool MatMulHasAvx512Path();
 void ForceMatMulPathForTest(MatMulPath path);

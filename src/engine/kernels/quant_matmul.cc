@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "engine/kernels/quant_amx.h"
 #include "engine/kernels/quant_q4_q5.h"
 #include "engine/kernels/simd.h"
 #include "kvferry/common/half.h"
@@ -87,11 +88,14 @@ float OutputPortable(const QuantizedRows& xq, int64_t m, const std::byte* wr) {
   return acc;
 }
 
+// Columns [n0, n1) of rows [m_begin, xq.rows).
 template <typename F>
 void ColumnsPortable(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy,
-                     int64_t n0, int64_t n1) {
+                     int64_t n0, int64_t n1, int64_t m_begin = 0) {
   for (int64_t n = n0; n < n1; ++n) {
-    for (int64_t m = 0; m < xq.rows; ++m) y[m * ldy + n] = OutputPortable<F>(xq, m, w.row(n));
+    for (int64_t m = m_begin; m < xq.rows; ++m) {
+      y[m * ldy + n] = OutputPortable<F>(xq, m, w.row(n));
+    }
   }
 }
 
@@ -377,18 +381,18 @@ KVF_Q8_INLINE void StreamColumns(const QuantizedRows& xq, const WeightMatrix& w,
   ColumnsPortable<F>(xq, w, y, ldy, n4, n1);
 }
 
-// Columns [n0, n1) for many rows of x: Tile8 over passes of kRowsPerPass rows, the portable code
-// for the last columns.
+// Columns [n0, n1) of rows [m_begin, xq.rows) for many rows of x: Tile8 over passes of
+// kRowsPerPass rows, the portable code for the last columns.
 template <typename F, typename D>
 KVF_Q8_INLINE void TileColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y,
-                               int64_t ldy, int64_t n0, int64_t n1) {
+                               int64_t ldy, int64_t n0, int64_t n1, int64_t m_begin) {
   const int64_t n8 = n0 + (n1 - n0) / 8 * 8;
   float acc[kRowsPerPass * 8];
-  for (int64_t m0 = 0; m0 < xq.rows; m0 += kRowsPerPass) {
+  for (int64_t m0 = m_begin; m0 < xq.rows; m0 += kRowsPerPass) {
     const int64_t m1 = std::min(xq.rows, m0 + kRowsPerPass);
     for (int64_t n = n0; n < n8; n += 8) Tile8<D>(xq, w, n, m0, m1, y, ldy, acc);
   }
-  ColumnsPortable<F>(xq, w, y, ldy, n8, n1);
+  ColumnsPortable<F>(xq, w, y, ldy, n8, n1, m_begin);
 }
 
 template <typename F>
@@ -399,14 +403,51 @@ KVF_Q8_AVX2_ENTRY void StreamColumnsAvx2(const QuantizedRows& xq, const WeightMa
 
 template <typename F>
 KVF_Q8_AVX2_ENTRY void TileColumnsAvx2(const QuantizedRows& xq, const WeightMatrix& w, float* y,
-                                       int64_t ldy, int64_t n0, int64_t n1) {
-  TileColumns<F, Avx2Dots<F>>(xq, w, y, ldy, n0, n1);
+                                       int64_t ldy, int64_t n0, int64_t n1, int64_t m_begin = 0) {
+  TileColumns<F, Avx2Dots<F>>(xq, w, y, ldy, n0, n1, m_begin);
 }
 
 template <typename F>
 KVF_Q8_AVX512_ENTRY void TileColumnsAvx512(const QuantizedRows& xq, const WeightMatrix& w, float* y,
-                                           int64_t ldy, int64_t n0, int64_t n1) {
-  TileColumns<F, Avx512Dots<F>>(xq, w, y, ldy, n0, n1);
+                                           int64_t ldy, int64_t n0, int64_t n1,
+                                           int64_t m_begin = 0) {
+  TileColumns<F, Avx512Dots<F>>(xq, w, y, ldy, n0, n1, m_begin);
+}
+
+// W's rows n .. n + 15 as an AmxPanel (quant_amx.h): each block's 32 values as bytes in the
+// tile's order, its scale and minimum as f32.
+template <typename F>
+void PackPanel(const WeightMatrix& w, int64_t n, int64_t nb, int8_t* q, float* dw, float* mw) {
+  int8_t ints[32];
+  for (int64_t r = 0; r < kAmxTile; ++r) {
+    const std::byte* row = w.row(n + r);
+    for (int64_t b = 0; b < nb; ++b) {
+      const std::byte* block = row + b * F::kBytes;
+      F::Ints(block, ints);
+      for (int k4 = 0; k4 < 8; ++k4) std::memcpy(q + b * 512 + k4 * 64 + r * 4, ints + 4 * k4, 4);
+      dw[b * kAmxTile + r] = F16ToF32(ScaleBits(block));
+      if constexpr (F::kHasMin) mw[b * kAmxTile + r] = F16ToF32(MinBits(block));
+    }
+  }
+}
+
+// Columns [n0, n1) on the AMX tiles: whole tiles of 16 rows and 16 columns there, the rows and
+// columns they leave on the VNNI tiles.
+template <typename F>
+void AmxColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,
+                int64_t n1) {
+  const int64_t nb = xq.blocks_per_row;
+  const int64_t rows = xq.rows / kAmxTile * kAmxTile;
+  const int64_t n16 = n0 + (n1 - n0) / kAmxTile * kAmxTile;
+  std::vector<int8_t> q(static_cast<size_t>(nb * 512));
+  std::vector<float> dw(static_cast<size_t>(nb * kAmxTile)), mw(dw.size());
+  for (int64_t n = n0; n < n16; n += kAmxTile) {
+    PackPanel<F>(w, n, nb, q.data(), dw.data(), mw.data());
+    const AmxPanel panel{nb, q.data(), dw.data(), F::kHasMin ? mw.data() : nullptr};
+    AmxTiles(xq, rows, panel, y + n, ldy);
+  }
+  TileColumnsAvx512<F>(xq, w, y, ldy, n0, n16, rows);
+  TileColumnsAvx512<F>(xq, w, y, ldy, n16, n1);
 }
 
 // The widest copy for one block format.
@@ -417,9 +458,12 @@ bool SimdColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64
   // Decode (a few rows of x) streams W with the AVX2 code: with one row, pairing blocks in
   // 64-byte vectors costs more than it saves (Qwen3-0.6B shape, Q8_0, decode after 512 tokens:
   // 21.5 tok/s against 18.6).
+  const bool vnni = widest <= QuantPath::kAvx512Vnni && CpuHasAvx512Vnni();
   if (xq.rows < kStreamBelowRows) {
     StreamColumnsAvx2<F>(xq, w, y, ldy, n0, n1);
-  } else if (widest == QuantPath::kAvx512Vnni && CpuHasAvx512Vnni()) {
+  } else if (widest == QuantPath::kAmx && vnni && xq.rows >= kAmxTile && CpuHasAmxInt8()) {
+    AmxColumns<F>(xq, w, y, ldy, n0, n1);
+  } else if (vnni) {
     TileColumnsAvx512<F>(xq, w, y, ldy, n0, n1);
   } else {
     TileColumnsAvx2<F>(xq, w, y, ldy, n0, n1);

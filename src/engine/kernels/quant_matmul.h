@@ -39,9 +39,10 @@ struct QuantizedRows {
 void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRows* out);
 
 // The SIMD copies, widest first; each falls back to the next narrower where the CPU or the
-// build lacks it (g++ x86 builds have both; the integer sums are exact, so all give the same
-// bits): AVX-512 with VNNI (vpdpbusd, two blocks per vector), AVX2 (vpmaddubsw), portable.
-enum class QuantPath { kAvx512Vnni, kAvx2, kPortable };
+// build lacks it (g++ x86 builds have all; the integer sums are exact, so all give the same
+// bits): AMX-INT8 tiles (quant_amx.h; 32-value blocks, 16 rows of x or more), AVX-512 with VNNI
+// (vpdpbusd, two blocks per vector), AVX2 (vpmaddubsw), portable.
+enum class QuantPath { kAmx, kAvx512Vnni, kAvx2, kPortable };
 
 // y[m][n] for n in [n0, n1) of one Q8_0, Q4_0, Q5_0, Q4_1 or Q5_1 matrix w (K = w.cols, a multiple
 // of 32), every row m of xq; y's row m at y + m * ldy; the widest path the CPU runs up to `widest`.

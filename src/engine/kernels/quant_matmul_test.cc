@@ -190,7 +190,8 @@ void ExpectEveryPathEqualsTheDefinition(formats::DType dtype, int64_t M, int64_t
   QuantizeRows(x.data(), M, K, K, &xq);
   std::vector<float> ref(M * N), y(M * N);
   QuantReference(xq, w, ref.data(), N);
-  for (MatMulPath path : {MatMulPath::kPortable, MatMulPath::kF16c, MatMulPath::kAvx512}) {
+  for (MatMulPath path :
+       {MatMulPath::kPortable, MatMulPath::kF16c, MatMulPath::kAvx512, MatMulPath::kAmx}) {
     ForceMatMulPathForTest(path);
     MatMul(x.data(), M, K, {&w, 1}, y.data(), pool);
     ForceMatMulPathForTest(MatMulPath::kAuto);
@@ -225,7 +226,8 @@ TEST(QuantMatMulTest, EveryPathEqualsTheDefinitionBitForBit) {
   ThreadPool pool(2);
   for (formats::DType dtype : ComputedQuantTypes()) {
     if (IsKQuant(dtype)) continue;  // quant_k_test.cc
-    for (int64_t M : {1, 2, 7, 64, 300}) {
+    // 16, 64, 300 rows: whole AMX tiles, and 12 rows beyond them; 40 columns: 2 tiles and 8.
+    for (int64_t M : {1, 2, 7, 16, 64, 300}) {
       for (int64_t K : {32, 96, 1024}) {
         for (int64_t N : {1, 8, 13, 40}) ExpectEveryPathEqualsTheDefinition(dtype, M, K, N, &pool);
       }
