@@ -590,7 +590,7 @@ void MatMulStrided(const float* x, int64_t M, int64_t K, int64_t ldx,
   const ColumnsFn run = PickColumns();
   QuantizedRows xq;
   QuantizedRowsK xk;
-  if (blocks32) QuantizeRows(x, M, K, ldx, &xq);
+  if (blocks32) QuantizeRows(x, M, K, ldx, &xq, pool);
   if (super_blocks) QuantizeRowsK(x, M, K, ldx, &xk);
   auto body = [&](int64_t n0, int64_t n1) {
     if (quantized) {

@@ -80,8 +80,7 @@ bool CpuHasAmxInt8() {
   return has;
 }
 
-void AmxTiles(const QuantizedRows& xq, int64_t rows, const AmxPanel& panel, float* y,
-              int64_t ldy) {
+void AmxTiles(const QuantizedRows& xq, int64_t rows, const AmxPanel& panel, float* y, int64_t ldy) {
   TilesAmx(xq, rows, panel, y, ldy);
 }
 

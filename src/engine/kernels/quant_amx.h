@@ -5,7 +5,8 @@
 // of 16 rows of x with 16 rows of W at once. Each sum then enters its output's chain exactly as
 // quant_matmul.h defines it,
 //
-//   acc[m][n] = fma(dw_b[n] * dx_b[m], float(isum[m][n]), acc[m][n])   [+ fma(mw_b[n], sx_b[m], ...)]
+//   acc[m][n] = fma(dw_b[n] * dx_b[m], float(isum[m][n]), acc[m][n])   [+ fma(mw_b[n], sx_b[m],
+//   ...)]
 //
 // for b in order, sixteen outputs per vector. The integer sums are exact, so the tiles give the
 // bits every other path gives. W arrives packed (AmxPanel): its 16 rows' block values as bytes in

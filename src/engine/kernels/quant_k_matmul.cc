@@ -389,7 +389,7 @@ void KQuantColumns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, in
   // Decode (a row or few of x) takes the AVX2 code: preparing the 64-byte vectors costs more
   // than they save over so few rows (Qwen3-0.6B shape, Q4_K_M, decode after 512 tokens: 14.1
   // tok/s against 16.5).
-  if (widest == QuantPath::kAvx512Vnni && xq.rows >= kKVnniFromRows && CpuHasAvx512Vnni()) {
+  if (widest <= QuantPath::kAvx512Vnni && xq.rows >= kKVnniFromRows && CpuHasAvx512Vnni()) {
     WithKFormat(w.dtype, [&](auto f) { ColumnsAvx512<decltype(f)>(xq, w, y, ldy, n0, n1); });
     return;
   }

@@ -8,10 +8,14 @@
 #include "engine/kernels/quant_amx.h"
 #include "engine/kernels/quant_q4_q5.h"
 #include "engine/kernels/simd.h"
+#include "engine/thread_pool.h"
 #include "kvferry/common/half.h"
 
 namespace kvferry::engine::kernels {
 namespace {
+
+// Rows of x per thread's share when QuantizeRows splits them (prefill: hundreds of rows).
+constexpr int64_t kParallelQuantizeRows = 16;
 
 // The weight block types: their size, whether they add a minimum (at bytes 2-3, an F16 m:
 // value = d * q + m), and their 32 values as the integers q the dot multiplies (Q8_0: the bytes;
@@ -474,19 +478,27 @@ bool SimdColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64
 
 }  // namespace
 
-void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRows* out) {
+void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRows* out,
+                  ThreadPool* pool) {
+  const int64_t nb = K / kQ8_0Block;
   out->rows = M;
-  out->blocks_per_row = K / kQ8_0Block;
-  out->blocks.resize(static_cast<size_t>(M * out->blocks_per_row));
+  out->blocks_per_row = nb;
+  out->blocks.resize(static_cast<size_t>(M * nb));
   out->scales.resize(out->blocks.size());
   out->sums.resize(out->blocks.size());
-  for (int64_t m = 0; m < M; ++m) {
-    BlockQ8_0* row = out->blocks.data() + m * out->blocks_per_row;
-    QuantizeActivationsQ8_0(x + m * ldx, K, row, out->sums.data() + m * out->blocks_per_row);
-    for (int64_t b = 0; b < out->blocks_per_row; ++b) {
-      out->scales[m * out->blocks_per_row + b] = F16ToF32(row[b].d);
+  auto rows = [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+      BlockQ8_0* row = out->blocks.data() + m * nb;
+      QuantizeActivationsQ8_0(x + m * ldx, K, row, out->sums.data() + m * nb);
+      for (int64_t b = 0; b < nb; ++b) out->scales[m * nb + b] = F16ToF32(row[b].d);
     }
+  };
+  // Each row on its own: splitting the rows between threads changes no bit.
+  if (pool == nullptr || M < 2 * kParallelQuantizeRows) {
+    rows(0, M);
+    return;
   }
+  pool->ParallelFor(M, kParallelQuantizeRows, rows);
 }
 
 void QuantColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,

@@ -26,6 +26,10 @@
 #include "engine/kernels/quant_q8_0.h"
 #include "engine/kernels/weight_matrix.h"
 
+namespace kvferry::engine {
+class ThreadPool;
+}
+
 namespace kvferry::engine::kernels {
 
 // x [M][K] (row m at x + m * ldx) as Q8_0 blocks, K / 32 per row, with each block's scale as f32.
@@ -36,7 +40,9 @@ struct QuantizedRows {
   std::vector<float> scales;
   std::vector<float> sums;  // sx_b (above), for the formats with a minimum
 };
-void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRows* out);
+// `pool` (may be null) splits the rows between its threads.
+void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRows* out,
+                  ThreadPool* pool = nullptr);
 
 // The SIMD copies, widest first; each falls back to the next narrower where the CPU or the
 // build lacks it (g++ x86 builds have all; the integer sums are exact, so all give the same

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "engine/engine_test_util.h"
@@ -67,6 +68,38 @@ TEST(QuantQ8_0Test, WeightsRoundHalvesAwayActivationsToEven) {
   QuantizeRowQ8_0(zeros.data(), 32, &w);
   EXPECT_EQ(w.d, 0);
   for (int8_t q : w.q) EXPECT_EQ(q, 0);
+}
+
+// The activations' quantizer (vectorized where the CPU has AVX2) against its definition written
+// out here, on random blocks, ties, blocks of zeros, tiny blocks whose 127 / max overflows, and
+// blocks holding a NaN or an infinity.
+TEST(QuantQ8_0Test, ActivationQuantizerEqualsItsDefinition) {
+  std::vector<float> x = RandomFloats(32 * 64, 9);
+  for (int i = 0; i < 32; ++i) x[32 + i] = -15.5f + i;  // block 1: max 15.5, ties at every step
+  x[32 + 31] = 127.0f;                                  // (d = 1: q = x rounded half-even)
+  std::fill(x.begin() + 64, x.begin() + 96, 0.0f);      // block 2: zeros
+  for (int i = 0; i < 32; ++i) x[96 + i] = (i - 16) * 1e-39f;  // block 3: subnormal, id = inf
+  x[128 + 5] = std::nanf("");                                  // block 4: a NaN
+  x[160 + 7] = -std::numeric_limits<float>::infinity();        // block 5: an infinity
+  std::vector<BlockQ8_0> got(64);
+  std::vector<float> got_sums(64);
+  QuantizeActivationsQ8_0(x.data(), 32 * 64, got.data(), got_sums.data());
+  for (int b = 0; b < 64; ++b) {
+    const float* v = x.data() + 32 * b;
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const float id = amax != 0.0f ? 127.0f / amax : 0.0f;
+    EXPECT_EQ(got[b].d, F32ToF16(amax / 127.0f)) << "block " << b;
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) {
+      const float r = std::nearbyint(v[i] * id);
+      const int want = r != r ? 0 : static_cast<int>(std::clamp(r, -127.0f, 127.0f));
+      ASSERT_EQ(got[b].q[i], want) << "block " << b << " value " << i;
+      sum += want;
+    }
+    const float want_sum = F16ToF32(F32ToF16(amax / 127.0f * static_cast<float>(sum)));
+    EXPECT_EQ(0, std::memcmp(&got_sums[b], &want_sum, 4)) << "block " << b;  // NaN for inf
+  }
 }
 
 // Half a step, plus what storing d in F16 (11 bits) moves the 127th step: 127 * 2^-11 d.
