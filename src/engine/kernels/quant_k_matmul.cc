@@ -4,7 +4,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
+#include "engine/kernels/quant_amx.h"
+#include "engine/kernels/quant_k_amx.h"
 #include "engine/kernels/simd.h"
 
 namespace kvferry::engine::kernels {
@@ -366,6 +369,55 @@ KVF_K_AVX512_ENTRY void ColumnsAvx512(const QuantizedRowsK& xq, const WeightMatr
   KColumns<F, KAvx512Dots>(xq, w, y, ldy, n0, n1);
 }
 
+// W's rows n .. n + 15 as an AmxKPanel (quant_k_amx.h) into the buffers of `panel`.
+template <typename F>
+void PackKPanel(const WeightMatrix& w, int64_t n, int shift, std::vector<uint8_t>* high,
+                std::vector<uint8_t>* low, std::vector<uint8_t>* mins, std::vector<float>* d,
+                std::vector<float>* dmin) {
+  const int64_t nb = w.cols / kSuperBlock;
+  const int mask = (1 << shift) - 1;
+  KInts k;
+  for (int64_t r = 0; r < kAmxTile; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      F::Ints(w.row(n + r) + b * F::kBytes, &k);
+      for (int i = 0; i < kSuperBlock; ++i) {
+        const int64_t at = ((b * 4 + i / 64) * kAmxTile + r) * 64 + i % 64;
+        (*high)[at] = static_cast<uint8_t>(k.w[i] * (k.scales[i / 16] >> shift));
+        (*low)[at] = static_cast<uint8_t>(k.w[i] * (k.scales[i / 16] & mask));
+      }
+      for (int g = 0; g < 16; ++g)
+        (*mins)[(b * kAmxTile + r) * 16 + g] = static_cast<uint8_t>(k.mins[g]);
+      (*d)[b * kAmxTile + r] = k.d;
+      (*dmin)[b * kAmxTile + r] = k.dmin;
+    }
+  }
+}
+
+// Columns [n0, n1) of a Q4_K or Q5_K matrix on the AMX tiles: whole tiles of 16 rows and 16
+// columns there; the rows and columns they leave on the VNNI code.
+template <typename F>
+void AmxKColumns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,
+                 int64_t n1) {
+  const int64_t nb = xq.blocks_per_row, rows = xq.rows / kAmxTile * kAmxTile;
+  const int64_t n16 = n0 + (n1 - n0) / kAmxTile * kAmxTile;
+  const int shift = std::is_same_v<F, Q4_KFormat> ? 4 : 3;  // w * (s >> shift) fits a byte
+  AmxKRows x;
+  PackAmxKRows(xq.blocks.data(), rows, nb, &x);
+  std::vector<uint8_t> high(static_cast<size_t>(nb * 4 * 1024)), low(high.size());
+  std::vector<uint8_t> mins(static_cast<size_t>(nb * 256));
+  std::vector<float> d(static_cast<size_t>(nb * kAmxTile)), dmin(d.size());
+  for (int64_t n = n0; n < n16; n += kAmxTile) {
+    PackKPanel<F>(w, n, shift, &high, &low, &mins, &d, &dmin);
+    const AmxKPanel panel{nb, shift, high.data(), low.data(), mins.data(), d.data(), dmin.data()};
+    AmxKTiles(x, panel, y + n, ldy);
+  }
+  if (rows < xq.rows) {  // the last rows: a copy of their blocks through the VNNI code
+    QuantizedRowsK tail{xq.rows - rows, nb, {xq.blocks.begin() + rows * nb, xq.blocks.end()}};
+    ColumnsAvx512<F>(tail, w, y + rows * ldy, ldy, n0, n16);
+  }
+  ColumnsAvx512<F>(xq, w, y, ldy, n16, n1);
+}
+
 #endif
 
 }  // namespace
@@ -389,7 +441,15 @@ void KQuantColumns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, in
   // Decode (a row or few of x) takes the AVX2 code: preparing the 64-byte vectors costs more
   // than they save over so few rows (Qwen3-0.6B shape, Q4_K_M, decode after 512 tokens: 14.1
   // tok/s against 16.5).
-  if (widest <= QuantPath::kAvx512Vnni && xq.rows >= kKVnniFromRows && CpuHasAvx512Vnni()) {
+  const bool vnni = widest <= QuantPath::kAvx512Vnni && CpuHasAvx512Vnni();
+  if (widest == QuantPath::kAmx && vnni && xq.rows >= kAmxTile && w.dtype != DType::kQ6_K &&
+      CpuHasAmxInt8()) {
+    WithKFormat(w.dtype, [&](auto f) {
+      if constexpr (decltype(f)::kHasMin) AmxKColumns<decltype(f)>(xq, w, y, ldy, n0, n1);
+    });
+    return;
+  }
+  if (vnni && xq.rows >= kKVnniFromRows) {
     WithKFormat(w.dtype, [&](auto f) { ColumnsAvx512<decltype(f)>(xq, w, y, ldy, n0, n1); });
     return;
   }

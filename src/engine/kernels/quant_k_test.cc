@@ -175,7 +175,8 @@ void ExpectEveryKPathEqualsTheDefinition(DType dtype, int64_t M, int64_t K, int6
   QuantizeRowsK(x.data(), M, K, K, &xq);
   std::vector<float> ref(M * N), y(M * N);
   KQuantReference(xq, w, ref.data(), N);
-  for (MatMulPath path : {MatMulPath::kPortable, MatMulPath::kF16c, MatMulPath::kAvx512}) {
+  for (MatMulPath path :
+       {MatMulPath::kPortable, MatMulPath::kF16c, MatMulPath::kAvx512, MatMulPath::kAmx}) {
     ForceMatMulPathForTest(path);
     MatMul(x.data(), M, K, {&w, 1}, y.data(), pool);
     ForceMatMulPathForTest(MatMulPath::kAuto);
@@ -200,7 +201,7 @@ void ExpectEveryKPathEqualsTheDefinition(DType dtype, int64_t M, int64_t K, int6
 TEST(QuantKMatMulTest, EveryPathEqualsTheDefinitionBitForBit) {
   ThreadPool pool(2);
   for (DType dtype : kKTypes) {
-    for (int64_t M : {1, 2, 7, 64, 300}) {
+    for (int64_t M : {1, 2, 7, 16, 64, 300}) {
       for (int64_t K : {256, 768}) {
         for (int64_t N : {1, 13, 40}) ExpectEveryKPathEqualsTheDefinition(dtype, M, K, N, &pool);
       }
