@@ -33,7 +33,8 @@ void PackAmxKRows(const BlockQ8_K* x, int64_t rows, int64_t blocks, AmxKRows* ou
           const int bs = xb.bsums[g];
           const int high = bs >> 7;  // floor: bs = 128 high + low, low in [0, 127]
           out->bs_high[tb * 256 + (g / 4) * 64 + m * 4 + g % 4] = static_cast<int8_t>(high);
-          out->bs_low[tb * 256 + (g / 4) * 64 + m * 4 + g % 4] = static_cast<int8_t>(bs - 128 * high);
+          out->bs_low[tb * 256 + (g / 4) * 64 + m * 4 + g % 4] =
+              static_cast<int8_t>(bs - 128 * high);
         }
       }
     }
@@ -97,9 +98,9 @@ KVF_K_AMX_TARGET void KTile(const AmxKRows& x, const AmxKPanel& p, int64_t t, fl
     for (int r = 0; r < kAmxTile; ++r) {
       const __m512i isum = _mm512_add_epi32(_mm512_sll_epi32(_mm512_load_si512(c + 16 * r), shift),
                                             _mm512_load_si512(c + 256 + 16 * r));
-      const __m512i msum = _mm512_add_epi32(
-          _mm512_sll_epi32(_mm512_load_si512(c + 512 + 16 * r), seven),
-          _mm512_load_si512(c + 768 + 16 * r));
+      const __m512i msum =
+          _mm512_add_epi32(_mm512_sll_epi32(_mm512_load_si512(c + 512 + 16 * r), seven),
+                           _mm512_load_si512(c + 768 + 16 * r));
       acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(p.d[b * kAmxTile + r]), dx),
                                _mm512_cvtepi32_ps(isum), acc[r]);
       acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(p.dmin[b * kAmxTile + r]), dx),

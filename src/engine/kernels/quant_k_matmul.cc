@@ -369,26 +369,45 @@ KVF_K_AVX512_ENTRY void ColumnsAvx512(const QuantizedRowsK& xq, const WeightMatr
   KColumns<F, KAvx512Dots>(xq, w, y, ldy, n0, n1);
 }
 
-// W's rows n .. n + 15 as an AmxKPanel (quant_k_amx.h) into the buffers of `panel`.
+// 32 unsigned values u (groups of 16 under part scales p0, p1 <= 15) times their group's part,
+// as bytes (every product <= 255): the even and odd bytes' 16-bit products (vpmaddubsw against
+// the part and 0) put back side by side.
+KVF_K_AVX2 KVF_K_INLINE __m256i TimesPart(__m256i u, int p0, int p1) {
+  const __m256i part = _mm256_setr_m128i(_mm_set1_epi16(static_cast<short>(p0)),
+                                         _mm_set1_epi16(static_cast<short>(p1)));
+  const __m256i even = _mm256_maddubs_epi16(u, part);
+  const __m256i odd = _mm256_maddubs_epi16(u, _mm256_slli_epi16(part, 8));
+  return _mm256_or_si256(even, _mm256_slli_epi16(odd, 8));
+}
+
+// W's rows n .. n + 15 as an AmxKPanel (quant_k_amx.h) into the given buffers: each super-block
+// decoded as the VNNI code decodes it (KVectors), its values times the scales' high and low
+// parts, its minimums as bytes.
 template <typename F>
-void PackKPanel(const WeightMatrix& w, int64_t n, int shift, std::vector<uint8_t>* high,
-                std::vector<uint8_t>* low, std::vector<uint8_t>* mins, std::vector<float>* d,
-                std::vector<float>* dmin) {
+KVF_K_AVX2_ENTRY void PackKPanel(const WeightMatrix& w, int64_t n, int shift, uint8_t* high,
+                                 uint8_t* low, uint8_t* mins, float* d, float* dmin) {
   const int64_t nb = w.cols / kSuperBlock;
   const int mask = (1 << shift) - 1;
-  KInts k;
+  KVectors v;
+  alignas(32) int16_t s[16];
   for (int64_t r = 0; r < kAmxTile; ++r) {
     for (int64_t b = 0; b < nb; ++b) {
-      F::Ints(w.row(n + r) + b * F::kBytes, &k);
-      for (int i = 0; i < kSuperBlock; ++i) {
-        const int64_t at = ((b * 4 + i / 64) * kAmxTile + r) * 64 + i % 64;
-        (*high)[at] = static_cast<uint8_t>(k.w[i] * (k.scales[i / 16] >> shift));
-        (*low)[at] = static_cast<uint8_t>(k.w[i] * (k.scales[i / 16] & mask));
+      Decode(F{}, w.row(n + r) + b * F::kBytes, &v);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s), v.scales);
+      for (int j = 0; j < 8; ++j) {
+        const int64_t at = ((b * 4 + j / 2) * kAmxTile + r) * 64 + (j % 2) * 32;
+        const int g = 2 * j;
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(high + at),
+                            TimesPart(v.u[j], s[g] >> shift, s[g + 1] >> shift));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(low + at),
+                            TimesPart(v.u[j], s[g] & mask, s[g + 1] & mask));
       }
-      for (int g = 0; g < 16; ++g)
-        (*mins)[(b * kAmxTile + r) * 16 + g] = static_cast<uint8_t>(k.mins[g]);
-      (*d)[b * kAmxTile + r] = k.d;
-      (*dmin)[b * kAmxTile + r] = k.dmin;
+      const __m256i m8 = _mm256_packus_epi16(v.mins, v.mins);  // lanes: 0-7, 0-7, 8-15, 8-15
+      const __m128i m16 =
+          _mm_unpacklo_epi64(_mm256_castsi256_si128(m8), _mm256_extracti128_si256(m8, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(mins + (b * kAmxTile + r) * 16), m16);
+      d[b * kAmxTile + r] = v.d;
+      dmin[b * kAmxTile + r] = v.dmin;
     }
   }
 }
@@ -407,7 +426,7 @@ void AmxKColumns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, int6
   std::vector<uint8_t> mins(static_cast<size_t>(nb * 256));
   std::vector<float> d(static_cast<size_t>(nb * kAmxTile)), dmin(d.size());
   for (int64_t n = n0; n < n16; n += kAmxTile) {
-    PackKPanel<F>(w, n, shift, &high, &low, &mins, &d, &dmin);
+    PackKPanel<F>(w, n, shift, high.data(), low.data(), mins.data(), d.data(), dmin.data());
     const AmxKPanel panel{nb, shift, high.data(), low.data(), mins.data(), d.data(), dmin.data()};
     AmxKTiles(x, panel, y + n, ldy);
   }
