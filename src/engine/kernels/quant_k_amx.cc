@@ -114,6 +114,53 @@ KVF_K_AMX_TARGET void KTile(const AmxKRows& x, const AmxKPanel& p, int64_t t, fl
   }
 }
 
+// Q6_K: x tile t against the panel, the three digit products per super-block.
+KVF_K_AMX_TARGET void K6Tile(const AmxKRows& x, const AmxK6Panel& p, int64_t t, float* y,
+                             int64_t ldy) {
+  alignas(64) int32_t c[3 * 256];
+  alignas(64) float out[kAmxTile * kAmxTile];
+  __m512 acc[kAmxTile];
+  for (int r = 0; r < kAmxTile; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < p.blocks; ++b) {
+    const int64_t tb = t * x.blocks + b;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    for (int ch = 0; ch < 4; ++ch) {
+      _tile_loadd(5, x.q.data() + (tb * 4 + ch) * 1024, 64);
+      _tile_loadd(4, p.digits[0] + (b * 4 + ch) * 1024, 64);
+      _tile_dpbssd(0, 4, 5);
+      _tile_loadd(4, p.digits[1] + (b * 4 + ch) * 1024, 64);
+      _tile_dpbssd(1, 4, 5);
+      _tile_loadd(4, p.digits[2] + (b * 4 + ch) * 1024, 64);
+      _tile_dpbssd(2, 4, 5);
+    }
+    _tile_stored(0, c, 64);
+    _tile_stored(1, c + 256, 64);
+    _tile_stored(2, c + 512, 64);
+    const __m512 dx = _mm512_loadu_ps(x.d.data() + tb * kAmxTile);
+    for (int r = 0; r < kAmxTile; ++r) {
+      const __m512i isum = _mm512_add_epi32(
+          _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c + 16 * r), 6),
+                           _mm512_slli_epi32(_mm512_load_si512(c + 256 + 16 * r), 3)),
+          _mm512_load_si512(c + 512 + 16 * r));
+      acc[r] = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(p.d[b * kAmxTile + r]), dx),
+                               _mm512_cvtepi32_ps(isum), acc[r]);
+    }
+  }
+  for (int r = 0; r < kAmxTile; ++r) _mm512_store_ps(out + r * kAmxTile, acc[r]);
+  for (int64_t m = 0; m < kAmxTile; ++m) {
+    for (int r = 0; r < kAmxTile; ++r) y[(t * kAmxTile + m) * ldy + r] = out[r * kAmxTile + m];
+  }
+}
+
+KVF_K_AMX_TARGET void K6TilesAmx(const AmxKRows& x, const AmxK6Panel& p, float* y, int64_t ldy) {
+  static const KTileConfig config;
+  _tile_loadconfig(&config);
+  for (int64_t t = 0; t < x.tiles; ++t) K6Tile(x, p, t, y, ldy);
+  _tile_release();
+}
+
 KVF_K_AMX_TARGET void KTilesAmx(const AmxKRows& x, const AmxKPanel& p, float* y, int64_t ldy) {
   static const KTileConfig config;
   _tile_loadconfig(&config);
@@ -127,9 +174,14 @@ void AmxKTiles(const AmxKRows& x, const AmxKPanel& panel, float* y, int64_t ldy)
   KTilesAmx(x, panel, y, ldy);
 }
 
+void AmxK6Tiles(const AmxKRows& x, const AmxK6Panel& panel, float* y, int64_t ldy) {
+  K6TilesAmx(x, panel, y, ldy);
+}
+
 #else
 
 void AmxKTiles(const AmxKRows&, const AmxKPanel&, float*, int64_t) {}
+void AmxK6Tiles(const AmxKRows&, const AmxK6Panel&, float*, int64_t) {}
 
 #endif
 

@@ -1,5 +1,5 @@
-// AMX-INT8 tiles for the k-quants with minimums, Q4_K and Q5_K (internal; quant_k_matmul.cc
-// calls it where CpuHasAmxInt8(), quant_amx.h).
+// AMX-INT8 tiles for the k-quants, Q4_K, Q5_K and Q6_K (internal; quant_k_matmul.cc calls it
+// where CpuHasAmxInt8(), quant_amx.h).
 //
 // quant_k_matmul.h defines y by each super-block's exact integers isum = sum_g s_g sum_{i in g}
 // w_i q_i and msum = sum_g n_g bs_g. The tiles compute both for 16 W rows x 16 x rows at once,
@@ -54,5 +54,16 @@ struct AmxKPanel {
 
 // y[m][j] for the packed rows m of x and the panel's 16 columns j (row m at y + m * ldy).
 void AmxKTiles(const AmxKRows& x, const AmxKPanel& panel, float* y, int64_t ldy);
+
+// Q6_K (no minimums; w = u - 32 in [-32, 31], scales signed bytes): each scale written in three
+// digits of base 8, s = 64 a + 8 b + c with a, b, c in [-3, 4], so every w * digit is a signed
+// byte (in [-128, 124]), and isum = (P_a << 6) + (P_b << 3) + P_c, three exact products by
+// TDPBSSD (signed bytes by signed bytes). digits[k] is laid out as AmxKPanel's high.
+struct AmxK6Panel {
+  int64_t blocks = 0;
+  const int8_t* digits[3] = {nullptr, nullptr, nullptr};  // a, b, c
+  const float* d = nullptr;                               // [blocks][16]
+};
+void AmxK6Tiles(const AmxKRows& x, const AmxK6Panel& panel, float* y, int64_t ldy);
 
 }  // namespace kvferry::engine::kernels

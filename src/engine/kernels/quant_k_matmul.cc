@@ -412,6 +412,72 @@ KVF_K_AVX2_ENTRY void PackKPanel(const WeightMatrix& w, int64_t n, int shift, ui
   }
 }
 
+// A Q6_K scale s in [-128, 127] as three base-8 digits in [-3, 4]: s = 64 a + 8 b + c.
+void ScaleDigits(int s, int digits[3]) {
+  const int c = ((s + 3) & 7) - 3;
+  const int r = (s - c) / 8;
+  const int b = ((r + 3) & 7) - 3;
+  digits[0] = (r - b) / 8;
+  digits[1] = b;
+  digits[2] = c;
+}
+
+// 32 signed values w (groups of 16 under digits g0, g1) times their group's digit, as bytes.
+KVF_K_AVX2 KVF_K_INLINE __m256i TimesDigit(__m256i w, int g0, int g1) {
+  const __m256i lo = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(w)),
+                                        _mm256_set1_epi16(static_cast<short>(g0)));
+  const __m256i hi = _mm256_mullo_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(w, 1)),
+                                        _mm256_set1_epi16(static_cast<short>(g1)));
+  return _mm256_permute4x64_epi64(_mm256_packs_epi16(lo, hi), _MM_SHUFFLE(3, 1, 2, 0));
+}
+
+// Q6_K's rows n .. n + 15 as an AmxK6Panel: w = u - 32 times each digit of its group's scale.
+KVF_K_AVX2_ENTRY void PackK6Panel(const WeightMatrix& w, int64_t n, int8_t* const digits[3],
+                                  float* d) {
+  const int64_t nb = w.cols / kSuperBlock;
+  KVectors v;
+  alignas(32) int16_t s[16];
+  for (int64_t r = 0; r < kAmxTile; ++r) {
+    for (int64_t b = 0; b < nb; ++b) {
+      Decode(Q6_KFormat{}, w.row(n + r) + b * Q6_KFormat::kBytes, &v);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s), v.scales);
+      int dg[16][3];
+      for (int g = 0; g < 16; ++g) ScaleDigits(s[g], dg[g]);
+      for (int j = 0; j < 8; ++j) {
+        const __m256i signed_w = _mm256_sub_epi8(v.u[j], _mm256_set1_epi8(32));
+        const int64_t at = ((b * 4 + j / 2) * kAmxTile + r) * 64 + (j % 2) * 32;
+        for (int k = 0; k < 3; ++k) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(digits[k] + at),
+                              TimesDigit(signed_w, dg[2 * j][k], dg[2 * j + 1][k]));
+        }
+      }
+      d[b * kAmxTile + r] = v.d;
+    }
+  }
+}
+
+// Columns [n0, n1) of a Q6_K matrix on the AMX tiles, as AmxKColumns.
+void AmxK6Columns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, int64_t ldy,
+                  int64_t n0, int64_t n1) {
+  const int64_t nb = xq.blocks_per_row, rows = xq.rows / kAmxTile * kAmxTile;
+  const int64_t n16 = n0 + (n1 - n0) / kAmxTile * kAmxTile;
+  AmxKRows x;
+  PackAmxKRows(xq.blocks.data(), rows, nb, &x);
+  std::vector<int8_t> digits(static_cast<size_t>(3 * nb * 4 * 1024));
+  std::vector<float> d(static_cast<size_t>(nb * kAmxTile));
+  int8_t* const parts[3] = {digits.data(), digits.data() + nb * 4096,
+                            digits.data() + 2 * nb * 4096};
+  for (int64_t n = n0; n < n16; n += kAmxTile) {
+    PackK6Panel(w, n, parts, d.data());
+    AmxK6Tiles(x, AmxK6Panel{nb, {parts[0], parts[1], parts[2]}, d.data()}, y + n, ldy);
+  }
+  if (rows < xq.rows) {
+    QuantizedRowsK tail{xq.rows - rows, nb, {xq.blocks.begin() + rows * nb, xq.blocks.end()}};
+    ColumnsAvx512<Q6_KFormat>(tail, w, y + rows * ldy, ldy, n0, n16);
+  }
+  ColumnsAvx512<Q6_KFormat>(xq, w, y, ldy, n16, n1);
+}
+
 // Columns [n0, n1) of a Q4_K or Q5_K matrix on the AMX tiles: whole tiles of 16 rows and 16
 // columns there; the rows and columns they leave on the VNNI code.
 template <typename F>
@@ -461,10 +527,13 @@ void KQuantColumns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, in
   // than they save over so few rows (Qwen3-0.6B shape, Q4_K_M, decode after 512 tokens: 14.1
   // tok/s against 16.5).
   const bool vnni = widest <= QuantPath::kAvx512Vnni && CpuHasAvx512Vnni();
-  if (widest == QuantPath::kAmx && vnni && xq.rows >= kAmxTile && w.dtype != DType::kQ6_K &&
-      CpuHasAmxInt8()) {
+  if (widest == QuantPath::kAmx && vnni && xq.rows >= kAmxTile && CpuHasAmxInt8()) {
     WithKFormat(w.dtype, [&](auto f) {
-      if constexpr (decltype(f)::kHasMin) AmxKColumns<decltype(f)>(xq, w, y, ldy, n0, n1);
+      if constexpr (decltype(f)::kHasMin) {
+        AmxKColumns<decltype(f)>(xq, w, y, ldy, n0, n1);
+      } else {
+        AmxK6Columns(xq, w, y, ldy, n0, n1);
+      }
     });
     return;
   }
