@@ -591,7 +591,7 @@ void MatMulStrided(const float* x, int64_t M, int64_t K, int64_t ldx,
   QuantizedRows xq;
   QuantizedRowsK xk;
   if (blocks32) QuantizeRows(x, M, K, ldx, &xq, pool);
-  if (super_blocks) QuantizeRowsK(x, M, K, ldx, &xk);
+  if (super_blocks) QuantizeRowsK(x, M, K, ldx, &xk, pool);
   auto body = [&](int64_t n0, int64_t n1) {
     if (quantized) {
       MixedColumns(run, xq, xk, x, M, K, ldx, parts, y, ldy, n0, n1);

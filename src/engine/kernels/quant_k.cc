@@ -4,7 +4,13 @@
 #include <cmath>
 #include <cstring>
 
+#include "engine/kernels/simd.h"
 #include "kvferry/common/half.h"
+
+#if defined(__x86_64__) && !defined(__clang__)
+#include <immintrin.h>
+#define KVF_Q8_K_AVX2 1
+#endif
 
 namespace kvferry::engine::kernels {
 namespace {
@@ -320,30 +326,98 @@ void QuantizeRowQ6_K(const float* x, int64_t n, BlockQ6_K* out) {
   for (int64_t b = 0; b < n / kSuperBlock; ++b) QuantizeQ6Block(x + b * kSuperBlock, &out[b]);
 }
 
-void QuantizeActivationsQ8_K(const float* x, int64_t n, BlockQ8_K* out) {
-  for (int64_t b = 0; b < n / kSuperBlock; ++b) {
-    const float* v = x + b * kSuperBlock;
-    BlockQ8_K& o = out[b];
-    float max = 0, amax = 0;
-    for (int64_t i = 0; i < kSuperBlock; ++i) {
-      if (std::fabs(v[i]) > amax) {
-        amax = std::fabs(v[i]);
-        max = v[i];
-      }
+namespace {
+
+// One Q8_K block, as ggml's quantize_row_q8_K computes it: `max` the first value of the largest
+// magnitude, q = round-half-even(-127 / max * v), the sums of each 16 q.
+void ActivationBlockQ8_K(const float* v, BlockQ8_K* out) {
+  BlockQ8_K& o = *out;
+  float max = 0, amax = 0;
+  for (int64_t i = 0; i < kSuperBlock; ++i) {
+    if (std::fabs(v[i]) > amax) {
+      amax = std::fabs(v[i]);
+      max = v[i];
     }
-    std::memset(&o, 0, sizeof(o));
-    if (amax == 0 || !(amax == amax)) continue;  // all zero (or a NaN): d = 0, q = 0
-    const float iscale = -127.f / max;
-    for (int64_t i = 0; i < kSuperBlock; ++i) {
-      o.q[i] = static_cast<int8_t>(std::clamp(NearestInt(iscale * v[i]), -128, 127));
-    }
-    for (int g = 0; g < 16; ++g) {
-      int sum = 0;
-      for (int i = 0; i < 16; ++i) sum += o.q[16 * g + i];
-      o.bsums[g] = static_cast<int16_t>(sum);
-    }
-    o.d = 1 / iscale;
   }
+  std::memset(&o, 0, sizeof(o));
+  if (amax == 0 || !(amax == amax)) return;  // all zero (or a NaN): d = 0, q = 0
+  const float iscale = -127.f / max;
+  for (int64_t i = 0; i < kSuperBlock; ++i) {
+    o.q[i] = static_cast<int8_t>(std::clamp(NearestInt(iscale * v[i]), -128, 127));
+  }
+  for (int g = 0; g < 16; ++g) {
+    int sum = 0;
+    for (int i = 0; i < 16; ++i) sum += o.q[16 * g + i];
+    o.bsums[g] = static_cast<int16_t>(sum);
+  }
+  o.d = 1 / iscale;
+}
+
+#if KVF_Q8_K_AVX2
+// The largest magnitude of v's 256 values and whether any is a NaN or an infinity.
+__attribute__((target("avx2,fma"))) float AbsMaxAvx2(const float* v, bool* non_finite) {
+  const __m256 sign = _mm256_set1_ps(-0.0f), inf = _mm256_set1_ps(INFINITY);
+  __m256 amax8 = _mm256_setzero_ps(), bad = _mm256_setzero_ps();
+  for (int64_t i = 0; i < kSuperBlock; i += 8) {
+    const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(v + i));
+    amax8 = _mm256_max_ps(a, amax8);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ));  // NaN or inf
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax8), _mm256_extractf128_ps(amax8, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  *non_finite = _mm256_movemask_ps(bad) != 0;
+  return std::max(_mm_cvtss_f32(m4), _mm_cvtss_f32(_mm_shuffle_ps(m4, m4, 1)));
+}
+
+// The same block with AVX2: the same products rounded half-even by vroundps, saturated to
+// [-128, 127] by the packs as std::clamp does, so the same bytes. A block holding a NaN or an
+// infinity, or whose -127 / max overflows, takes the scalar code.
+__attribute__((target("avx2,fma"))) void ActivationBlockQ8_KAvx2(const float* v, BlockQ8_K* out) {
+  bool non_finite = false;
+  const float amax = AbsMaxAvx2(v, &non_finite);
+  int64_t first = 0;  // the first value of that magnitude, as the scalar scan finds it
+  while (first < kSuperBlock && std::fabs(v[first]) != amax) ++first;
+  const float iscale = amax != 0 ? -127.f / v[first] : 0.0f;
+  if (non_finite || amax == 0 || !std::isfinite(iscale)) {
+    ActivationBlockQ8_K(v, out);
+    return;
+  }
+  const __m256 scale = _mm256_set1_ps(iscale);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), bias = _mm256_set1_epi8(-128);
+  for (int64_t i = 0; i < kSuperBlock; i += 32) {
+    __m256i q[4];
+    for (int j = 0; j < 4; ++j) {
+      q[j] =
+          _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(_mm256_loadu_ps(v + i + 8 * j), scale),
+                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    }
+    // int32 -> int8 in order: the packs interleave 128-bit lanes, the permute restores them.
+    const __m256i bytes = _mm256_permutevar8x32_epi32(
+        _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3])), order);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out->q + i), bytes);
+    // Sums of 8 biased (unsigned) bytes per 64-bit lane; two lanes make a group of 16.
+    const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(bytes, bias), _mm256_setzero_si256());
+    const int64_t g = i / 16;
+    out->bsums[g] = static_cast<int16_t>(_mm256_extract_epi64(sad, 0) +
+                                         _mm256_extract_epi64(sad, 1) - 16 * 128);
+    out->bsums[g + 1] = static_cast<int16_t>(_mm256_extract_epi64(sad, 2) +
+                                             _mm256_extract_epi64(sad, 3) - 16 * 128);
+  }
+  out->d = 1 / iscale;
+}
+#endif
+
+}  // namespace
+
+void QuantizeActivationsQ8_K(const float* x, int64_t n, BlockQ8_K* out) {
+#if KVF_Q8_K_AVX2
+  if (CpuHasAvx2()) {
+    for (int64_t b = 0; b < n / kSuperBlock; ++b)
+      ActivationBlockQ8_KAvx2(x + b * kSuperBlock, out + b);
+    return;
+  }
+#endif
+  for (int64_t b = 0; b < n / kSuperBlock; ++b) ActivationBlockQ8_K(x + b * kSuperBlock, out + b);
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include "engine/kernels/quant_amx.h"
 #include "engine/kernels/quant_k_amx.h"
 #include "engine/kernels/simd.h"
+#include "engine/thread_pool.h"
 
 namespace kvferry::engine::kernels {
 namespace {
@@ -100,6 +101,8 @@ void KColumnsPortable(const QuantizedRowsK& xq, const WeightMatrix& w, float* y,
 constexpr int64_t kKRowsPerPass = 128;
 // Fewer rows of x than this take the AVX2 code even where AVX-512 VNNI runs (KQuantColumns).
 constexpr int64_t kKVnniFromRows = 4;
+// Rows of x each thread quantizes at a time (QuantizeRowsK).
+constexpr int64_t kParallelQuantizeRowsK = 16;
 
 // A weight super-block with its values unsigned: 8 vectors of 32 values u (vector j = values
 // 32j .. 32j + 31, groups 2j and 2j + 1; Q4_K and Q5_K: q; Q6_K: q = w + 32), the 16 group
@@ -511,13 +514,22 @@ bool IsKQuant(DType dtype) {
   return dtype == DType::kQ4_K || dtype == DType::kQ5_K || dtype == DType::kQ6_K;
 }
 
-void QuantizeRowsK(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRowsK* out) {
+void QuantizeRowsK(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRowsK* out,
+                   ThreadPool* pool) {
   out->rows = M;
   out->blocks_per_row = K / kSuperBlock;
   out->blocks.resize(static_cast<size_t>(M * out->blocks_per_row));
-  for (int64_t m = 0; m < M; ++m) {
-    QuantizeActivationsQ8_K(x + m * ldx, K, out->blocks.data() + m * out->blocks_per_row);
+  auto rows = [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+      QuantizeActivationsQ8_K(x + m * ldx, K, out->blocks.data() + m * out->blocks_per_row);
+    }
+  };
+  // Each row on its own: splitting the rows between threads changes no bit.
+  if (pool == nullptr || M < 2 * kParallelQuantizeRowsK) {
+    rows(0, M);
+    return;
   }
+  pool->ParallelFor(M, kParallelQuantizeRowsK, rows);
 }
 
 void KQuantColumns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, int64_t ldy,

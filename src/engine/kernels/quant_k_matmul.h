@@ -34,7 +34,9 @@ struct QuantizedRowsK {
   int64_t blocks_per_row = 0;
   std::vector<BlockQ8_K> blocks;
 };
-void QuantizeRowsK(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRowsK* out);
+// Rows split between the pool's threads when there are enough of them (nullptr: this thread).
+void QuantizeRowsK(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRowsK* out,
+                   ThreadPool* pool = nullptr);
 
 bool IsKQuant(formats::DType dtype);
 

@@ -6,8 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "engine/engine_test_util.h"
@@ -30,6 +32,50 @@ std::vector<std::byte> KWeightBytes(DType dtype, int64_t n, int64_t k, uint64_t 
   std::vector<std::byte> out(static_cast<size_t>(n * k / 256 * formats::DTypeBlockBytes(dtype)));
   QuantizeRow(dtype, w.data(), n * k, out.data());
   return out;
+}
+
+// ggml's quantize_row_q8_K, written out here as the definition the quantizer's every path meets.
+BlockQ8_K DefinitionQ8_K(const float* v) {
+  BlockQ8_K o;
+  std::memset(&o, 0, sizeof(o));
+  float max = 0, amax = 0;
+  for (int i = 0; i < 256; ++i) {
+    if (std::fabs(v[i]) > amax) {
+      amax = std::fabs(v[i]);
+      max = v[i];
+    }
+  }
+  if (amax == 0) return o;
+  const float iscale = -127.f / max;
+  for (int i = 0; i < 256; ++i) {
+    const float r = iscale * v[i];
+    const float c = r != r ? 0.0f : std::clamp(r, -4194303.0f, 4194303.0f);
+    o.q[i] = static_cast<int8_t>(std::clamp(static_cast<int>(std::nearbyint(c)), -128, 127));
+    o.bsums[i / 16] = static_cast<int16_t>(o.bsums[i / 16] + o.q[i]);
+  }
+  o.d = 1 / iscale;
+  return o;
+}
+
+TEST(QuantQ8_KTest, ActivationQuantizerEqualsItsDefinition) {
+  constexpr int kBlocks = 48;
+  std::vector<float> x = RandomFloats(256 * kBlocks, 12);
+  for (int i = 0; i < 256; ++i) x[256 + i] = -127.5f + i;         // block 1: ties at every step
+  x[256 + 255] = 127.0f;                                          // (-127 / max = 1: half-even)
+  std::fill(x.begin() + 512, x.begin() + 768, 0.0f);              // block 2: zeros
+  for (int i = 0; i < 256; ++i) x[768 + i] = (i - 128) * 1e-41f;  // block 3: -127 / max = inf
+  x[1024 + 5] = std::nanf("");                                    // block 4: a NaN
+  x[1280 + 7] = -std::numeric_limits<float>::infinity();          // block 5: an infinity
+  x[1536 + 9] = 3.0f;                                             // block 6: +max first, -max after
+  x[1536 + 90] = -3.0f;
+  x[1792 + 4] = -3.0f;  // block 7: -max first, +max after
+  x[1792 + 200] = 3.0f;
+  std::vector<BlockQ8_K> got(kBlocks);
+  QuantizeActivationsQ8_K(x.data(), 256 * kBlocks, got.data());
+  for (int b = 0; b < kBlocks; ++b) {
+    const BlockQ8_K want = DefinitionQ8_K(x.data() + 256 * b);
+    EXPECT_EQ(0, std::memcmp(&got[b], &want, sizeof(want))) << "block " << b;
+  }
 }
 
 TEST(QuantQ8_KTest, ScaleFromTheFirstLargestValueAndHalvesToEven) {
