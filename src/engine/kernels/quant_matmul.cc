@@ -130,7 +130,7 @@ constexpr int64_t kPrefetchBlocks = 16;
 // Fewer rows of x than this (decode) stream W row by row instead (Stream4).
 constexpr int64_t kStreamBelowRows = 4;
 // How far ahead of the block in use Stream4 asks for W's lines.
-constexpr int64_t kStreamAheadBytes = 1024;
+constexpr int64_t kStreamAheadBytes = 4096;
 
 // Sixteen bytes of nibbles as 32 bytes: value j from byte j's low nibble, j + 16 its high one.
 KVF_Q8_AVX2 KVF_Q8_INLINE __m256i Nibbles256(const std::byte* qs) {
