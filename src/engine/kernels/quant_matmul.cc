@@ -418,19 +418,45 @@ KVF_Q8_AVX512_ENTRY void TileColumnsAvx512(const QuantizedRows& xq, const Weight
   TileColumns<F, Avx512Dots<F>>(xq, w, y, ldy, n0, n1, m_begin);
 }
 
+// Eight vectors of 8 int32 (v[j] lane i = a[j][i]) transposed in place: v[i] lane j = a[j][i].
+KVF_Q8_AVX2 KVF_Q8_INLINE void Transpose8x8(__m256i v[8]) {
+  __m256i t[8], u[8];
+  for (int j = 0; j < 8; j += 2) {
+    t[j] = _mm256_unpacklo_epi32(v[j], v[j + 1]);
+    t[j + 1] = _mm256_unpackhi_epi32(v[j], v[j + 1]);
+  }
+  for (int h = 0; h < 8; h += 4) {
+    u[h] = _mm256_unpacklo_epi64(t[h], t[h + 2]);
+    u[h + 1] = _mm256_unpackhi_epi64(t[h], t[h + 2]);
+    u[h + 2] = _mm256_unpacklo_epi64(t[h + 1], t[h + 3]);
+    u[h + 3] = _mm256_unpackhi_epi64(t[h + 1], t[h + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x20);
+    v[i + 4] = _mm256_permute2x128_si256(u[i], u[i + 4], 0x31);
+  }
+}
+
 // W's rows n .. n + 15 as an AmxPanel (quant_amx.h): each block's 32 values as bytes in the
-// tile's order, its scale and minimum as f32.
+// tile's order (row r's 4-byte group k at k * 64 + r * 4), its scale and minimum as f32. Eight
+// rows at a time: their blocks' eight groups transposed, so one store writes a group of 8 rows.
 template <typename F>
-void PackPanel(const WeightMatrix& w, int64_t n, int64_t nb, int8_t* q, float* dw, float* mw) {
-  int8_t ints[32];
-  for (int64_t r = 0; r < kAmxTile; ++r) {
-    const std::byte* row = w.row(n + r);
+KVF_Q8_AVX2_ENTRY void PackPanel(const WeightMatrix& w, int64_t n, int64_t nb, int8_t* q, float* dw,
+                                 float* mw) {
+  for (int64_t r0 = 0; r0 < kAmxTile; r0 += 8) {
     for (int64_t b = 0; b < nb; ++b) {
-      const std::byte* block = row + b * F::kBytes;
-      F::Ints(block, ints);
-      for (int k4 = 0; k4 < 8; ++k4) std::memcpy(q + b * 512 + k4 * 64 + r * 4, ints + 4 * k4, 4);
-      dw[b * kAmxTile + r] = F16ToF32(ScaleBits(block));
-      if constexpr (F::kHasMin) mw[b * kAmxTile + r] = F16ToF32(MinBits(block));
+      const std::byte* blocks[8];
+      __m256i v[8];
+      for (int j = 0; j < 8; ++j) {
+        blocks[j] = w.row(n + r0 + j) + b * F::kBytes;
+        v[j] = Ints256(F{}, blocks[j]);
+      }
+      Transpose8x8(v);
+      for (int k = 0; k < 8; ++k) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 512 + k * 64 + r0 * 4), v[k]);
+      }
+      Store8(dw + b * kAmxTile + r0, F16Scales(blocks));
+      if constexpr (F::kHasMin) Store8(mw + b * kAmxTile + r0, F16At(blocks, 2));
     }
   }
 }
