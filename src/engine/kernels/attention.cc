@@ -30,21 +30,59 @@ struct Scratch {
   std::vector<float> keys, values, scores, acc, max, sum;
 };
 
-// acc[i] = acc[i] * alpha, then acc[i] = fma(e, v[i], acc[i]): elementwise, so vector width
-// changes nothing (A: SoftFma or HwFma, the same bits).
-inline __attribute__((always_inline)) void Scale(float* acc, float alpha, int32_t d) {
-  const int32_t d8 = d & ~7;
-  const V8 a = Splat8(alpha);
-  for (int32_t i = 0; i < d8; i += 8) Store8(acc + i, Load8(acc + i) * a);
-  for (int32_t i = d8; i < d; ++i) acc[i] *= alpha;
-}
+// acc[i] = acc[i] * alpha, then for each key j in order acc[i] = fma(e[j], values[j][i], acc[i]):
+// elementwise, so neither the vector width nor how the columns are blocked changes a bit (A:
+// SoftFma or HwFma, the same bits). 64 columns at a time stay in registers over the chunk's keys,
+// where stepping key by key loaded and stored the whole accumulator per key.
 template <typename A>
-inline __attribute__((always_inline)) void AddScaled(float* acc, float e, const float* v,
-                                                     int32_t d) {
+inline __attribute__((always_inline)) void AccumulateValues(float* acc, float alpha, const float* e,
+                                                            const float* const* values, int32_t n,
+                                                            int32_t d) {
+  constexpr int32_t kRegs = 8;
+  const V8 a = Splat8(alpha);
+  int32_t i = 0;
+  for (; i + 8 * kRegs <= d; i += 8 * kRegs) {
+    V8 r[kRegs];  // (unrolled, so that the array lives in registers)
+#pragma GCC unroll 8
+    for (int32_t k = 0; k < kRegs; ++k) r[k] = Load8(acc + i + 8 * k) * a;
+    for (int32_t j = 0; j < n; ++j) {
+      const V8 ev = Splat8(e[j]);
+#pragma GCC unroll 8
+      for (int32_t k = 0; k < kRegs; ++k) r[k] = A::Fma(ev, Load8(values[j] + i + 8 * k), r[k]);
+    }
+#pragma GCC unroll 8
+    for (int32_t k = 0; k < kRegs; ++k) Store8(acc + i + 8 * k, r[k]);
+  }
+  for (; i + 8 <= d; i += 8) {
+    V8 r = Load8(acc + i) * a;
+    for (int32_t j = 0; j < n; ++j) r = A::Fma(Splat8(e[j]), Load8(values[j] + i), r);
+    Store8(acc + i, r);
+  }
+  for (; i < d; ++i) {
+    float r = acc[i] * alpha;
+    for (int32_t j = 0; j < n; ++j) r = A::Fma1(e[j], values[j][i], r);
+    acc[i] = r;
+  }
+}
+
+// Eight keys' fused dots with the same query: eight chains, combined together (Combine8x8).
+// Each result is exactly FusedDot(q, k[i], d).
+template <typename A>
+inline __attribute__((always_inline)) void Dot8(const float* q, const float* const* k, int32_t d,
+                                                float* out) {
   const int32_t d8 = d & ~7;
-  const V8 ev = Splat8(e);
-  for (int32_t i = 0; i < d8; i += 8) Store8(acc + i, A::Fma(ev, Load8(v + i), Load8(acc + i)));
-  for (int32_t i = d8; i < d; ++i) acc[i] = A::Fma1(e, v[i], acc[i]);
+  V8 a[8];  // (unrolled, so that the array lives in registers)
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) a[i] = Splat8(0.0f);
+  for (int32_t x = 0; x < d8; x += 8) {
+    const V8 vq = Load8(q + x);
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) a[i] = A::Fma(vq, Load8(k[i] + x), a[i]);
+  }
+  Store8(out, Combine8x8(a));
+  for (int32_t x = d8; x < d; ++x) {
+    for (int i = 0; i < 8; ++i) out[i] = A::Fma1(q[x], k[i][x], out[i]);
+  }
 }
 
 // Four keys' fused dots with the same query, interleaved: four independent chains where one
@@ -85,6 +123,7 @@ inline __attribute__((always_inline)) void ChunkStep(const float* qh, const floa
                                                      float* acc, float* max, float* sum) {
   float chunk_max = -std::numeric_limits<float>::infinity();
   int32_t j = 0;
+  for (; j + 8 <= n; j += 8) Dot8<A>(qh, keys + j, d, scores + j);
   for (; j + 4 <= n; j += 4) {
     Dot4<A>(qh, keys[j], keys[j + 1], keys[j + 2], keys[j + 3], d, scores + j);
   }
@@ -96,12 +135,11 @@ inline __attribute__((always_inline)) void ChunkStep(const float* qh, const floa
   const float m_new = std::max(*max, chunk_max);
   const float alpha = std::exp(*max - m_new);
   float l = *sum * alpha;
-  Scale(acc, alpha, d);
   for (int32_t j = 0; j < n; ++j) {
-    const float e = std::exp(scores[j] - m_new);
-    l += e;
-    AddScaled<A>(acc, e, values[j], d);
+    scores[j] = std::exp(scores[j] - m_new);  // now each key's weight e
+    l += scores[j];
   }
+  AccumulateValues<A>(acc, alpha, scores, values, n, d);
   *sum = l;
   *max = m_new;
 }

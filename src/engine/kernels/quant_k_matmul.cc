@@ -394,8 +394,9 @@ KVF_K_AVX2_ENTRY void PackKPanel(const WeightMatrix& w, int64_t n, int shift, ui
   KVectors v;
   alignas(32) int16_t s[16];
   for (int64_t r = 0; r < kAmxTile; ++r) {
+    const std::byte* row = w.row(n + r);  // (row() divides: once per row, not per block)
     for (int64_t b = 0; b < nb; ++b) {
-      Decode(F{}, w.row(n + r) + b * F::kBytes, &v);
+      Decode(F{}, row + b * F::kBytes, &v);
       _mm256_store_si256(reinterpret_cast<__m256i*>(s), v.scales);
       for (int j = 0; j < 8; ++j) {
         const int64_t at = ((b * 4 + j / 2) * kAmxTile + r) * 64 + (j % 2) * 32;
@@ -441,8 +442,9 @@ KVF_K_AVX2_ENTRY void PackK6Panel(const WeightMatrix& w, int64_t n, int8_t* cons
   KVectors v;
   alignas(32) int16_t s[16];
   for (int64_t r = 0; r < kAmxTile; ++r) {
+    const std::byte* row = w.row(n + r);  // (row() divides: once per row, not per block)
     for (int64_t b = 0; b < nb; ++b) {
-      Decode(Q6_KFormat{}, w.row(n + r) + b * Q6_KFormat::kBytes, &v);
+      Decode(Q6_KFormat{}, row + b * Q6_KFormat::kBytes, &v);
       _mm256_store_si256(reinterpret_cast<__m256i*>(s), v.scales);
       int dg[16][3];
       for (int g = 0; g < 16; ++g) ScaleDigits(s[g], dg[g]);

@@ -444,11 +444,13 @@ template <typename F>
 KVF_Q8_AVX2_ENTRY void PackPanel(const WeightMatrix& w, int64_t n, int64_t nb, int8_t* q, float* dw,
                                  float* mw) {
   for (int64_t r0 = 0; r0 < kAmxTile; r0 += 8) {
+    const std::byte* rows[8];  // (WeightMatrix::row divides: once per row, not per block)
+    for (int j = 0; j < 8; ++j) rows[j] = w.row(n + r0 + j);
     for (int64_t b = 0; b < nb; ++b) {
       const std::byte* blocks[8];
       __m256i v[8];
       for (int j = 0; j < 8; ++j) {
-        blocks[j] = w.row(n + r0 + j) + b * F::kBytes;
+        blocks[j] = rows[j] + b * F::kBytes;
         v[j] = Ints256(F{}, blocks[j]);
       }
       Transpose8x8(v);

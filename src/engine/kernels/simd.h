@@ -57,6 +57,21 @@ inline __attribute__((always_inline)) float Dot(const float* x, const float* y, 
   return s;
 }
 
+// Combine8 of eight vectors at once: lane i of the result is Combine8(v[i]), bit for bit (the
+// same pairs added in the same tree: lanes (0,1) (2,3) (4,5) (6,7), then pairs of those, then the
+// halves), in a few shuffles instead of seven scalar adds per vector.
+inline __attribute__((always_inline)) V8 PairSums(V8 a, V8 b) {
+  // [a0+a1, a2+a3, b0+b1, b2+b3 | a4+a5, a6+a7, b4+b5, b6+b7]
+  return __builtin_shufflevector(a, b, 0, 2, 8, 10, 4, 6, 12, 14) +
+         __builtin_shufflevector(a, b, 1, 3, 9, 11, 5, 7, 13, 15);
+}
+inline __attribute__((always_inline)) V8 Combine8x8(const V8 v[8]) {
+  const V8 t0 = PairSums(PairSums(v[0], v[1]), PairSums(v[2], v[3]));
+  const V8 t1 = PairSums(PairSums(v[4], v[5]), PairSums(v[6], v[7]));
+  return __builtin_shufflevector(t0, t1, 0, 1, 2, 3, 8, 9, 10, 11) +
+         __builtin_shufflevector(t0, t1, 4, 5, 6, 7, 12, 13, 14, 15);
+}
+
 // Fused multiply-add lane by lane through the C library (see above): a * b + c, rounded once.
 // A build for FMA CPUs (the clang sanitizer builds: CMakeLists.txt) computes it with the
 // instruction instead.
