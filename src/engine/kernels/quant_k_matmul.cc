@@ -101,6 +101,9 @@ void KColumnsPortable(const QuantizedRowsK& xq, const WeightMatrix& w, float* y,
 constexpr int64_t kKRowsPerPass = 128;
 // Fewer rows of x than this take the AVX2 code even where AVX-512 VNNI runs (KQuantColumns).
 constexpr int64_t kKVnniFromRows = 4;
+// How far ahead of the super-block in use KColumns asks for W's lines (the next rows' when the
+// row ends: a thread's rows lie one after the other).
+constexpr int64_t kKAheadBytes = 2048;
 // Rows of x each thread quantizes at a time (QuantizeRowsK).
 constexpr int64_t kParallelQuantizeRowsK = 16;
 
@@ -335,6 +338,7 @@ template <typename F, typename D>
 KVF_K_INLINE void KColumns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, int64_t ldy,
                            int64_t n0, int64_t n1) {
   const int64_t nb = xq.blocks_per_row;
+  const int64_t row_bytes = w.row_bytes();
   KVectors k;
   typename D::W prepared;
   float acc[kKRowsPerPass];
@@ -342,9 +346,10 @@ KVF_K_INLINE void KColumns(const QuantizedRowsK& xq, const WeightMatrix& w, floa
     const int64_t m1 = std::min(xq.rows, m0 + kKRowsPerPass);
     for (int64_t n = n0; n < n1; ++n) {
       std::fill(acc, acc + (m1 - m0), 0.0f);
-      const std::byte* row = w.row(n);
+      const std::byte* row = w.data + n * row_bytes;
       for (int64_t b = 0; b < nb; ++b) {
-        _mm_prefetch(reinterpret_cast<const char*>(row + (b + 4) * F::kBytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row + b * F::kBytes) + kKAheadBytes,
+                     _MM_HINT_T0);
         Decode(F{}, row + b * F::kBytes, &k);
         D::Prepare(k, &prepared);
         int64_t m = m0;

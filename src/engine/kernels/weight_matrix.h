@@ -38,7 +38,10 @@ struct WeightMatrix {
     return n / formats::DTypeBlockElements(dtype) * formats::DTypeBlockBytes(dtype);
   }
   int64_t ld() const { return stride > 0 ? stride : cols; }
-  const std::byte* row(int64_t r) const { return data + r * bytes_of(ld()); }
+  // Bytes from one row to the next; row() computes it (a division) on every call, so a loop
+  // over many rows takes it once.
+  int64_t row_bytes() const { return bytes_of(ld()); }
+  const std::byte* row(int64_t r) const { return data + r * row_bytes(); }
 };
 
 // Rows [first, first + count) of `m` (a column-parallel shard: output features).
