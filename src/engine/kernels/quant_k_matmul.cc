@@ -14,6 +14,9 @@
 namespace kvferry::engine::kernels {
 namespace {
 
+// Rows of x each thread quantizes at a time (QuantizeRowsK).
+constexpr int64_t kParallelQuantizeRowsK = 16;
+
 using formats::DType;
 
 // A weight format: its super-block's bytes and whether it has minimums.
@@ -104,8 +107,6 @@ constexpr int64_t kKVnniFromRows = 4;
 // How far ahead of the super-block in use KColumns asks for W's lines (the next rows' when the
 // row ends: a thread's rows lie one after the other).
 constexpr int64_t kKAheadBytes = 2048;
-// Rows of x each thread quantizes at a time (QuantizeRowsK).
-constexpr int64_t kParallelQuantizeRowsK = 16;
 
 // A weight super-block with its values unsigned: 8 vectors of 32 values u (vector j = values
 // 32j .. 32j + 31, groups 2j and 2j + 1; Q4_K and Q5_K: q; Q6_K: q = w + 32), the 16 group
