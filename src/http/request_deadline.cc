@@ -112,13 +112,15 @@ void RequestDeadline::Scan(Clock::time_point now) {
 void RequestDeadline::Cut(int fd, const std::string& key) {
   // The descriptor may have closed since the scan and been reused by a new connection.
   if (PeerKey(fd) != key) return;
+  // Counted before the peer can see the cut: a client that got its 408 (or saw the connection
+  // close) and then reads the metric finds it counted.
+  timed_out_total_.fetch_add(1);
   [[maybe_unused]] TsanIgnoreScope ignore;  // httplib's thread owns the descriptor (port_sockets.h)
   if (options_.plaintext) {
     const std::string response = TimeoutResponse(options_.timeout);
     (void)::send(fd, response.data(), response.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
   }
   ::shutdown(fd, SHUT_RDWR);  // httplib's read returns; it closes the descriptor
-  timed_out_total_.fetch_add(1);
 }
 
 std::string RequestDeadlineMetricsText(const RequestDeadline& deadline) {
