@@ -375,13 +375,11 @@ __attribute__((target("avx2,fma"))) float AbsMaxAvx2(const float* v, bool* non_f
 __attribute__((target("avx2,fma"))) void ActivationBlockQ8_KAvx2(const float* v, BlockQ8_K* out) {
   bool non_finite = false;
   const float amax = AbsMaxAvx2(v, &non_finite);
+  if (non_finite || amax == 0) return ActivationBlockQ8_K(v, out);
   int64_t first = 0;  // the first value of that magnitude, as the scalar scan finds it
-  while (first < kSuperBlock && std::fabs(v[first]) != amax) ++first;
-  const float iscale = amax != 0 ? -127.f / v[first] : 0.0f;
-  if (non_finite || amax == 0 || !std::isfinite(iscale)) {
-    ActivationBlockQ8_K(v, out);
-    return;
-  }
+  while (std::fabs(v[first]) != amax) ++first;
+  const float iscale = -127.f / v[first];
+  if (!std::isfinite(iscale)) return ActivationBlockQ8_K(v, out);
   const __m256 scale = _mm256_set1_ps(iscale);
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7), bias = _mm256_set1_epi8(-128);
   for (int64_t i = 0; i < kSuperBlock; i += 32) {

@@ -9,13 +9,9 @@
 #include "engine/kernels/quant_amx.h"
 #include "engine/kernels/quant_k_amx.h"
 #include "engine/kernels/simd.h"
-#include "engine/thread_pool.h"
 
 namespace kvferry::engine::kernels {
 namespace {
-
-// Rows of x each thread quantizes at a time (QuantizeRowsK).
-constexpr int64_t kParallelQuantizeRowsK = 16;
 
 using formats::DType;
 
@@ -400,7 +396,7 @@ KVF_K_AVX2_ENTRY void PackKPanel(const WeightMatrix& w, int64_t n, int shift, ui
   KVectors v;
   alignas(32) int16_t s[16];
   for (int64_t r = 0; r < kAmxTile; ++r) {
-    const std::byte* row = w.row(n + r);  // (row() divides: once per row, not per block)
+    const std::byte* row = w.row(n + r);
     for (int64_t b = 0; b < nb; ++b) {
       Decode(F{}, row + b * F::kBytes, &v);
       _mm256_store_si256(reinterpret_cast<__m256i*>(s), v.scales);
@@ -448,7 +444,7 @@ KVF_K_AVX2_ENTRY void PackK6Panel(const WeightMatrix& w, int64_t n, int8_t* cons
   KVectors v;
   alignas(32) int16_t s[16];
   for (int64_t r = 0; r < kAmxTile; ++r) {
-    const std::byte* row = w.row(n + r);  // (row() divides: once per row, not per block)
+    const std::byte* row = w.row(n + r);
     for (int64_t b = 0; b < nb; ++b) {
       Decode(Q6_KFormat{}, row + b * Q6_KFormat::kBytes, &v);
       _mm256_store_si256(reinterpret_cast<__m256i*>(s), v.scales);
@@ -527,17 +523,11 @@ void QuantizeRowsK(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedR
   out->rows = M;
   out->blocks_per_row = K / kSuperBlock;
   out->blocks.resize(static_cast<size_t>(M * out->blocks_per_row));
-  auto rows = [&](int64_t m0, int64_t m1) {
+  ForEachRowShare(M, pool, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       QuantizeActivationsQ8_K(x + m * ldx, K, out->blocks.data() + m * out->blocks_per_row);
     }
-  };
-  // Each row on its own: splitting the rows between threads changes no bit.
-  if (pool == nullptr || M < 2 * kParallelQuantizeRowsK) {
-    rows(0, M);
-    return;
-  }
-  pool->ParallelFor(M, kParallelQuantizeRowsK, rows);
+  });
 }
 
 void KQuantColumns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, int64_t ldy,

@@ -14,7 +14,7 @@
 namespace kvferry::engine::kernels {
 namespace {
 
-// Rows of x per thread's share when QuantizeRows splits them (prefill: hundreds of rows).
+// Rows of x per thread's share when a quantizer splits them (prefill: hundreds of rows).
 constexpr int64_t kParallelQuantizeRows = 16;
 
 // The weight block types: their size, whether they add a minimum (at bytes 2-3, an F16 m:
@@ -444,7 +444,7 @@ template <typename F>
 KVF_Q8_AVX2_ENTRY void PackPanel(const WeightMatrix& w, int64_t n, int64_t nb, int8_t* q, float* dw,
                                  float* mw) {
   for (int64_t r0 = 0; r0 < kAmxTile; r0 += 8) {
-    const std::byte* rows[8];  // (WeightMatrix::row divides: once per row, not per block)
+    const std::byte* rows[8];
     for (int j = 0; j < 8; ++j) rows[j] = w.row(n + r0 + j);
     for (int64_t b = 0; b < nb; ++b) {
       const std::byte* blocks[8];
@@ -514,19 +514,21 @@ void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRo
   out->blocks.resize(static_cast<size_t>(M * nb));
   out->scales.resize(out->blocks.size());
   out->sums.resize(out->blocks.size());
-  auto rows = [&](int64_t m0, int64_t m1) {
+  ForEachRowShare(M, pool, [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       BlockQ8_0* row = out->blocks.data() + m * nb;
       QuantizeActivationsQ8_0(x + m * ldx, K, row, out->sums.data() + m * nb);
       for (int64_t b = 0; b < nb; ++b) out->scales[m * nb + b] = F16ToF32(row[b].d);
     }
-  };
-  // Each row on its own: splitting the rows between threads changes no bit.
-  if (pool == nullptr || M < 2 * kParallelQuantizeRows) {
-    rows(0, M);
-    return;
+  });
+}
+
+void ForEachRowShare(int64_t M, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn) {
+  if (pool == nullptr) {
+    fn(0, M);
+  } else {
+    pool->ParallelFor(M, kParallelQuantizeRows, fn);  // (inline when M is one share)
   }
-  pool->ParallelFor(M, kParallelQuantizeRows, rows);
 }
 
 void QuantColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,

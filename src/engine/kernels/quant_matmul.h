@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "engine/kernels/quant_q8_0.h"
@@ -43,6 +44,11 @@ struct QuantizedRows {
 // `pool` (may be null) splits the rows between its threads.
 void QuantizeRows(const float* x, int64_t M, int64_t K, int64_t ldx, QuantizedRows* out,
                   ThreadPool* pool = nullptr);
+
+// fn(m0, m1) over rows [0, M) of an activation quantizer (this one's and QuantizeRowsK's), split
+// between the pool's threads (null: all on this one). Each row is quantized on its own, so how
+// they are split changes no bit.
+void ForEachRowShare(int64_t M, ThreadPool* pool, const std::function<void(int64_t, int64_t)>& fn);
 
 // The SIMD copies, widest first; each falls back to the next narrower where the CPU or the
 // build lacks it (g++ x86 builds have all; the integer sums are exact, so all give the same
