@@ -4,6 +4,16 @@
 #include "kvferry/cluster/registry_address.h"
 
 namespace kvferry::tools {
+namespace {
+
+// A bound tcp://0.0.0.0:PORT (a wildcard bind) as proxies reach it: tcp://HOST:PORT.
+std::string ReachableEndpoint(const std::string& bound, const std::string& host) {
+  const std::string wildcard = "tcp://0.0.0.0:";
+  if (!bound.starts_with(wildcard)) return bound;
+  return "tcp://" + host + ":" + bound.substr(wildcard.size());
+}
+
+}  // namespace
 
 void AddServeRegistryFlags(CLI::App* serve, ServeRegistryFlags* f) {
   serve->add_option("--registry", f->registry,
@@ -44,6 +54,11 @@ StatusOr<std::unique_ptr<cluster::Registrar>> StartServeRegistration(const Serve
   m.tp_size = 1;
   m.kv_blocks_total = in.loop->num_kv_blocks_total();
   m.block_size = in.loop->block_size_logical();
+  if (!in.loop->kv_events_endpoint().empty()) {
+    m.kv_events = ReachableEndpoint(in.loop->kv_events_endpoint(), host);
+    m.kv_events_replay = ReachableEndpoint(in.loop->kv_events_replay_endpoint(), host);
+    m.prefix_hash_salt = in.loop->prefix_hash_salt();
+  }
   cluster::RegistrarOptions o;
   o.address = std::move(address);
   o.ttl_s = f.ttl_s;

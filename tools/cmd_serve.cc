@@ -15,6 +15,7 @@
 #include "kvferry/engine/engine.h"
 #include "kvferry/kv/cache_spec.h"
 #include "kvferry/kv/dtype.h"
+#include "kvferry/kv_events/events_config.h"
 #include "kvferry/server/engine_loop.h"
 #include "kvferry/server/openai_server.h"
 #include "tools/cluster_flags.h"
@@ -45,6 +46,8 @@ struct ServeOptions {
   long long seed = 0;
   bool no_prefix_caching = false;
   std::string kv_transfer_config;
+  std::string kv_events_config;
+  unsigned long long prefix_hash_seed = 0;
   int request_timeout_s = 600;
   int shutdown_timeout_s = 10;
   kvferry::tools::SecurityFlags security;
@@ -79,6 +82,11 @@ int EngineLoopOptionsFrom(const ServeOptions& o, kvferry::server::EngineLoopOpti
   c.tensor_parallel_size = o.tensor_parallel_size;
   c.enable_prefix_caching = !o.no_prefix_caching;
   c.seed = static_cast<uint64_t>(o.seed);
+  c.prefix_hash_seed = o.prefix_hash_seed;
+  auto events =
+      kv_events::ParseKvEventsConfig(o.kv_events_config.empty() ? "{}" : o.kv_events_config);
+  if (!events.ok()) return Fail("--kv-events-config", events.status());
+  loop_opts->kv_events = *events;
   if (!o.kv_transfer_config.empty()) {
     auto kv = connector::ParseKvTransferConfig(o.kv_transfer_config);
     if (!kv.ok()) return Fail("--kv-transfer-config", kv.status());
@@ -145,6 +153,12 @@ int RunServe(const ServeOptions& o) {
                sopts.tls.enabled() ? "https" : "http", o.host, http.port(), sopts.served_model_name,
                DescribeRole(loop_opts, **loop), (*loop)->max_model_len(),
                kvferry::tools::DescribeSecurity(sopts.api_keys, sopts.tls));
+  if (!(*loop)->kv_events_endpoint().empty()) {
+    KVF_LOG_INFO("kvferry serve: KV events on {}, replay {}", (*loop)->kv_events_endpoint(),
+                 (*loop)->kv_events_replay_endpoint().empty()
+                     ? std::string("off")
+                     : (*loop)->kv_events_replay_endpoint());
+  }
   auto registrar = kvferry::tools::StartServeRegistration(
       o.registry,
       {&loop_opts, loop->get(), o.host, http.port(), sopts.tls.enabled(), sopts.served_model_name});
@@ -226,6 +240,15 @@ void AddServe(CLI::App& app) {
                   "handshake_timeout_ms, transfer_timeout_ms, backend (ucx|socket|loopback), "
                   "auth_token, curve_secret_key_file, curve_client_keys_file, "
                   "curve_server_keys_file}");
+  sub->add_option("--kv-events-config", o->kv_events_config,
+                  "JSON publishing the prefix cache's block events over ZeroMQ in vLLM's format "
+                  "(docs/kv_events.md), vLLM's fields: enable_kv_cache_events, publisher (zmq), "
+                  "endpoint (tcp://HOST:PORT, bound; port 0: any free port), replay_endpoint, "
+                  "buffer_steps, hwm, max_queue_size, topic");
+  sub->add_option("--prefix-hash-seed", o->prefix_hash_seed,
+                  "Seed of the prefix cache's block hashes: instances of one model with one seed "
+                  "give equal prompts equal hashes (one per cluster; docs/kv_events.md)")
+      ->capture_default_str();
   sub->add_option("--request-timeout", o->request_timeout_s, "A request's whole life, seconds")
       ->capture_default_str();
   kvferry::tools::AddSecurityFlags(sub, &o->security);

@@ -1,6 +1,7 @@
 #include "kvferry/cluster/member.h"
 
 #include <charconv>
+#include <cstdio>
 #include <nlohmann/json.hpp>
 
 namespace kvferry::cluster {
@@ -31,6 +32,20 @@ StatusOr<T> Field(const json& j, const char* key) {
     }
   }
   return it->get<T>();
+}
+
+// The optional KV-event fields: all three or none.
+Status DecodeKvEvents(const json& j, MemberInfo* m) {
+  if (!j.contains("kv_events")) return Status::Ok();
+  KVF_ASSIGN_OR_RETURN(m->kv_events, Field<std::string>(j, "kv_events"));
+  KVF_ASSIGN_OR_RETURN(m->kv_events_replay, Field<std::string>(j, "kv_events_replay"));
+  KVF_ASSIGN_OR_RETURN(std::string salt, Field<std::string>(j, "prefix_hash_salt"));
+  auto [ptr, ec] = std::from_chars(salt.data(), salt.data() + salt.size(), m->prefix_hash_salt, 16);
+  if (salt.empty() || ec != std::errc() || ptr != salt.data() + salt.size()) {
+    return InvalidArgumentError("'prefix_hash_salt' is not a hex integer");
+  }
+  if (!m->kv_events.starts_with("tcp://")) return InvalidArgumentError("'kv_events' is not tcp://");
+  return Status::Ok();
 }
 
 }  // namespace
@@ -87,6 +102,14 @@ std::string EncodeMember(const MemberInfo& m) {
             {"tp_size", m.tp_size},
             {"kv_blocks_total", m.kv_blocks_total},
             {"block_size", m.block_size}};
+  if (!m.kv_events.empty()) {
+    j["kv_events"] = m.kv_events;
+    j["kv_events_replay"] = m.kv_events_replay;
+    char salt[17];
+    std::snprintf(salt, sizeof(salt), "%016llx",
+                  static_cast<unsigned long long>(m.prefix_hash_salt));
+    j["prefix_hash_salt"] = salt;
+  }
   return j.dump();
 }
 
@@ -116,6 +139,7 @@ StatusOr<MemberInfo> DecodeMember(std::string_view id, std::string_view text) {
   if (m.kv_blocks_total < 0) return InvalidArgumentError("kv_blocks_total is negative");
   m.tp_size = static_cast<int32_t>(tp);
   m.block_size = static_cast<int32_t>(block);
+  KVF_RETURN_IF_ERROR(DecodeKvEvents(j, &m));
   return m;
 }
 

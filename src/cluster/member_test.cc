@@ -25,6 +25,21 @@ TEST(MemberTest, RoundTrips) {
   EXPECT_EQ(*back, m);
 }
 
+TEST(MemberTest, KvEventFieldsRoundTripAndAreChecked) {
+  MemberInfo m = Sample();
+  m.kv_events = "tcp://10.0.0.2:5557";
+  m.kv_events_replay = "tcp://10.0.0.2:5558";
+  m.prefix_hash_salt = 0xfedcba9876543210ULL;
+  const std::string text = EncodeMember(m);
+  EXPECT_NE(text.find(R"("prefix_hash_salt":"fedcba9876543210")"), std::string::npos) << text;
+  auto back = DecodeMember("p0", text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, m);
+  std::string bad = text;
+  bad.replace(bad.find("fedcba"), 6, "xyzxyz");
+  EXPECT_EQ(DecodeMember("p0", bad).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(MemberTest, RolesFromKvRole) {
   EXPECT_EQ(*MemberRoleFromKvRole("kv_producer"), MemberRole::kPrefill);
   EXPECT_EQ(*MemberRoleFromKvRole("kv_consumer"), MemberRole::kDecode);

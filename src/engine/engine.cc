@@ -212,7 +212,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
   pool_options.block_size_logical = config.block_size;
   pool_options.hash_salt = std::hash<std::string>()(
       mc.name + "/" + std::to_string(mc.vocab_size) + "/" + std::to_string(mc.hidden_dim) + "/" +
-      std::to_string(mc.num_layers) + "/" + std::to_string(mc.weight_seed));
+      std::to_string(mc.num_layers) + "/" + std::to_string(mc.weight_seed) + "/" +
+      std::to_string(config.prefix_hash_seed));
+  pool_options.record_events = config.record_kv_events;
   KVF_ASSIGN_OR_RETURN(kv::BlockPool block_pool, kv::BlockPool::Create(pool_options));
 
   if (config.connector_worker != nullptr) {
@@ -316,6 +318,10 @@ std::vector<RequestOutput> Engine::Step() {
 Status Engine::Abort(std::string_view request_id) { return impl_->scheduler->Abort(request_id); }
 bool Engine::HasWork() const { return impl_->scheduler->HasWork(); }
 bool Engine::HasComputableWork() const { return impl_->scheduler->HasComputableWork(); }
+
+std::vector<kv::BlockEvent> Engine::TakeKvEvents() { return impl_->scheduler->TakeKvEvents(); }
+
+uint64_t Engine::prefix_hash_salt() const { return impl_->scheduler->pool().hash_salt(); }
 
 EngineStats Engine::stats() const {
   EngineStats s = impl_->scheduler->Stats();

@@ -89,6 +89,7 @@ class Scheduler {
   bool HasWork() const { return !requests_.empty() || !held_.empty() || !outputs_.empty(); }
   bool HasComputableWork() const;
   EngineStats Stats() const;
+  std::vector<kv::BlockEvent> TakeKvEvents() { return pool_.TakeEvents(); }
   const kv::BlockPool& pool() const { return pool_; }
   const kv::BlockGeometry& geometry() const { return geometry_; }
 

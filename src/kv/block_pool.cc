@@ -124,6 +124,12 @@ void BlockPool::DropEntry(int32_t b) {
     }
   }
   if (blk.in_free_queue) --num_cached_free_;
+  if (options_.record_events) {
+    if (events_.empty() || events_.back().kind != BlockEvent::Kind::kRemoved) {
+      events_.push_back(BlockEvent{BlockEvent::Kind::kRemoved, {}, std::nullopt, {}});
+    }
+    events_.back().block_hashes.push_back(blk.hash);
+  }
   blk.entry_id = 0;
   blk.parent_entry_id = 0;
   blk.hash = 0;
@@ -238,6 +244,7 @@ Status BlockPool::CacheFullBlocks(std::span<const LogicalBlockId> ids,
   }
   BlockHash parent_hash = 0;
   uint64_t parent_entry = 0;
+  int32_t last_recorded = -2;  // the block index whose store the last event ends with
   for (int32_t i = 0; i < num_full_blocks; ++i) {
     const int32_t b = ids[i].value();
     Block& blk = blocks_[b];
@@ -258,11 +265,32 @@ Status BlockPool::CacheFullBlocks(std::span<const LogicalBlockId> ids,
       blk.hash = h;
       blk.tokens.assign(chunk.begin(), chunk.end());
       entries_.emplace(h, b);
+      if (options_.record_events) {
+        RecordStored(h, i == 0 ? std::nullopt : std::optional<BlockHash>(parent_hash), chunk,
+                     last_recorded == i - 1);
+        last_recorded = i;
+      }
     }
     parent_entry = blk.entry_id;
     parent_hash = h;
   }
   return Status::Ok();
+}
+
+void BlockPool::RecordStored(BlockHash hash, std::optional<BlockHash> parent,
+                             std::span<const int32_t> tokens, bool continues_last) {
+  if (!continues_last || events_.empty() || events_.back().kind != BlockEvent::Kind::kStored) {
+    events_.push_back(BlockEvent{BlockEvent::Kind::kStored, {}, parent, {}});
+  }
+  BlockEvent& e = events_.back();
+  e.block_hashes.push_back(hash);
+  e.token_ids.insert(e.token_ids.end(), tokens.begin(), tokens.end());
+}
+
+std::vector<BlockEvent> BlockPool::TakeEvents() {
+  std::vector<BlockEvent> out;
+  out.swap(events_);
+  return out;
 }
 
 Status BlockPool::Free(std::span<const LogicalBlockId> ids) {

@@ -179,6 +179,73 @@ TEST(BlockPoolTest, DuplicateContentIsCachedOnce) {
 
 // An id the pool does not have is the caller's bug, not an error to handle: the accessors abort
 // (in release builds too) rather than read past the pool.
+TEST(BlockPoolEventsTest, StoresRemovalsAndNothingWhenOff) {
+  BlockPool off = MakePool(4);
+  auto ids = off.Allocate(2);
+  ASSERT_TRUE(ids.ok());
+  ASSERT_TRUE(off.CacheFullBlocks(*ids, std::vector<int32_t>(8, 7), 2).ok());
+  EXPECT_TRUE(off.TakeEvents().empty());
+
+  auto created = BlockPool::Create(
+      {.num_blocks_logical = 3, .block_size_logical = kBs, .hash_salt = 5, .record_events = true});
+  ASSERT_TRUE(created.ok());
+  BlockPool pool = std::move(created).value();
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+  auto a = pool.Allocate(3);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(pool.CacheFullBlocks(*a, tokens, 2).ok());
+  const BlockHash h0 = HashBlockTokens(5, 0, std::span(tokens).subspan(0, 4));
+  const BlockHash h1 = HashBlockTokens(5, h0, std::span(tokens).subspan(4, 4));
+  std::vector<BlockEvent> events = pool.TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(
+      events[0],
+      (BlockEvent{BlockEvent::Kind::kStored, {h0, h1}, std::nullopt, {1, 2, 3, 4, 5, 6, 7, 8}}));
+  EXPECT_TRUE(pool.TakeEvents().empty());
+  // Registering again stores nothing new; freeing keeps the entries (cached).
+  ASSERT_TRUE(pool.CacheFullBlocks(*a, tokens, 2).ok());
+  ASSERT_TRUE(pool.Free(*a).ok());
+  EXPECT_TRUE(pool.TakeEvents().empty());
+  // Free walks back to front: the queue is [2, 1, 0]; allocating two evicts block 1 (h1) after
+  // the uncached block 2; then the third evicts h0.
+  ASSERT_TRUE(pool.Allocate(2).ok());
+  ASSERT_TRUE(pool.Allocate(1).ok());
+  events = pool.TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0], (BlockEvent{BlockEvent::Kind::kRemoved, {h1, h0}, std::nullopt, {}}));
+}
+
+TEST(BlockPoolEventsTest, AStoreAfterACachedBlockNamesItsParent) {
+  auto created = BlockPool::Create(
+      {.num_blocks_logical = 4, .block_size_logical = kBs, .hash_salt = 0, .record_events = true});
+  ASSERT_TRUE(created.ok());
+  BlockPool pool = std::move(created).value();
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8};
+  auto a = pool.Allocate(1);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(pool.CacheFullBlocks(*a, tokens, 1).ok());
+  pool.TakeEvents();
+  // A second request hits block a[0] and fills a new second block.
+  ASSERT_TRUE(pool.Touch(*a).ok());
+  auto b = pool.Allocate(1);
+  ASSERT_TRUE(b.ok());
+  const std::vector<LogicalBlockId> table = {(*a)[0], (*b)[0]};
+  ASSERT_TRUE(pool.CacheFullBlocks(table, tokens, 2).ok());
+  const BlockHash h0 = HashBlockTokens(0, 0, std::span(tokens).subspan(0, 4));
+  const std::vector<BlockEvent> events = pool.TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].block_hashes,
+            (std::vector<BlockHash>{HashBlockTokens(0, h0, std::span(tokens).subspan(4, 4))}));
+  EXPECT_EQ(events[0].parent_block_hash, std::optional<BlockHash>(h0));
+  EXPECT_EQ(events[0].token_ids, (std::vector<int32_t>{5, 6, 7, 8}));
+  // Invalidation is a removal too.
+  ASSERT_TRUE(pool.InvalidateCached(*a).ok());
+  const std::vector<BlockEvent> removed = pool.TakeEvents();
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].kind, BlockEvent::Kind::kRemoved);
+  EXPECT_EQ(removed[0].block_hashes, (std::vector<BlockHash>{h0}));
+}
+
 TEST(BlockPoolDeathTest, AccessorsAbortOnAnIdOutsideThePool) {
   BlockPool pool = MakePool(4);
   EXPECT_DEATH((void)pool.RefCount(LogicalBlockId(4)),

@@ -56,6 +56,12 @@ StatusOr<std::unique_ptr<EngineLoop>> EngineLoop::Start(EngineLoopOptions option
 }
 
 Status EngineLoop::Init(EngineLoopOptions options) {
+  if (options.kv_events) {
+    options.engine.record_kv_events = true;
+    KVF_ASSIGN_OR_RETURN(kv_events_, kv_events::Publisher::Start(*options.kv_events));
+    kv_events_endpoint_ = kv_events_->endpoint();
+    kv_events_replay_endpoint_ = kv_events_->replay_endpoint();
+  }
   KVF_ASSIGN_OR_RETURN(instance_, Instance::Create({.engine = std::move(options.engine),
                                                     .kv_transfer = std::move(options.kv_transfer),
                                                     .wrap_worker = nullptr}));
@@ -64,6 +70,7 @@ Status EngineLoop::Init(EngineLoopOptions options) {
   max_model_len_ = engine_->max_model_len();
   num_kv_blocks_total_ = engine_->stats().num_blocks_total;
   block_size_logical_ = engine_->block_size_logical();
+  prefix_hash_salt_ = engine_->prefix_hash_salt();
   tokenizer_.emplace(engine_->tokenizer());
   if (connector_) engine_id_ = connector_->engine_id();
   return Status::Ok();
@@ -135,7 +142,24 @@ void EngineLoop::DrainInbox() {
   }
 }
 
+kv_events::PublisherStats EngineLoop::kv_events_stats() const {
+  return kv_events_ ? kv_events_->stats() : kv_events::PublisherStats{};
+}
+
+void EngineLoop::PublishKvEvents() {
+  if (!kv_events_) return;
+  std::vector<kv::BlockEvent> events = engine_->TakeKvEvents();
+  if (events.empty()) return;
+  std::vector<kv_events::Event> wire;
+  wire.reserve(events.size());
+  for (const kv::BlockEvent& e : events) {
+    wire.push_back(kv_events::ToWire(e, block_size_logical_, kv_events::kMediumCpu));
+  }
+  kv_events_->Publish(std::move(wire));
+}
+
 void EngineLoop::Dispatch(std::vector<engine::RequestOutput> outputs) {
+  PublishKvEvents();  // before the answers: a router that sees an answer may look for its blocks
   // A client reads /metrics right after its answer: the counters must already include it.
   if (std::any_of(outputs.begin(), outputs.end(),
                   [](const engine::RequestOutput& o) { return o.finished; })) {
@@ -174,6 +198,8 @@ void EngineLoop::Shutdown() {
   }
   live_.clear();
   PublishStats();
+  PublishKvEvents();
+  if (kv_events_) kv_events_->Stop();
   if (connector_) connector_->worker()->Shutdown();
   engine_ = nullptr;
   connector_ = nullptr;

@@ -4,7 +4,11 @@
 // The value under <prefix>members/<id> is a JSON object, version 1:
 //   {"version":1, "role":"prefill"|"decode"|"both", "url":"http://10.0.0.2:8100",
 //    "engine_id":"p0", "side_channel":"10.0.0.2:5600", "model":"tiny", "tp_size":1,
-//    "kv_blocks_total":4096, "block_size":16}
+//    "kv_blocks_total":4096, "block_size":16,
+//    "kv_events":"tcp://10.0.0.2:5557", "kv_events_replay":"tcp://10.0.0.2:5558",
+//    "prefix_hash_salt":"9f2c0e11d3a4b5c6"}
+// The last three are optional (an instance without KV events leaves them out; the salt is the
+// root of its prefix cache's chain hashes, in hex; docs/kv_events.md).
 // Unknown keys are ignored (a newer instance may add some); a missing or ill-typed key, an
 // unknown role or a URL that is not http(s)://host:port makes the whole value invalid, and the
 // proxy ignores it with a log line rather than routing to half a member.
@@ -36,8 +40,11 @@ struct MemberInfo {
   std::string side_channel;  // host:port of P's handshake socket; "" when it serves none
   std::string model;
   int32_t tp_size = 1;
-  int64_t kv_blocks_total = 0;  // logical blocks of the KV pool
-  int32_t block_size = 0;       // logical block size in tokens
+  int64_t kv_blocks_total = 0;   // logical blocks of the KV pool
+  int32_t block_size = 0;        // logical block size in tokens
+  std::string kv_events;         // tcp://host:port of its KV-event PUB socket; "" none
+  std::string kv_events_replay;  // tcp://host:port of its replay socket; "" none
+  uint64_t prefix_hash_salt = 0;
 
   bool operator==(const MemberInfo&) const = default;
 };

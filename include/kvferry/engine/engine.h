@@ -33,6 +33,7 @@
 #include "kvferry/engine/model_config.h"
 #include "kvferry/engine/request_output.h"
 #include "kvferry/engine/sampling_params.h"
+#include "kvferry/kv/block_events.h"
 #include "kvferry/kv/block_geometry.h"
 #include "kvferry/kv/cache_spec.h"
 #include "kvferry/tokenizer/tokenizer.h"
@@ -65,6 +66,12 @@ struct EngineConfig {
   // kv_cache_memory_bytes is per rank.
   int32_t tensor_parallel_size = 1;
   bool enable_prefix_caching = true;
+  // Mixed into the root of every prefix-cache chain hash with the model's identity: instances
+  // of one model with one seed give a prompt's blocks the same hashes (the cluster keeps one
+  // seed; docs/kv_events.md). 0 is a seed like any other.
+  uint64_t prefix_hash_seed = 0;
+  // Record the prefix cache's block events for TakeKvEvents() (docs/kv_events.md).
+  bool record_kv_events = false;
   uint64_t seed = 0;  // seeds unseeded requests (see SamplingParams)
   // Optional connector (docs/engine.md, "Connector hooks"). Not owned; must outlive the engine.
   // Both or neither. Null: colocated. Create() calls connector_worker->RegisterKvCaches() with
@@ -119,6 +126,10 @@ class Engine {
   bool HasComputableWork() const;
 
   EngineStats stats() const;
+  // The prefix cache's block events since the last call, oldest first (record_kv_events), and
+  // the salt its chain hashes start from (kv::HashBlockTokens).
+  std::vector<kv::BlockEvent> TakeKvEvents();
+  uint64_t prefix_hash_salt() const;
   const EngineConfig& config() const;
   const ModelConfig& model_config() const;
   const tokenizer::Tokenizer& tokenizer() const;

@@ -27,6 +27,11 @@
 // too (KVF_CHECK: a broken pool aborts rather than hands a block to two requests), and can be
 // checked whole at any time with CheckInvariants().
 //
+// Events (block_events.h): with BlockPoolOptions::record_events, every entry that CacheFullBlocks
+// registers is recorded as stored (one event per call, in chain order) and every entry dropped —
+// evicted by Allocate, or by InvalidateCached — as removed (consecutive drops in one event);
+// TakeEvents() returns them in order and empties the record.
+//
 // Thread-safety: NOT thread-safe. The pool is externally synchronized: it belongs to the engine
 // thread (scheduler), which makes every call.
 #pragma once
@@ -38,16 +43,16 @@
 #include <vector>
 
 #include "kvferry/common/status.h"
+#include "kvferry/kv/block_events.h"
 #include "kvferry/kv/block_id.h"
 
 namespace kvferry::kv {
-
-using BlockHash = uint64_t;
 
 struct BlockPoolOptions {
   int32_t num_blocks_logical = 0;  // N: ids are 0 .. N-1
   int32_t block_size_logical = 0;  // tokens per logical block (what "full" means)
   uint64_t hash_salt = 0;          // per model/pool; mixed into the root of every chain
+  bool record_events = false;      // keep BlockEvents for TakeEvents()
 };
 
 struct BlockPoolStats {
@@ -74,6 +79,7 @@ class BlockPool {
 
   int32_t num_blocks_logical() const { return static_cast<int32_t>(blocks_.size()); }
   int32_t block_size_logical() const { return options_.block_size_logical; }
+  uint64_t hash_salt() const { return options_.hash_salt; }
 
   // The longest run of cached full blocks matching the start of `tokens`: element i is the block
   // holding tokens [i*B, (i+1)*B). Only full blocks are considered. Changes nothing: the caller
@@ -118,6 +124,9 @@ class BlockPool {
   int32_t HoldCount(LogicalBlockId id) const;
   bool IsCached(LogicalBlockId id) const;
 
+  // The events recorded since the last call, oldest first (empty unless record_events).
+  std::vector<BlockEvent> TakeEvents();
+
   BlockPoolStats Stats() const;
   // Internal (a bug) naming the first broken invariant: ref/hold counts, free-queue membership
   // and links, counters, hash map <-> block entries.
@@ -147,6 +156,10 @@ class BlockPool {
   void PushTail(int32_t b);
   void Unlink(int32_t b);
   void DropEntry(int32_t b);
+  // Appends to the last stored event when `continues_last` (its last block is this one's
+  // parent), else starts one with `parent`.
+  void RecordStored(BlockHash hash, std::optional<BlockHash> parent,
+                    std::span<const int32_t> tokens, bool continues_last);
   void DecRef(int32_t b);
   // A cached block matching (hash, parent entry, tokens), or kNone.
   int32_t FindEntry(BlockHash hash, uint64_t parent_entry_id,
@@ -161,6 +174,7 @@ class BlockPool {
   int32_t num_held_ = 0;
   uint64_t next_entry_id_ = 1;
   std::unordered_multimap<BlockHash, int32_t> entries_;  // hash -> cached block
+  std::vector<BlockEvent> events_;                       // since the last TakeEvents()
 };
 
 }  // namespace kvferry::kv

@@ -25,6 +25,7 @@
 #include "kvferry/connector/ferry_connector.h"
 #include "kvferry/connector/kv_transfer_config.h"
 #include "kvferry/engine/engine.h"
+#include "kvferry/kv_events/publisher.h"
 #include "kvferry/server/generation_service.h"
 #include "kvferry/server/instance.h"
 #include "kvferry/server/server_metrics.h"
@@ -34,6 +35,8 @@ namespace kvferry::server {
 struct EngineLoopOptions {
   engine::EngineConfig engine;  // connector pointers are filled in by Instance
   std::optional<connector::KvTransferConfig> kv_transfer;  // none: colocated only
+  // Publish the prefix cache's block events (docs/kv_events.md); none: no events.
+  std::optional<kv_events::PublisherOptions> kv_events;
   int64_t startup_timeout_ms = 60000;
 };
 
@@ -58,6 +61,12 @@ class EngineLoop : public GenerationService {
   // The bound side-channel port and engine id of the connector (0 / "" when colocated).
   int32_t side_channel_port() const;
   std::string engine_id() const { return engine_id_; }
+  // The KV-event sockets as bound ("" without kv_events), the publisher's counters, and the
+  // salt of the prefix cache's chain hashes.
+  std::string kv_events_endpoint() const { return kv_events_endpoint_; }
+  std::string kv_events_replay_endpoint() const { return kv_events_replay_endpoint_; }
+  kv_events::PublisherStats kv_events_stats() const;
+  uint64_t prefix_hash_salt() const { return prefix_hash_salt_; }
   // The KV pool's size in logical blocks, and the logical block size (what an instance
   // registers in a cluster).
   int64_t num_kv_blocks_total() const { return num_kv_blocks_total_; }
@@ -73,6 +82,7 @@ class EngineLoop : public GenerationService {
   void Dispatch(std::vector<engine::RequestOutput> outputs);
   void Shutdown();
   void PublishStats();
+  void PublishKvEvents();
 
   ServerMetrics* const metrics_;
   std::optional<tokenizer::Tokenizer> tokenizer_;  // the engine's; set before Start() returns
@@ -80,6 +90,11 @@ class EngineLoop : public GenerationService {
   int64_t num_kv_blocks_total_ = 0;
   int32_t block_size_logical_ = 0;
   std::string engine_id_;
+  // Set in Init (before Start returns), stopped in Shutdown, destroyed with the loop.
+  std::unique_ptr<kv_events::Publisher> kv_events_;
+  std::string kv_events_endpoint_;
+  std::string kv_events_replay_endpoint_;
+  uint64_t prefix_hash_salt_ = 0;
   std::atomic<bool> running_{false};
   std::atomic<bool> stop_requested_{false};
   std::atomic<int64_t> drain_deadline_ms_{0};  // steady-clock ms of the drain's end
