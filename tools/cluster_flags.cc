@@ -69,6 +69,19 @@ void AddProxyClusterFlags(CLI::App* p, proxy::ProxyOptions* o) {
   p->add_option("--registry", o->registry,
                 "Find prefill and decode instances in a cluster registry instead of "
                 "--prefill/--decode: etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]");
+  o->routing.mode = cluster::RoutingMode::kKv;  // the CLI's default (ProxyOptions' is affinity)
+  p->add_option_function<std::string>(
+       "--routing",
+       [o](const std::string& name) {
+         auto mode = cluster::ParseRoutingMode(name);
+         if (!mode.ok())
+           throw CLI::ValidationError("--routing", std::string(mode.status().message()));
+         o->routing.mode = *mode;
+       },
+       "How P and D are chosen: kv (by what each member's KV events say it holds of the prompt; "
+       "as affinity when no member publishes events), affinity, least-loaded, round-robin "
+       "(docs/deploy.md, \"Routing\")")
+      ->default_str("kv");
   p->add_option("--max-tries", o->max_tries,
                 "Instances tried per leg before the error is the client's answer")
       ->capture_default_str();

@@ -17,8 +17,8 @@ using nlohmann::json;
 
 struct KvEventsOptions {
   kvferry::kv_events::SubscriberOptions subscriber;
-  int64_t count = 0;      // batches to print; 0: until stopped
-  double idle_s = 0;      // stop after this long without a batch; 0: never
+  int64_t count = 0;  // batches to print; 0: until stopped
+  double idle_s = 0;  // stop after this long without a batch; 0: never
 };
 
 json EventJson(const Event& event) {

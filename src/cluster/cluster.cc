@@ -97,6 +97,12 @@ uint64_t Cluster::CountUpstreamAuthFailure(const std::string& upstream) {
   return state_->CountUpstreamAuthFailure(upstream);
 }
 std::string Cluster::RenderMetrics() const { return state_->RenderMetrics(); }
+std::vector<MemberInfo> Cluster::MemberInfos() const {
+  std::vector<MemberInfo> out;
+  for (ClusterState::MemberView& v : state_->Members()) out.push_back(std::move(v.info));
+  return out;
+}
+
 std::string Cluster::RenderTable() const { return state_->RenderTable(); }
 
 }  // namespace kvferry::cluster

@@ -86,6 +86,7 @@ void ClusterState::CountRegistryEvent(std::string_view kind) {
 }
 
 int64_t ClusterState::EstimateTokens(const RouteRequest& request) const {
+  if (request.prompt_tokens >= 0) return request.prompt_tokens;
   if (request.prompt_token_ids >= 0) return request.prompt_token_ids;
   return std::llround(static_cast<double>(request.prompt_bytes) * tokens_per_byte_);
 }
@@ -125,12 +126,17 @@ StatusOr<std::unique_ptr<Route>> ClusterState::Pick(Leg leg, const RouteRequest&
     Candidate c = CandidateOf(leg, id, r);
     c.excluded = std::find(exclude.begin(), exclude.end(), id) != exclude.end();
     c.avoid = id == avoid;
+    if (request.cached_tokens) {
+      auto held = request.cached_tokens->find(id);
+      if (held != request.cached_tokens->end()) c.cached_tokens = held->second;
+    }
     ids.push_back(&id);
     candidates.push_back(c);
   }
   const std::optional<Choice> choice =
-      leg == Leg::kPrefill ? ChoosePrefill(request.affinity_key, candidates, routing_)
-                           : ChooseDecode(candidates, routing_);
+      leg == Leg::kPrefill
+          ? ChoosePrefill(request.affinity_key, candidates, routing_, request.prompt_tokens)
+          : ChooseDecode(candidates, routing_);
   if (!choice) {
     return NoneToPick(leg, candidates.size(), other_engine, want, uses_registry_,
                       registry_connected_);

@@ -57,6 +57,17 @@ Choice Chosen(std::span<const Candidate> members, size_t index, RouteReason reas
   return Choice{index, reason, members[index].routable};
 }
 
+Choice LeastRecent(std::span<const Candidate> members, const std::vector<size_t>& among) {
+  const size_t i =
+      MinBy(members, among, [](const Candidate& m) { return std::tuple(m.last_routed, m.id); });
+  return Chosen(members, i, RouteReason::kRoundRobin);
+}
+
+bool AnyHoldingsKnown(std::span<const Candidate> members) {
+  return std::any_of(members.begin(), members.end(),
+                     [](const Candidate& m) { return m.cached_tokens >= 0; });
+}
+
 }  // namespace
 
 std::string_view RouteReasonName(RouteReason r) {
@@ -67,8 +78,37 @@ std::string_view RouteReasonName(RouteReason r) {
       return "affinity";
     case RouteReason::kAffinityOverloaded:
       return "affinity_overloaded";
+    case RouteReason::kKvHit:
+      return "kv_hit";
+    case RouteReason::kKvMiss:
+      return "kv_miss";
+    case RouteReason::kRoundRobin:
+      return "round_robin";
   }
   return "least_loaded";
+}
+
+std::string_view RoutingModeName(RoutingMode mode) {
+  switch (mode) {
+    case RoutingMode::kKv:
+      return "kv";
+    case RoutingMode::kAffinity:
+      return "affinity";
+    case RoutingMode::kLeastLoaded:
+      return "least-loaded";
+    case RoutingMode::kRoundRobin:
+      return "round-robin";
+  }
+  return "affinity";
+}
+
+StatusOr<RoutingMode> ParseRoutingMode(std::string_view name) {
+  for (RoutingMode m : {RoutingMode::kKv, RoutingMode::kAffinity, RoutingMode::kLeastLoaded,
+                        RoutingMode::kRoundRobin}) {
+    if (name == RoutingModeName(m)) return m;
+  }
+  return InvalidArgumentError("routing mode '" + std::string(name) +
+                              "' is not one of kv, affinity, least-loaded, round-robin");
 }
 
 uint64_t RendezvousWeight(uint64_t key, std::string_view member_id) {
@@ -76,14 +116,26 @@ uint64_t RendezvousWeight(uint64_t key, std::string_view member_id) {
 }
 
 std::optional<Choice> ChoosePrefill(std::optional<uint64_t> affinity_key,
-                                    std::span<const Candidate> members,
-                                    const RoutingConfig& config) {
+                                    std::span<const Candidate> members, const RoutingConfig& config,
+                                    int64_t prompt_tokens) {
   const std::vector<size_t> eligible = Eligible(members);
   if (eligible.empty()) return std::nullopt;
+  if (config.mode == RoutingMode::kRoundRobin) return LeastRecent(members, eligible);
+  if (config.mode == RoutingMode::kKv && prompt_tokens >= 0 && AnyHoldingsKnown(members)) {
+    const size_t best = MinBy(members, eligible, [&](const Candidate& m) {
+      const int64_t uncached =
+          prompt_tokens - std::clamp<int64_t>(m.cached_tokens, 0, prompt_tokens);
+      return std::tuple(uncached + m.pending_prefill_tokens, m.last_routed, m.id);
+    });
+    return Chosen(members, best,
+                  members[best].cached_tokens > 0 ? RouteReason::kKvHit : RouteReason::kKvMiss);
+  }
   const size_t least = MinBy(members, eligible, [](const Candidate& m) {
     return std::tuple(m.pending_prefill_tokens, m.last_routed, m.id);
   });
-  if (!affinity_key) return Chosen(members, least, RouteReason::kLeastLoaded);
+  if (!affinity_key || config.mode == RoutingMode::kLeastLoaded) {
+    return Chosen(members, least, RouteReason::kLeastLoaded);
+  }
   const size_t home = *std::max_element(eligible.begin(), eligible.end(), [&](size_t a, size_t b) {
     return RendezvousWeight(*affinity_key, members[a].id) <
            RendezvousWeight(*affinity_key, members[b].id);
@@ -109,9 +161,14 @@ std::optional<Choice> ChooseDecode(std::span<const Candidate> members,
       roomy.push_back(i);
     }
   }
-  const size_t best = MinBy(members, roomy.empty() ? eligible : roomy, [](const Candidate& m) {
-    return std::tuple(m.num_seqs, -m.free_kv_blocks, m.last_routed, m.id);
+  const std::vector<size_t>& among = roomy.empty() ? eligible : roomy;
+  if (config.mode == RoutingMode::kRoundRobin) return LeastRecent(members, among);
+  const bool kv = config.mode == RoutingMode::kKv;
+  const size_t best = MinBy(members, among, [kv](const Candidate& m) {
+    return std::tuple(m.num_seqs, kv ? -m.cached_tokens : 0, -m.free_kv_blocks, m.last_routed,
+                      m.id);
   });
+  if (kv && members[best].cached_tokens > 0) return Chosen(members, best, RouteReason::kKvHit);
   return Chosen(members, best, RouteReason::kLeastLoaded);
 }
 

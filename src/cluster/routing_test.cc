@@ -155,3 +155,83 @@ TEST(RoutingTest, NoMembersNoChoice) {
 
 }  // namespace
 }  // namespace kvferry::cluster
+
+namespace kvferry::cluster {
+namespace {
+
+Candidate Held(Candidate c, int64_t cached) {
+  c.cached_tokens = cached;
+  return c;
+}
+
+RoutingConfig Mode(RoutingMode mode) {
+  RoutingConfig c;
+  c.mode = mode;
+  return c;
+}
+
+TEST(RoutingModesTest, KvWeighsUncachedTokensAgainstTheQueue) {
+  // 1000-token prompt: p0 holds 800 but has 500 queued (cost 700); p1 holds none, idle (1000);
+  // p2 holds 400 with 100 queued (700, routed earlier than p0: it wins the tie).
+  std::vector<Candidate> ps = {Held(P("p0", 500), 800), Held(P("p1", 0), 0),
+                               Held(P("p2", 100), 400)};
+  ps[0].last_routed = 5;
+  ps[2].last_routed = 3;
+  auto c = ChoosePrefill(std::nullopt, ps, Mode(RoutingMode::kKv), 1000);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->index, 2u);
+  EXPECT_EQ(c->reason, RouteReason::kKvHit);
+  // A longer queue on p2 sends the prompt to the idle member that holds nothing.
+  ps[2].pending_prefill_tokens = 900;
+  ps[0].pending_prefill_tokens = 900;
+  c = ChoosePrefill(std::nullopt, ps, Mode(RoutingMode::kKv), 1000);
+  EXPECT_EQ(c->index, 1u);
+  EXPECT_EQ(c->reason, RouteReason::kKvMiss);
+}
+
+TEST(RoutingModesTest, KvWithoutHoldingsRoutesAsAffinity) {
+  const std::vector<Candidate> ps = {P("p0", 0), P("p1", 0), P("p2", 0)};
+  const uint64_t key = 12345;
+  auto kv = ChoosePrefill(key, ps, Mode(RoutingMode::kKv), 1000);
+  auto affinity = ChoosePrefill(key, ps, Mode(RoutingMode::kAffinity), 1000);
+  ASSERT_TRUE(kv && affinity);
+  EXPECT_EQ(kv->index, affinity->index);
+  EXPECT_EQ(kv->reason, RouteReason::kAffinity);
+  // Holdings known but no prompt length: affinity too.
+  const std::vector<Candidate> held = {Held(P("p0", 0), 16), Held(P("p1", 0), 0)};
+  EXPECT_EQ(ChoosePrefill(key, held, Mode(RoutingMode::kKv), -1)->reason, RouteReason::kAffinity);
+}
+
+TEST(RoutingModesTest, LeastLoadedIgnoresAffinityAndRoundRobinIgnoresLoad) {
+  std::vector<Candidate> ps = {P("p0", 900), P("p1", 100)};
+  ps[1].last_routed = 4;
+  EXPECT_EQ(ChoosePrefill(7, ps, Mode(RoutingMode::kLeastLoaded))->index, 1u);
+  auto rr = ChoosePrefill(7, ps, Mode(RoutingMode::kRoundRobin));
+  EXPECT_EQ(rr->index, 0u);
+  EXPECT_EQ(rr->reason, RouteReason::kRoundRobin);
+  std::vector<Candidate> ds = {D("d0", 9, 10, 100), D("d1", 0, 90, 100)};
+  ds[1].last_routed = 2;
+  EXPECT_EQ(ChooseDecode(ds, Mode(RoutingMode::kRoundRobin))->index, 0u);
+}
+
+TEST(RoutingModesTest, KvDecodePrefersTheHolderAmongTheLeastBusy) {
+  std::vector<Candidate> ds = {Held(D("d0", 2, 50, 100), 0), Held(D("d1", 2, 10, 100), 64),
+                               Held(D("d2", 1, 10, 100), 0)};
+  EXPECT_EQ(ChooseDecode(ds, Mode(RoutingMode::kKv))->index, 2u);  // sequences first
+  ds[2].num_seqs = 2;
+  auto c = ChooseDecode(ds, Mode(RoutingMode::kKv));
+  EXPECT_EQ(c->index, 1u);
+  EXPECT_EQ(c->reason, RouteReason::kKvHit);
+  EXPECT_EQ(ChooseDecode(ds, Mode(RoutingMode::kAffinity))->index, 0u);  // most free blocks
+}
+
+TEST(RoutingModesTest, ModeNamesRoundTrip) {
+  for (RoutingMode m : {RoutingMode::kKv, RoutingMode::kAffinity, RoutingMode::kLeastLoaded,
+                        RoutingMode::kRoundRobin}) {
+    EXPECT_EQ(*ParseRoutingMode(RoutingModeName(m)), m);
+  }
+  EXPECT_EQ(ParseRoutingMode("random").status().code(), StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvferry::cluster

@@ -127,6 +127,23 @@ constexpr char kGenerateResponses[] = R"json({
   "503": {"$ref": "#/components/responses/Error"},
   "504": {"$ref": "#/components/responses/Error"}})json";
 
+// kvferry serve only: vLLM's /tokenize.
+constexpr char kTokenize[] = R"json({"post": {
+  "operationId": "tokenize",
+  "requestBody": {"required": true, "content": {"application/json": {"schema": {"anyOf": [
+    {"$ref": "#/components/schemas/CompletionRequest"},
+    {"$ref": "#/components/schemas/ChatRequest"}]}}}},
+  "responses": {
+    "200": {"description": "The prompt's token ids.", "content": {"application/json": {"schema": {
+      "type": "object", "required": ["count", "max_model_len", "tokens"],
+      "properties": {"count": {"type": "integer"}, "max_model_len": {"type": "integer"},
+                     "tokens": {"type": "array", "items": {"type": "integer"}}}}}}},
+    "400": {"$ref": "#/components/responses/Error"},
+    "401": {"$ref": "#/components/responses/Error"},
+    "404": {"$ref": "#/components/responses/Error"},
+    "413": {"$ref": "#/components/responses/Error"},
+    "503": {"$ref": "#/components/responses/Error"}}}})json";
+
 constexpr char kCluster[] = R"json({"get": {
   "operationId": "cluster",
   "responses": {"200": {"description": "The proxy's view of its members.",
@@ -152,6 +169,8 @@ std::string OpenApiDocument(const OpenApiFront& front) {
     doc["info"]["title"] = "kvferry proxy";
     doc["paths"]["/cluster"] = ordered_json::parse(kCluster);
     responses["502"] = {{"$ref", "#/components/responses/Error"}};
+  } else {
+    doc["paths"]["/tokenize"] = ordered_json::parse(kTokenize);
   }
   for (const char* path : {"/v1/completions", "/v1/chat/completions"}) {
     doc["paths"][path]["post"]["responses"] = responses;

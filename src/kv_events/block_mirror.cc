@@ -35,8 +35,8 @@ std::vector<Event> BlockMirror::Snapshot() const {
   out.emplace_back(AllBlocksCleared{});
   for (const auto& [unused, hash] : order) {
     const Block& b = blocks_.at(hash);
-    out.emplace_back(BlockStored{{hash}, b.parent, b.tokens,
-                                 static_cast<int32_t>(b.tokens.size()), b.medium});
+    out.emplace_back(
+        BlockStored{{hash}, b.parent, b.tokens, static_cast<int32_t>(b.tokens.size()), b.medium});
   }
   return out;
 }

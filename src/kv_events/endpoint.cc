@@ -35,8 +35,8 @@ StatusOr<std::string> BindEndpoint(zmq::socket_t& socket, const std::string& end
     socket.bind(address);
     return socket.get(zmq::sockopt::last_endpoint);
   } catch (const zmq::error_t& e) {
-    return UnavailableError(fmt::format("{}: cannot bind {}: {} (zmq errno {})", what, endpoint,
-                                        e.what(), e.num()));
+    return UnavailableError(
+        fmt::format("{}: cannot bind {}: {} (zmq errno {})", what, endpoint, e.what(), e.num()));
   }
 }
 

@@ -156,7 +156,7 @@ StatusOr<Fields> EventFields(const Object& o) {
     return Bad("an event is neither a map nor a tagged array");
   }
   static constexpr std::string_view kStored[] = {"block_hashes", "parent_block_hash", "token_ids",
-                                                 "block_size", "lora_id", "medium"};
+                                                 "block_size",   "lora_id",           "medium"};
   static constexpr std::string_view kRemoved[] = {"block_hashes", "medium"};
   f.type = AsStr(o.via.array.ptr[0]);
   std::span<const std::string_view> names;

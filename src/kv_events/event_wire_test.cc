@@ -34,10 +34,10 @@ TEST(EventWireTest, RoundTrips) {
 TEST(EventWireTest, BytesAreMsgspecs) {
   // msgspec's encoding of vLLM's KVEventBatch(ts=1.5, events=[AllBlocksCleared()],
   // data_parallel_rank=0): an array of three, a float64, a one-entry map tagged "type".
-  const std::string expected =
-      std::string("\x93\xcb\x3f\xf8\x00\x00\x00\x00\x00\x00\x91\x81\xa4type\xb0"
-                  "AllBlocksCleared\x00",
-                  35);
+  const std::string expected = std::string(
+      "\x93\xcb\x3f\xf8\x00\x00\x00\x00\x00\x00\x91\x81\xa4type\xb0"
+      "AllBlocksCleared\x00",
+      35);
   EXPECT_EQ(EncodeEventBatch(EventBatch{1.5, {AllBlocksCleared{}}, 0}), expected);
 }
 
@@ -83,10 +83,12 @@ TEST(EventWireTest, RefusesWhatIsNotABatch) {
   EXPECT_EQ(DecodeEventBatch(good + "x").status().code(), StatusCode::kInvalidArgument);
   // Token ids that do not fill the blocks, an unknown type, a negative token.
   auto one = [](const Event& e) { return EncodeEventBatch(EventBatch{0, {e}, 0}); };
-  EXPECT_EQ(DecodeEventBatch(one(BlockStored{{1}, std::nullopt, {1, 2, 3}, 2, "CPU"})).status().code(),
-            StatusCode::kInvalidArgument);
-  EXPECT_EQ(DecodeEventBatch(one(BlockStored{{1}, std::nullopt, {1, -2}, 2, "CPU"})).status().code(),
-            StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      DecodeEventBatch(one(BlockStored{{1}, std::nullopt, {1, 2, 3}, 2, "CPU"})).status().code(),
+      StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      DecodeEventBatch(one(BlockStored{{1}, std::nullopt, {1, -2}, 2, "CPU"})).status().code(),
+      StatusCode::kInvalidArgument);
   msgpack::sbuffer buf;
   Packer pk(buf);
   pk.pack_array(2);
@@ -125,8 +127,10 @@ TEST(EventWireTest, PoolEventsGoOnTheWireWithTheirBlockSize) {
   const kv::BlockEvent removed{kv::BlockEvent::Kind::kRemoved, {4}, std::nullopt, {}};
   EXPECT_EQ(std::get<BlockRemoved>(ToWire(removed, 2, kMediumStorage)),
             (BlockRemoved{{4}, "STORAGE"}));
-  EXPECT_EQ(EventName(ToWire(kv::BlockEvent{kv::BlockEvent::Kind::kAllCleared, {}, std::nullopt, {}}, 2, kMediumCpu)),
-            "AllBlocksCleared");
+  EXPECT_EQ(
+      EventName(ToWire(kv::BlockEvent{kv::BlockEvent::Kind::kAllCleared, {}, std::nullopt, {}}, 2,
+                       kMediumCpu)),
+      "AllBlocksCleared");
 }
 
 }  // namespace

@@ -41,7 +41,8 @@ StatusOr<std::optional<PublisherOptions>> ParseKvEventsConfig(std::string_view j
     } else if (key == "publisher") {
       if (v.is_null()) continue;
       KVF_ASSIGN_OR_RETURN(publisher, String(v, key));
-      if (publisher != "zmq" && publisher != "null") return BadConfig(key, "must be \"zmq\" or \"null\"");
+      if (publisher != "zmq" && publisher != "null")
+        return BadConfig(key, "must be \"zmq\" or \"null\"");
     } else if (key == "endpoint") {
       KVF_ASSIGN_OR_RETURN(o.endpoint, String(v, key));
     } else if (key == "replay_endpoint") {

@@ -22,8 +22,7 @@ constexpr int kPollMs = 5;
 constexpr auto kStopBudget = std::chrono::seconds(1);
 
 double NowSeconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -75,7 +74,8 @@ StatusOr<std::unique_ptr<Publisher>> Publisher::Start(const PublisherOptions& op
     state->has_replay = true;
   }
   // The first batch tells every subscriber that this incarnation starts empty.
-  state->queue.push_back(EventBatch{NowSeconds(), {AllBlocksCleared{}}, options.data_parallel_rank});
+  state->queue.push_back(
+      EventBatch{NowSeconds(), {AllBlocksCleared{}}, options.data_parallel_rank});
   State* s = state.get();
   state->thread = std::thread([s] { s->Run(); });
   return std::unique_ptr<Publisher>(new Publisher(std::move(state)));
@@ -190,8 +190,7 @@ void Publisher::State::ServeReplay() {
     replays.fetch_add(1);
     // Not covered: the buffer no longer reaches back to start, or start lies beyond anything
     // sent (the subscriber saw an earlier incarnation of this publisher).
-    const bool covered =
-        next_seq == 0 || (*start >= buffer.front().first && *start <= next_seq);
+    const bool covered = next_seq == 0 || (*start >= buffer.front().first && *start <= next_seq);
     if (!covered) {
       snapshots.fetch_add(1);
       const EventBatch snapshot{NowSeconds(), mirror.Snapshot(), options.data_parallel_rank};

@@ -142,8 +142,8 @@ TEST(PubSubTest, ARestartedPublisherIsSeenAsOne) {
     for (const Event& e : b.batch.events) seen.Apply(e);
   }
   EXPECT_EQ(b.seq, 2);
-  EXPECT_EQ(seen.Snapshot(), (std::vector<Event>{AllBlocksCleared{}, Stored(9, std::nullopt),
-                                                 Stored(10, 9)}));
+  EXPECT_EQ(seen.Snapshot(),
+            (std::vector<Event>{AllBlocksCleared{}, Stored(9, std::nullopt), Stored(10, 9)}));
   EXPECT_EQ(s->stats().restarts, 1);
 }
 

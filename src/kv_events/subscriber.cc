@@ -67,8 +67,8 @@ StatusOr<std::unique_ptr<Subscriber>> Subscriber::Connect(const SubscriberOption
     sockets->sub.set(zmq::sockopt::subscribe, options.topic);
     sockets->sub.connect(options.endpoint);
   } catch (const zmq::error_t& e) {
-    return UnavailableError(fmt::format("kv events: cannot connect to {}: {}", options.endpoint,
-                                        e.what()));
+    return UnavailableError(
+        fmt::format("kv events: cannot connect to {}: {}", options.endpoint, e.what()));
   }
   std::unique_ptr<Subscriber> s(new Subscriber(options, std::move(sockets)));
   if (!options.replay_endpoint.empty()) s->Replay(0);
@@ -81,7 +81,7 @@ Subscriber::Subscriber(SubscriberOptions options, std::unique_ptr<Sockets> socke
 Subscriber::~Subscriber() = default;
 
 SubscriberStats Subscriber::stats() const {
-  return SubscriberStats{batches_.load(), garbage_.load(),  gaps_.load(), replays_.load(),
+  return SubscriberStats{batches_.load(),         garbage_.load(),  gaps_.load(), replays_.load(),
                          replay_failures_.load(), restarts_.load(), stale_.load()};
 }
 

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -60,8 +61,22 @@ struct ProxyServer::Impl {
   std::shared_ptr<http::ConnectionThreads> connections;  // its task queue
   std::unique_ptr<http::RequestDeadline> deadline;       // for reading each request
   Drain drain;                                           // flow.drain points here
+  std::unique_ptr<KvRouter> kv;  // --routing kv: flow.kv points here; followed by kv_sync
+  std::thread kv_sync;
+  std::atomic<bool> kv_stop{false};
   std::thread thread;
   int bound_port = 0;
+
+  // kv routing: the KV index follows the membership until Stop().
+  void FollowMembers() {
+    while (!kv_stop.load()) {
+      kv->SyncMembers(cluster->MemberInfos());
+      for (int i = 0; i < 5 && !kv_stop.load(); ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    kv->SyncMembers({});
+  }
 
   // Every route the proxy answers, each behind the request deadline.
   void InstallRoutes(httplib::Server& http);
@@ -113,6 +128,12 @@ StatusOr<std::unique_ptr<ProxyServer>> ProxyServer::Create(ProxyOptions options)
                 options.routing.affinity_prefix, options.upstream};
   impl->flow.first_token_from_prefill = options.first_token_from_prefill;
   impl->flow.drain = &impl->drain;
+  if (options.routing.mode == cluster::RoutingMode::kKv) {
+    impl->kv = std::make_unique<KvRouter>(options.upstream, options.connect_timeout_ms);
+    impl->flow.kv = impl->kv.get();
+    Impl* raw = impl.get();
+    impl->kv_sync = std::thread([raw] { raw->FollowMembers(); });
+  }
   impl->options = std::move(options);
   return std::unique_ptr<ProxyServer>(new ProxyServer(std::move(impl)));
 }
@@ -133,7 +154,8 @@ void ProxyServer::Impl::InstallRoutes(httplib::Server& http) {
   }
   http.Get("/metrics", arrived.Guard([this](const httplib::Request&, httplib::Response& res) {
     res.set_content(cluster->RenderMetrics() + http::ConnectionMetricsText(connections->load()) +
-                        http::RequestDeadlineMetricsText(*deadline),
+                        http::RequestDeadlineMetricsText(*deadline) +
+                        (kv ? kv->RenderMetrics() : std::string()),
                     "text/plain; version=0.0.4");
   }));
   http.Get("/openapi.json", arrived.Guard([openapi = http::OpenApiDocument({.proxy = true})](
@@ -213,6 +235,8 @@ void ProxyServer::Stop() {
     impl_->thread.join();
     impl_->deadline->Stop();
   }
+  impl_->kv_stop.store(true);
+  if (impl_->kv_sync.joinable()) impl_->kv_sync.join();
   impl_->cluster->Stop();
 }
 

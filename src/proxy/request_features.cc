@@ -96,4 +96,11 @@ std::optional<int64_t> PromptTokensOf(std::string_view response_body) {
   return u["prompt_tokens"].get<int64_t>();
 }
 
+std::optional<int64_t> CachedTokensOf(std::string_view response_body) {
+  const json j = json::parse(response_body, nullptr, /*allow_exceptions=*/false);
+  const json::json_pointer where("/usage/prompt_tokens_details/cached_tokens");
+  if (!j.is_object() || !j.contains(where) || !j[where].is_number_integer()) return std::nullopt;
+  return j[where].get<int64_t>();
+}
+
 }  // namespace kvferry::proxy

@@ -24,5 +24,7 @@ cluster::RouteRequest RouteRequestOf(std::string_view client_body, int32_t affin
 
 // usage.prompt_tokens of an instance's answer (P's prefill answer), when present.
 std::optional<int64_t> PromptTokensOf(std::string_view response_body);
+// usage.prompt_tokens_details.cached_tokens of an instance's answer, when present.
+std::optional<int64_t> CachedTokensOf(std::string_view response_body);
 
 }  // namespace kvferry::proxy

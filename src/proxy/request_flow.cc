@@ -139,6 +139,19 @@ bool PumpRelay(StreamRelay& relay, Route& route, httplib::DataSink& sink, int64_
   }
 }
 
+// kv routing: the prompt's token ids (a member's /tokenize) and what each member holds of them.
+// Without a KvRouter, or when no member publishes events or the prompt cannot be tokenized, the
+// request is routed without them (routing.h: kv then routes as affinity).
+cluster::RouteRequest WithKvHoldings(cluster::RouteRequest request, KvRouter* kv,
+                                     const std::string& body) {
+  if (kv == nullptr || !kv->active()) return request;
+  StatusOr<std::vector<int32_t>> tokens = kv->Tokenize(body);  // failures are counted there
+  if (!tokens.ok()) return request;
+  request.prompt_tokens = static_cast<int64_t>(tokens->size());
+  request.cached_tokens = kv->Holdings(*tokens);
+  return request;
+}
+
 // The stream of a request resumed on D after P's first token: P's chunk already went out, D's
 // leg is placed from inside the stream provider.
 struct ResumedStream {
@@ -157,7 +170,8 @@ class Flow : public std::enable_shared_from_this<Flow> {
       : cluster_(cluster),
         options_(options),
         req_(req),
-        route_request_(RouteRequestOf(req.body, options.affinity_prefix)),
+        route_request_(WithKvHoldings(RouteRequestOf(req.body, options.affinity_prefix), options.kv,
+                                      req.body)),
         stream_(WantsStream(req.body)),
         ticket_(std::move(ticket)) {
     request_id_ = req.get_header_value("X-Request-Id");
@@ -258,6 +272,11 @@ Attempt Flow::TryPrefill(const Route& route, const std::string& body, bool need_
   if (need_params) {
     auto params = ExtractKvTransferParams(*text);
     if (!params.ok()) return AnswerError(params.status().WithContext(who));
+  }
+  if (options_.kv != nullptr && route_request_.cached_tokens) {
+    const auto held = route_request_.cached_tokens->find(route.member_id());
+    options_.kv->CountPrediction(held == route_request_.cached_tokens->end() ? 0 : held->second,
+                                 CachedTokensOf(*text));
   }
   if (auto tokens = PromptTokensOf(*text); tokens && route_request_.prompt_token_ids < 0) {
     cluster_->ObservePromptTokens(route_request_.prompt_bytes, *tokens);

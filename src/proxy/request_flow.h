@@ -34,6 +34,7 @@
 #include "kvferry/cluster/cluster.h"
 #include "kvferry/proxy/upstream.h"
 #include "proxy/drain.h"
+#include "proxy/kv_router.h"
 
 namespace httplib {
 struct Request;
@@ -51,6 +52,7 @@ struct FlowOptions {
   UpstreamAccess upstream;               // toward P and D: the proxy's key and CA bundle
   bool first_token_from_prefill = true;  // ProxyOptions::first_token_from_prefill
   Drain* drain = nullptr;                // the proxy's shutdown state (drain.h); null: none
+  KvRouter* kv = nullptr;                // --routing kv: the members' KV index; null: none
 };
 
 // Serves `req` (POST /v1/completions or /v1/chat/completions) into `res`.

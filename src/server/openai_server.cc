@@ -216,6 +216,8 @@ struct OpenAiServer::Impl {
 
   // parse -> validate -> submit -> respond, each below.
   void HandleGenerate(ApiKind kind, const httplib::Request& req, httplib::Response& res);
+  // POST /tokenize (vLLM's): a completion's prompt or a chat's messages, as token ids.
+  void HandleTokenize(const httplib::Request& req, httplib::Response& res);
   // The body as a request for the served model (refused while draining).
   std::optional<Refusal> Parse(ApiKind kind, const std::string& body, OpenAiRequest* out) const;
   // The prompt's ids into `tokens`, checked against the model's limits (prompt_limits.h);
@@ -243,6 +245,24 @@ void OpenAiServer::Impl::HandleGenerate(ApiKind kind, const httplib::Request& re
   const bool stream = r.stream;
   std::shared_ptr<Inflight> st = Submit(req, std::move(r), std::move(tokens), arrival, res);
   Respond(std::move(st), stream, res);
+}
+
+void OpenAiServer::Impl::HandleTokenize(const httplib::Request& req, httplib::Response& res) {
+  const bool chat = nlohmann::json::parse(req.body, nullptr, false).contains("messages");
+  OpenAiRequest r;
+  std::vector<int32_t> tokens;
+  std::optional<Refusal> refused =
+      Parse(chat ? ApiKind::kChat : ApiKind::kCompletion, req.body, &r);
+  if (!refused && r.prompt_is_tokens) tokens = r.prompt_token_ids;
+  if (!refused && !r.prompt_is_tokens) {
+    StatusOr<std::vector<int32_t>> encoded = EncodePrompt(r);
+    if (!encoded.ok()) refused = Refusal{encoded.status(), chat ? "messages" : "prompt"};
+    if (encoded.ok()) tokens = std::move(encoded).value();
+  }
+  if (refused) return ReplyError(res, "/tokenize", refused->status, refused->param);
+  const nlohmann::json body = {
+      {"count", tokens.size()}, {"max_model_len", service->max_model_len()}, {"tokens", tokens}};
+  Reply(res, "/tokenize", 200, body.dump());
 }
 
 std::optional<OpenAiServer::Impl::Refusal> OpenAiServer::Impl::Parse(ApiKind kind,
@@ -439,6 +459,9 @@ void OpenAiServer::Impl::InstallRoutes(httplib::Server& http) {
             arrived.Guard([this](const httplib::Request& req, httplib::Response& res) {
               HandleGenerate(ApiKind::kChat, req, res);
             }));
+  http.Post("/tokenize", arrived.Guard([this](const httplib::Request& req, httplib::Response& res) {
+    HandleTokenize(req, res);
+  }));
   http.Get("/v1/models", arrived.Guard([this](const httplib::Request&, httplib::Response& res) {
     nlohmann::json model = {
         {"id", options.served_model_name},   {"object", "model"},

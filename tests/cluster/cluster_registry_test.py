@@ -1,5 +1,6 @@
 """A cluster on loopback, found through etcd (docs/reliability.md, "Cluster"): members joining
-and leaving, prefix affinity, etcd going away and coming back, bad registry data, two proxies.
+and leaving, prefix affinity, routing by KV events, etcd going away and coming back, bad registry
+data, two proxies.
 Real processes: etcd, `kvferry serve --registry`, `kvferry proxy --registry`.
 """
 import time
@@ -173,6 +174,54 @@ def case_bad_registry_data_is_ignored():
     check(p.alive() and d.alive(), "an instance died")
 
 
+EVENTS = ("--kv-events-config", '{"enable_kv_cache_events": true, "endpoint": '
+          '"tcp://127.0.0.1:0", "replay_endpoint": "tcp://127.0.0.1:0"}')
+
+
+def case_kv_routing():
+    """--routing kv (the proxy's default) with members publishing KV events: a family of prompts
+    sharing a document goes where the document is cached, the next family to the other P; the
+    index's predictions match what P reports cached; answers equal colocated, and are pulled."""
+    etcd = Etcd()
+    reg = etcd.registry()
+    ps = [serve(args.kvferry, f"p{i}", "kv_producer", reg, args=EVENTS) for i in range(2)]
+    d = serve(args.kvferry, "d0", "kv_consumer", reg, args=EVENTS)
+    px = proxy(args.kvferry, "proxy", reg)
+    check(wait_until(lambda: len(px.members("healthy")) == 3, 20) is not None, "members")
+    check(wait_until(lambda: all(f'kvferry:proxy_kv_index_blocks{{member="{m}"}}' in px.metrics()
+                                 for m in ("p0", "p1", "d0")), 20) is not None,
+          "the proxy does not follow every member's events")
+    docs = ["".join(chr(ord("a") + (i * k) % 26) for i in range(160)) for k in (7, 11)]
+    prompts = [body(doc + f" question {q}?") for doc in docs for q in range(4)]
+    want = colocated_reference(args.kvferry, prompts)
+    homes = {}
+    for n, b in enumerate(prompts):
+        family = n // 4
+        status, resp, hdr = px.complete(b)
+        check(status == 200, f"{status} {resp}")
+        check(resp["choices"][0]["text"] == want[(b["prompt"], b["max_tokens"])], "text differs")
+        assert_pulled(resp, f"prompt {n}")
+        homes.setdefault(family, []).append(hdr.get("X-Kvferry-Prefill"))
+        if n % 4 == 0:  # the family's first answer: wait until its blocks are in the index
+            home = hdr.get("X-Kvferry-Prefill")
+            check(wait_until(lambda: px.metric(
+                f'kvferry:proxy_kv_index_blocks{{member="{home}"}}') >= 10, 10)
+                is not None, f"{home}'s blocks never reached the index")
+    check(all(len(set(h)) == 1 for h in homes.values()), f"families were split: {homes}")
+    check(homes[0][0] != homes[1][0], f"both families went to {homes[0][0]}")
+    hits = px.metric('kvferry:proxy_routes_total{leg="prefill",reason="kv_hit"}')
+    check(hits >= 6, f"{hits} prefill routes were kv hits, want >= 6")
+    predicted = px.metric('kvferry:proxy_kv_prefix_tokens_total{kind="predicted"}')
+    actual = px.metric('kvferry:proxy_kv_prefix_tokens_total{kind="actual"}')
+    check(predicted >= 6 * 160 and actual >= predicted - 6,
+          f"predicted {predicted} cached tokens, P reported {actual}")
+    check(px.metric('kvferry:proxy_kv_predictions_total{kind="missed"}') == 0, "missed hits")
+    for m in ps + [d]:
+        check(px.metric(f'kvferry:proxy_kv_events_total{{member="{m.name}",kind="refused_hash"}}')
+              == 0, f"{m.name}'s events refused")
+        check(wait_until(lambda: m.blocks_in_use() == 0, 10) is not None, f"{m.name} holds blocks")
+
+
 def case_two_proxies_side_by_side():
     etcd = Etcd()
     reg = etcd.registry()
@@ -200,6 +249,7 @@ if __name__ == "__main__":
     args = parse_args()
     run([("members_join_and_leave", case_members_join_and_leave),
          ("prefix_affinity", case_prefix_affinity),
+         ("kv_routing", case_kv_routing),
          ("registry_goes_away_and_comes_back", case_registry_goes_away_and_comes_back),
          ("bad_registry_data_is_ignored", case_bad_registry_data_is_ignored),
          ("two_proxies_side_by_side", case_two_proxies_side_by_side)])

@@ -8,7 +8,7 @@
 // runs out) leave, and while etcd does not answer the last known members keep serving —
 // /metrics says so (kvferry:proxy_registry_connected 0) and so does the log.
 //
-// Thread-safety: Pick, ObservePromptTokens, Count*, Render* and Members may be called from any
+// Thread-safety: Pick, ObservePromptTokens, Count*, Render* and MemberInfos may be called from any
 // thread; Start/Stop from one controlling thread (the destructor stops).
 #pragma once
 
@@ -66,8 +66,9 @@ class Cluster {
   // An upstream ("host:port") refused the proxy's own API key; returns how many times it has.
   uint64_t CountUpstreamAuthFailure(const std::string& upstream);
 
-  std::string RenderMetrics() const;  // the proxy's /metrics
-  std::string RenderTable() const;    // the proxy's /cluster (JSON)
+  std::vector<MemberInfo> MemberInfos() const;  // the members now, as registered
+  std::string RenderMetrics() const;            // the proxy's /metrics
+  std::string RenderTable() const;              // the proxy's /cluster (JSON)
   bool uses_registry() const { return uses_registry_; }
   // Waits until a healthy member serves each leg (the registry listed, the members probed):
   // true then, false at `deadline`. A proxy calls it before it listens, so that a restarted

@@ -12,6 +12,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -27,6 +29,10 @@ struct RouteRequest {
   std::optional<uint64_t> affinity_key;  // prefill only
   int64_t prompt_bytes = 0;              // a text prompt's UTF-8 bytes
   int64_t prompt_token_ids = -1;         // a token-id prompt's length; -1: a text prompt
+  // kv routing (routing.h): the prompt's length in tokens (-1: unknown), and for each member id
+  // the leading prompt tokens it holds (null: none known; a member not in the map: unknown).
+  int64_t prompt_tokens = -1;
+  std::shared_ptr<const std::map<std::string, int64_t>> cached_tokens;
 };
 
 class ClusterState;

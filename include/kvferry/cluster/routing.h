@@ -3,7 +3,21 @@
 // "Routing"). No clock, no I/O, no state: every proxy given the same inputs picks the same
 // member, so several proxies can run side by side without sharing anything.
 //
-// P: least pending prefill tokens, with prefix affinity. A request whose prompt starts with at
+// The policy is one of four modes (RoutingConfig::mode, `kvferry proxy --routing`):
+//
+// kv: by what each member already holds of the prompt (Candidate::cached_tokens, from its KV
+//    events; docs/kv_events.md). P: the least cost, where a member's cost is the prompt tokens it
+//    would compute (prompt_tokens - cached_tokens) plus its pending prefill tokens — a cached
+//    prefix is work not done, and a queue is work waiting. D: fewest sequences as below, then the
+//    most cached tokens (a D holding the prefix pulls only the rest). When the prompt's tokens or
+//    every member's holdings are unknown (no member publishes events, a prompt that could not be
+//    tokenized), kv routes as affinity.
+// affinity (below): P by prefix affinity within a load bound, D by load.
+// least-loaded: P by pending prefill tokens alone, D by load.
+// round-robin: each leg to the member routed to least recently, whatever its load.
+//
+// affinity, P: least pending prefill tokens, with prefix affinity. A request whose prompt starts
+// with at
 //    least `affinity_prefix` units (bytes of text, or token ids) has an affinity key, a hash of
 //    those units; the key picks one P by rendezvous hashing (the highest hash of key and member
 //    id), so prompts with the same leading blocks reach the same P and hit its prefix cache, and
@@ -28,9 +42,17 @@
 #include <span>
 #include <string_view>
 
+#include "kvferry/common/status.h"
+
 namespace kvferry::cluster {
 
+enum class RoutingMode : uint8_t { kKv, kAffinity, kLeastLoaded, kRoundRobin };
+std::string_view RoutingModeName(RoutingMode mode);  // "kv", "affinity", ...
+// "kv", "affinity", "least-loaded", "round-robin"; InvalidArgument naming them otherwise.
+StatusOr<RoutingMode> ParseRoutingMode(std::string_view name);
+
 struct RoutingConfig {
+  RoutingMode mode = RoutingMode::kAffinity;
   int32_t affinity_prefix = 128;
   int64_t affinity_max_imbalance_tokens = 2048;
   double min_free_kv_fraction = 0.05;
@@ -45,6 +67,7 @@ struct Candidate {
   int32_t num_seqs = 0;
   int64_t free_kv_blocks = 0;
   int64_t total_kv_blocks = 0;  // 0: unknown (no KV filter)
+  int64_t cached_tokens = -1;   // leading prompt tokens it holds (kv mode); -1: unknown
   uint64_t last_routed = 0;
 };
 
@@ -52,6 +75,9 @@ enum class RouteReason : uint8_t {
   kLeastLoaded,         // no affinity key (or D)
   kAffinity,            // the key's member
   kAffinityOverloaded,  // the key's member had too many pending tokens: least loaded instead
+  kKvHit,               // kv: the least cost, on a member holding part of the prompt
+  kKvMiss,              // kv: the least cost, on a member holding none of it
+  kRoundRobin,          // routed to least recently
 };
 std::string_view RouteReasonName(RouteReason r);  // "least_loaded", "affinity", ...
 
@@ -61,9 +87,10 @@ struct Choice {
   bool routable = true;  // false: no routable member was left, an unhealthy one was chosen
 };
 
+// `prompt_tokens`: the prompt's length in tokens when known (kv mode), else -1.
 std::optional<Choice> ChoosePrefill(std::optional<uint64_t> affinity_key,
-                                    std::span<const Candidate> members,
-                                    const RoutingConfig& config);
+                                    std::span<const Candidate> members, const RoutingConfig& config,
+                                    int64_t prompt_tokens = -1);
 std::optional<Choice> ChooseDecode(std::span<const Candidate> members, const RoutingConfig& config);
 
 // The rendezvous weight of `member_id` for `key` (64-bit mix of the key and FNV-1a of the id).

@@ -33,9 +33,9 @@
 namespace kvferry::kv_events {
 
 struct PublisherOptions {
-  std::string endpoint;         // tcp://HOST:PORT
-  std::string replay_endpoint;  // "": no replay socket
-  std::string topic;            // first frame of every message ("" as vLLM's default)
+  std::string endpoint;          // tcp://HOST:PORT
+  std::string replay_endpoint;   // "": no replay socket
+  std::string topic;             // first frame of every message ("" as vLLM's default)
   int64_t buffer_steps = 10000;  // batches kept for replay
   int64_t max_queue = 100000;    // batches waiting for the thread; more are dropped, counted
   int32_t send_hwm = 100000;     // ZeroMQ's high-water mark of the PUB socket (vLLM's `hwm`)

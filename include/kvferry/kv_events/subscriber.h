@@ -6,15 +6,14 @@
 // (re)starts learns what the publisher holds without waiting for new events.
 // Next() returns batches in seq order. A live batch after a gap (seq beyond the next expected)
 // makes it replay from the expected seq first; a live seq that goes back (other than the batches a
-// replay has just delivered) means the publisher restarted, and it replays from 0. A replay gets its own
-// DEALER socket and `replay_timeout_ms`; one that fails or leaves a gap is counted, and the stream
-// goes on from the live batch (the consumer's view of that publisher may then be stale — what the
-// counters are for). Live batches that a replay already delivered are skipped. A stream quiet for
-// `catch_up_ms` is asked for anything newer than what was seen (PUB drops what a slow subscriber
-// cannot take, and the last batches of a burst have no successor to show the gap).
-// A batch that does not decode (bad frames, bad msgpack) is counted and skipped; its seq still
-// counts as seen, so garbage cannot start a replay storm. Messages over 64 MiB are refused by the
-// socket.
+// replay has just delivered) means the publisher restarted, and it replays from 0. A replay gets
+// its own DEALER socket and `replay_timeout_ms`; one that fails or leaves a gap is counted, and the
+// stream goes on from the live batch (the consumer's view of that publisher may then be stale —
+// what the counters are for). Live batches that a replay already delivered are skipped. A stream
+// quiet for `catch_up_ms` is asked for anything newer than what was seen (PUB drops what a slow
+// subscriber cannot take, and the last batches of a burst have no successor to show the gap). A
+// batch that does not decode (bad frames, bad msgpack) is counted and skipped; its seq still counts
+// as seen, so garbage cannot start a replay storm. Messages over 64 MiB are refused by the socket.
 //
 // Thread-safety: one thread calls Next() (and stats(), which is also safe from others).
 #pragma once
@@ -48,13 +47,13 @@ struct SequencedBatch {
 };
 
 struct SubscriberStats {
-  int64_t batches = 0;       // returned by Next()
-  int64_t garbage = 0;       // messages that did not decode
-  int64_t gaps = 0;          // gaps seen in the live stream
-  int64_t replays = 0;       // replay requests made
+  int64_t batches = 0;          // returned by Next()
+  int64_t garbage = 0;          // messages that did not decode
+  int64_t gaps = 0;             // gaps seen in the live stream
+  int64_t replays = 0;          // replay requests made
   int64_t replay_failures = 0;  // replays that timed out or left a gap
-  int64_t restarts = 0;      // the publisher's seq went back
-  int64_t stale = 0;         // live batches skipped because a replay had delivered them
+  int64_t restarts = 0;         // the publisher's seq went back
+  int64_t stale = 0;            // live batches skipped because a replay had delivered them
 };
 
 class Subscriber {
@@ -82,7 +81,7 @@ class Subscriber {
   SubscriberOptions options_;
   std::unique_ptr<Sockets> sockets_;
   std::deque<SequencedBatch> pending_;
-  int64_t next_seq_ = -1;     // -1: nothing seen yet
+  int64_t next_seq_ = -1;  // -1: nothing seen yet
   // Live seqs in [stale_floor_, next_seq_) were delivered by the last replay; a live seq below
   // stale_floor_ means the publisher restarted.
   int64_t stale_floor_ = 0;

@@ -1,0 +1,103 @@
+#include "kvferry/kv_events/prefix_index.h"
+
+#include "kvferry/kv/block_pool.h"
+
+namespace kvferry::kv_events {
+namespace {
+
+// The chain hashes of `tokens`'s whole blocks.
+std::vector<uint64_t> ChainHashes(std::span<const int32_t> tokens, const MemberKeys& keys) {
+  std::vector<uint64_t> out;
+  const size_t bs = static_cast<size_t>(keys.block_size);
+  uint64_t parent = 0;
+  for (size_t i = 0; bs > 0 && (i + 1) * bs <= tokens.size(); ++i) {
+    parent = kv::HashBlockTokens(keys.salt, parent, tokens.subspan(i * bs, bs));
+    out.push_back(parent);
+  }
+  return out;
+}
+
+}  // namespace
+
+void PrefixIndex::SetMember(const std::string& id, MemberKeys keys) {
+  Member& m = members_[id];
+  if (m.keys != keys) m.blocks.clear();
+  m.keys = keys;
+}
+
+void PrefixIndex::RemoveMember(const std::string& id) { members_.erase(id); }
+
+bool PrefixIndex::Verified(const BlockStored& e, uint64_t salt) {
+  const size_t bs = static_cast<size_t>(e.block_size);
+  uint64_t parent = e.parent_block_hash.value_or(0);
+  for (size_t i = 0; i < e.block_hashes.size(); ++i) {
+    const std::span<const int32_t> tokens(e.token_ids.data() + i * bs, bs);
+    if (kv::HashBlockTokens(salt, parent, tokens) != e.block_hashes[i]) return false;
+    parent = e.block_hashes[i];
+  }
+  return true;
+}
+
+ApplyCounts PrefixIndex::Apply(const std::string& id, const EventBatch& batch) {
+  ApplyCounts c;
+  auto it = members_.find(id);
+  if (it == members_.end()) {
+    c.unknown_member = static_cast<int64_t>(batch.events.size());
+    return c;
+  }
+  Member& m = it->second;
+  for (const Event& event : batch.events) {
+    if (const auto* s = std::get_if<BlockStored>(&event)) {
+      if (s->block_size != m.keys.block_size) {
+        ++c.refused_block_size;
+      } else if (!Verified(*s, m.keys.salt)) {
+        ++c.refused_hash;
+      } else {
+        for (uint64_t h : s->block_hashes) ++m.blocks[h];
+        c.stored_blocks += static_cast<int64_t>(s->block_hashes.size());
+      }
+    } else if (const auto* r = std::get_if<BlockRemoved>(&event)) {
+      for (uint64_t h : r->block_hashes) {
+        auto b = m.blocks.find(h);
+        if (b == m.blocks.end()) {
+          ++c.unknown_removals;
+          continue;
+        }
+        if (--b->second == 0) m.blocks.erase(b);
+        ++c.removed_blocks;
+      }
+    } else {
+      m.blocks.clear();
+      ++c.cleared;
+    }
+  }
+  return c;
+}
+
+std::map<std::string, int64_t> PrefixIndex::MatchedTokens(std::span<const int32_t> tokens) const {
+  std::map<std::string, int64_t> out;
+  std::vector<std::pair<MemberKeys, std::vector<uint64_t>>> hashed;  // one chain per distinct keys
+  for (const auto& [id, m] : members_) {
+    const std::vector<uint64_t>* chain = nullptr;
+    for (const auto& [keys, hashes] : hashed) {
+      if (keys == m.keys) chain = &hashes;
+    }
+    if (chain == nullptr) {
+      hashed.emplace_back(m.keys, ChainHashes(tokens, m.keys));
+      chain = &hashed.back().second;
+    }
+    int64_t held = 0;
+    while (held < static_cast<int64_t>(chain->size()) && m.blocks.count((*chain)[held]) != 0) {
+      ++held;
+    }
+    out[id] = held * m.keys.block_size;
+  }
+  return out;
+}
+
+int64_t PrefixIndex::blocks(const std::string& id) const {
+  auto it = members_.find(id);
+  return it == members_.end() ? 0 : static_cast<int64_t>(it->second.blocks.size());
+}
+
+}  // namespace kvferry::kv_events
