@@ -93,12 +93,18 @@ TEST(PrefixIndexTest, AChildStoredAfterItsParentChecksFromTheParent) {
   index.SetMember("a", {kBs, 3});
   const std::vector<int32_t> prompt = Tokens(8);
   const BlockStored both = StoredOf(prompt, 3);
-  BlockStored child{{both.block_hashes[1]}, both.block_hashes[0],
-                    std::vector<int32_t>(prompt.begin() + 4, prompt.end()), kBs, "CPU"};
+  BlockStored child{{both.block_hashes[1]},
+                    both.block_hashes[0],
+                    std::vector<int32_t>(prompt.begin() + 4, prompt.end()),
+                    kBs,
+                    "CPU"};
   EXPECT_EQ(index.Apply("a", Batch(child)).stored_blocks, 1);
   EXPECT_EQ(index.MatchedTokens(prompt).at("a"), 0);  // the parent is not held
-  BlockStored parent{{both.block_hashes[0]}, std::nullopt,
-                     std::vector<int32_t>(prompt.begin(), prompt.begin() + 4), kBs, "CPU"};
+  BlockStored parent{{both.block_hashes[0]},
+                     std::nullopt,
+                     std::vector<int32_t>(prompt.begin(), prompt.begin() + 4),
+                     kBs,
+                     "CPU"};
   index.Apply("a", Batch(parent));
   EXPECT_EQ(index.MatchedTokens(prompt).at("a"), 8);
 }

@@ -98,8 +98,7 @@ void KvRouter::Follow(Follower* f) {
     c.removed += a.removed_blocks;
     c.cleared += a.cleared;
     c.unknown_removals += a.unknown_removals;
-    if (a.refused_block_size + a.refused_hash > 0 &&
-        c.refused_block_size + c.refused_hash == 0) {
+    if (a.refused_block_size + a.refused_hash > 0 && c.refused_block_size + c.refused_hash == 0) {
       KVF_LOG_WARN("kv routing: refusing {}'s events: {} ({})", id,
                    a.refused_hash > 0 ? "block hashes that are not its tokens' chain under its "
                                         "advertised salt (another --prefix-hash-seed or model?)"
@@ -130,9 +129,9 @@ StatusOr<std::vector<int32_t>> KvRouter::Tokenize(const std::string& client_body
       r && r->status == 200 ? nlohmann::json::parse(r->body, nullptr, false) : nlohmann::json();
   if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) {
     tokenize_failures_.fetch_add(1);
-    return UnavailableError(fmt::format("tokenize at {}: {}", url,
-                                        r ? "HTTP " + std::to_string(r->status)
-                                          : httplib::to_string(r.error())));
+    return UnavailableError(
+        fmt::format("tokenize at {}: {}", url,
+                    r ? "HTTP " + std::to_string(r->status) : httplib::to_string(r.error())));
   }
   std::vector<int32_t> tokens;
   tokens.reserve(j["tokens"].size());
@@ -161,20 +160,24 @@ void KvRouter::CountPrediction(int64_t predicted, std::optional<int64_t> actual)
 std::string KvRouter::RenderMetrics() const {
   std::string out;
   const auto family = [&out](const char* name, const char* type, const char* help) {
-    out += fmt::format("# HELP kvferry:proxy_kv_{} {}\n# TYPE kvferry:proxy_kv_{} {}\n", name,
-                       help, name, type);
+    out += fmt::format("# HELP kvferry:proxy_kv_{} {}\n# TYPE kvferry:proxy_kv_{} {}\n", name, help,
+                       name, type);
   };
   MutexLock lock(&mu_);
   family("index_blocks", "gauge", "Blocks the KV index holds for each member.");
   for (const auto& [id, f] : followers_) {
-    out += fmt::format("kvferry:proxy_kv_index_blocks{{member=\"{}\"}} {}\n", id, index_.blocks(id));
+    out +=
+        fmt::format("kvferry:proxy_kv_index_blocks{{member=\"{}\"}} {}\n", id, index_.blocks(id));
   }
   family("events_total", "counter", "KV-event blocks applied or refused, per member and kind.");
   for (const auto& [id, c] : counters_) {
-    for (const auto& [kind, n] :
-         {std::pair{"stored", c.stored}, {"removed", c.removed}, {"cleared", c.cleared},
-          {"refused_block_size", c.refused_block_size}, {"refused_hash", c.refused_hash},
-          {"unknown_removal", c.unknown_removals}, {"garbage", c.garbage}}) {
+    for (const auto& [kind, n] : {std::pair{"stored", c.stored},
+                                  {"removed", c.removed},
+                                  {"cleared", c.cleared},
+                                  {"refused_block_size", c.refused_block_size},
+                                  {"refused_hash", c.refused_hash},
+                                  {"unknown_removal", c.unknown_removals},
+                                  {"garbage", c.garbage}}) {
       out += fmt::format("kvferry:proxy_kv_events_total{{member=\"{}\",kind=\"{}\"}} {}\n", id,
                          kind, n);
     }
@@ -197,7 +200,8 @@ std::string KvRouter::RenderMetrics() const {
                      actual_tokens_.load());
   family("predictions_total", "counter",
          "Prefill legs routed with the index, and those predicted a hit whose P cached nothing.");
-  out += fmt::format("kvferry:proxy_kv_predictions_total{{kind=\"all\"}} {}\n", predictions_.load());
+  out +=
+      fmt::format("kvferry:proxy_kv_predictions_total{{kind=\"all\"}} {}\n", predictions_.load());
   out += fmt::format("kvferry:proxy_kv_predictions_total{{kind=\"missed\"}} {}\n",
                      predictions_missed_.load());
   return out;

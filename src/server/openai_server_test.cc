@@ -86,6 +86,36 @@ TEST_F(OpenAiServerTest, CompletionAnswersWithUsageLogprobsAndTokenIds) {
   EXPECT_EQ(fake_->submitted()[0].params.top_logprobs, 1);
 }
 
+TEST_F(OpenAiServerTest, TokenizeGivesThePromptIdsGenerationWouldUse) {
+  auto r = Post("/tokenize", R"({"model":"tiny","prompt":"abc","max_tokens":4})");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  json j = json::parse(r->body);
+  EXPECT_EQ(j["tokens"], json::array({256, 97, 98, 99}));  // <bos> a b c, as generation
+  EXPECT_EQ(j["count"], 4);
+  EXPECT_EQ(j["max_model_len"], 256);
+  // A chat is rendered with the chat template first; the answer's usage counts the same ids.
+  const std::string chat = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1})";
+  auto t = Post("/tokenize", chat);
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->status, 200) << t->body;
+  auto c = Post("/v1/chat/completions", chat);
+  ASSERT_TRUE(c);
+  ASSERT_EQ(c->status, 200) << c->body;
+  EXPECT_EQ(json::parse(t->body)["count"], json::parse(c->body)["usage"]["prompt_tokens"]);
+  // Token-id prompts come back as they are; bad bodies are OpenAI errors.
+  auto ids = Post("/tokenize", R"({"prompt":[5,6,7]})");
+  ASSERT_TRUE(ids);
+  EXPECT_EQ(json::parse(ids->body)["tokens"], json::array({5, 6, 7}));
+  for (const char* bad : {"not json", R"({"prompt":""})", R"({"model":"other","prompt":"a"})"}) {
+    auto e = Post("/tokenize", bad);
+    ASSERT_TRUE(e);
+    EXPECT_GE(e->status, 400) << bad;
+    EXPECT_LT(e->status, 500) << bad;
+    EXPECT_TRUE(json::parse(e->body)["error"].contains("message")) << e->body;
+  }
+}
+
 TEST_F(OpenAiServerTest, KvTransferParamsGoInAndComeBack) {
   auto r = Post("/v1/completions", R"({"prompt":"abc","max_tokens":1,
       "kv_transfer_params":{"do_remote_decode":true}})");
