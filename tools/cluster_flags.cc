@@ -82,6 +82,12 @@ void AddProxyClusterFlags(CLI::App* p, proxy::ProxyOptions* o) {
        "as affinity when no member publishes events), affinity, least-loaded, round-robin "
        "(docs/deploy.md, \"Routing\")")
       ->default_str("kv");
+  p->add_option("--disagg-min-uncached-tokens", o->disagg_min_uncached_tokens,
+                "Conditional disaggregation: a prompt with fewer tokens than this not already "
+                "held by its decode instance goes to that instance alone, which prefills it "
+                "(needs the prompt's tokens: --routing kv with members publishing KV events, "
+                "or token-id prompts; 0: always prefill on a P)")
+      ->capture_default_str();
   p->add_option("--max-tries", o->max_tries,
                 "Instances tried per leg before the error is the client's answer")
       ->capture_default_str();

@@ -93,6 +93,7 @@ void Cluster::ObservePromptTokens(int64_t prompt_bytes, int64_t prompt_tokens) {
 }
 void Cluster::CountRetry(Leg leg) { state_->CountRetry(leg); }
 void Cluster::CountStreamAborted() { state_->CountStreamAborted(); }
+void Cluster::CountDecodeOnly() { state_->CountDecodeOnly(); }
 uint64_t Cluster::CountUpstreamAuthFailure(const std::string& upstream) {
   return state_->CountUpstreamAuthFailure(upstream);
 }

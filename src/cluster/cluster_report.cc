@@ -126,6 +126,9 @@ std::string ClusterState::RenderMetrics() const {
   w.Family("kvferry:proxy_streams_aborted_total", "counter",
            "Streams ended by an error event after tokens were sent (never retried).");
   w.Sample({}, static_cast<double>(streams_aborted_));
+  w.Family("kvferry:proxy_decode_only_total", "counter",
+           "Requests sent straight to a D that prefilled them (--disagg-min-uncached-tokens).");
+  w.Sample({}, static_cast<double>(decode_only_));
   w.Family("kvferry:proxy_upstream_auth_failures_total", "counter",
            "Answers in which an upstream refused the proxy's own API key (--upstream-api-key).");
   for (const auto& [upstream, n] : upstream_auth_failures_)

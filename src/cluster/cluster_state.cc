@@ -220,6 +220,11 @@ void ClusterState::CountStreamAborted() {
   ++streams_aborted_;
 }
 
+void ClusterState::CountDecodeOnly() {
+  MutexLock lock(&mu_);
+  ++decode_only_;
+}
+
 uint64_t ClusterState::CountUpstreamAuthFailure(const std::string& upstream) {
   MutexLock lock(&mu_);
   return ++upstream_auth_failures_[upstream];

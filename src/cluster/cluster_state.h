@@ -54,6 +54,7 @@ class ClusterState : public RegistryListener {
   void ObservePromptTokens(int64_t prompt_bytes, int64_t prompt_tokens);
   void CountRetry(Leg leg);
   void CountStreamAborted();  // a stream ended by an error event after tokens were sent
+  void CountDecodeOnly();     // a request a D prefilled itself (conditional disaggregation)
   // An upstream ("host:port") refused the proxy's own API key; returns how many times it has
   // (1: the first, which the proxy logs).
   uint64_t CountUpstreamAuthFailure(const std::string& upstream);
@@ -134,6 +135,7 @@ class ClusterState : public RegistryListener {
   uint64_t route_seq_ GUARDED_BY(mu_) = 0;
   uint64_t retries_[2] GUARDED_BY(mu_) = {0, 0};
   uint64_t streams_aborted_ GUARDED_BY(mu_) = 0;
+  uint64_t decode_only_ GUARDED_BY(mu_) = 0;
   std::map<std::string, uint64_t> upstream_auth_failures_ GUARDED_BY(mu_);  // by "host:port"
   double tokens_per_byte_ GUARDED_BY(mu_) = 1.0;
   bool tokens_per_byte_observed_ GUARDED_BY(mu_) = false;

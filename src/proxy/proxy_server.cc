@@ -128,6 +128,7 @@ StatusOr<std::unique_ptr<ProxyServer>> ProxyServer::Create(ProxyOptions options)
                 options.routing.affinity_prefix, options.upstream};
   impl->flow.first_token_from_prefill = options.first_token_from_prefill;
   impl->flow.drain = &impl->drain;
+  impl->flow.disagg_min_uncached_tokens = options.disagg_min_uncached_tokens;
   if (options.routing.mode == cluster::RoutingMode::kKv) {
     impl->kv = std::make_unique<KvRouter>(options.upstream, options.connect_timeout_ms);
     impl->flow.kv = impl->kv.get();

@@ -198,6 +198,8 @@ class Flow : public std::enable_shared_from_this<Flow> {
         "application/json", Route::Outcome::kNeutral);
   }
   void Reply(httplib::Response& res, Attempt& a, Route* route);
+  // Conditional disaggregation (step 0): true when the request was served by a D alone.
+  bool ServedByDecodeAlone(httplib::Response& res);
   void RelayStream(httplib::Response& res, Attempt a, std::unique_ptr<Route> route);
   // P's answer is the client's: as it is, or as a stream of one chunk (and the usage event).
   void ReplyWithPrefillAnswer(httplib::Response& res, const std::string& p_body);
@@ -330,8 +332,37 @@ void Flow::Reply(httplib::Response& res, Attempt& a, Route* route) {
   res.set_content(a.body, a.content_type.empty() ? "application/json" : a.content_type);
 }
 
+bool Flow::ServedByDecodeAlone(httplib::Response& res) {
+  const int64_t tokens = route_request_.prompt_tokens >= 0 ? route_request_.prompt_tokens
+                                                           : route_request_.prompt_token_ids;
+  if (options_.disagg_min_uncached_tokens <= 0 || tokens < 0) return false;
+  auto d_route = cluster_->Pick(Leg::kDecode, route_request_);
+  if (!d_route.ok()) return false;  // the normal flow reports it
+  int64_t held = 0;
+  if (route_request_.cached_tokens) {
+    auto it = route_request_.cached_tokens->find((*d_route)->member_id());
+    if (it != route_request_.cached_tokens->end()) held = std::max<int64_t>(it->second, 0);
+  }
+  if (tokens - held >= options_.disagg_min_uncached_tokens) {
+    (*d_route)->Finish(Route::Outcome::kNeutral);
+    return false;
+  }
+  cluster_->CountDecodeOnly();
+  auto [d, route] = WithRetries(
+      Leg::kDecode, "", [&](const Route& r) { return TryDecode(r, req_.body); },
+      std::move(d_route).value());
+  if (route) res.set_header("X-Kvferry-Decode", route->member_id());
+  if (d.kind != Attempt::Kind::kOk) {
+    Reply(res, d, route.get());
+  } else {
+    RelayStream(res, std::move(d), std::move(route));
+  }
+  return true;
+}
+
 void Flow::Run(httplib::Response& res) {
   res.set_header("X-Request-Id", request_id_);
+  if (ServedByDecodeAlone(res)) return;
   const std::optional<int64_t> max_tokens = ClientMaxTokens(req_.body);
   const bool first_token = options_.first_token_from_prefill;
   const bool whole_on_p = first_token && max_tokens && *max_tokens == 1;

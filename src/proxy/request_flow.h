@@ -13,6 +13,11 @@
 //      can (P died, the lease ran out) the new D recomputes.
 //   3. once the first chunk of a stream went to the client nothing is retried: a D failing
 //      mid-stream ends the stream with an OpenAI error event and [DONE], never repeated tokens.
+//   0. conditional disaggregation (disagg_min_uncached_tokens): when the prompt's length in
+//      tokens is known (kv routing tokenized it, or it came as ids), the D it would go to is
+//      picked first; if fewer than the threshold of its tokens are not already held by that D,
+//      the client's body goes to that D as it is (retried on another D as in 2), and no P
+//      computes. Otherwise the request goes on at 1.
 //   P's first token (kv_transfer_params.first_token_id, first_token.h): a stream sends it as
 //   the first event as soon as P answered and places the D leg from the stream provider (the
 //   first D picked before the headers, which name it; D's retries as in 2; none answered: an
@@ -53,6 +58,9 @@ struct FlowOptions {
   bool first_token_from_prefill = true;  // ProxyOptions::first_token_from_prefill
   Drain* drain = nullptr;                // the proxy's shutdown state (drain.h); null: none
   KvRouter* kv = nullptr;                // --routing kv: the members' KV index; null: none
+  // Conditional disaggregation: a request whose prompt tokens not held by its D are fewer than
+  // this goes to that D alone, which prefills it (0: always P then D).
+  int64_t disagg_min_uncached_tokens = 0;
 };
 
 // Serves `req` (POST /v1/completions or /v1/chat/completions) into `res`.

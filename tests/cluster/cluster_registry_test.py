@@ -1,5 +1,6 @@
 """A cluster on loopback, found through etcd (docs/reliability.md, "Cluster"): members joining
-and leaving, prefix affinity, routing by KV events, etcd going away and coming back, bad registry
+and leaving, prefix affinity, routing by KV events, conditional disaggregation, etcd going away
+and coming back, bad registry
 data, two proxies.
 Real processes: etcd, `kvferry serve --registry`, `kvferry proxy --registry`.
 """
@@ -222,6 +223,49 @@ def case_kv_routing():
         check(wait_until(lambda: m.blocks_in_use() == 0, 10) is not None, f"{m.name} holds blocks")
 
 
+def case_conditional_disaggregation():
+    """--disagg-min-uncached-tokens: a short prompt, and a long one whose D already holds all but
+    a few of its tokens, go to a D alone; a long new prompt goes P then D. Answers equal
+    colocated either way."""
+    etcd = Etcd()
+    reg = etcd.registry()
+    p = serve(args.kvferry, "p0", "kv_producer", reg, args=EVENTS)
+    d = serve(args.kvferry, "d0", "kv_consumer", reg, args=EVENTS)
+    px = proxy(args.kvferry, "proxy", reg, args=("--disagg-min-uncached-tokens", "40"))
+    check(wait_until(lambda: len(px.members("healthy")) == 2, 20) is not None, "members")
+    check(wait_until(lambda: all(f'kvferry:proxy_kv_index_blocks{{member="{m}"}}' in px.metrics()
+                                 for m in ("p0", "d0")), 20) is not None, "not following events")
+    doc = "".join(chr(ord("a") + (i * 5) % 26) for i in range(160))
+    short, long_a, long_b = body("a short one"), body(doc + " question 1?"), body(doc + " q 2?")
+    want = colocated_reference(args.kvferry, [short, long_a, long_b])
+
+    def ask(b, what):
+        status, resp, hdr = px.complete(b)
+        check(status == 200, f"{what}: {status} {resp}")
+        check(resp["choices"][0]["text"] == want[(b["prompt"], b["max_tokens"])],
+              f"{what}: text differs")
+        return resp, hdr
+
+    p_before = p.metric('kvferry:request_success_total{finished_reason="length"}')
+    _, hdr = ask(short, "short")
+    check("X-Kvferry-Prefill" not in hdr and hdr.get("X-Kvferry-Decode") == "d0",
+          f"a 12-token prompt went through a P: {hdr}")
+    resp, hdr = ask(long_a, "long")
+    check(hdr.get("X-Kvferry-Prefill") == "p0", f"a 173-token prompt skipped P: {hdr}")
+    assert_pulled(resp, "long")
+    check(wait_until(lambda: px.metric('kvferry:proxy_kv_index_blocks{member="d0"}') >= 10, 10)
+          is not None, "d0's pulled blocks never reached the index")
+    resp, hdr = ask(long_b, "long, its document on d0")
+    check("X-Kvferry-Prefill" not in hdr, f"13 uncached tokens went through a P: {hdr}")
+    check(resp["usage"]["prompt_tokens_details"]["cached_tokens"] >= 160,
+          f"d0 recomputed the document: {resp['usage']}")
+    check(px.metric("kvferry:proxy_decode_only_total") == 2, "decode-only requests not counted")
+    check(p.metric('kvferry:request_success_total{finished_reason="length"}') == p_before + 1,
+          "P served a decode-only request")
+    for m in (p, d):
+        check(wait_until(lambda: m.blocks_in_use() == 0, 10) is not None, f"{m.name} holds blocks")
+
+
 def case_two_proxies_side_by_side():
     etcd = Etcd()
     reg = etcd.registry()
@@ -250,6 +294,7 @@ if __name__ == "__main__":
     run([("members_join_and_leave", case_members_join_and_leave),
          ("prefix_affinity", case_prefix_affinity),
          ("kv_routing", case_kv_routing),
+         ("conditional_disaggregation", case_conditional_disaggregation),
          ("registry_goes_away_and_comes_back", case_registry_goes_away_and_comes_back),
          ("bad_registry_data_is_ignored", case_bad_registry_data_is_ignored),
          ("two_proxies_side_by_side", case_two_proxies_side_by_side)])

@@ -63,6 +63,7 @@ class Cluster {
   void ObservePromptTokens(int64_t prompt_bytes, int64_t prompt_tokens);
   void CountRetry(Leg leg);
   void CountStreamAborted();
+  void CountDecodeOnly();  // a request sent straight to a D, which prefilled it
   // An upstream ("host:port") refused the proxy's own API key; returns how many times it has.
   uint64_t CountUpstreamAuthFailure(const std::string& upstream);
 

@@ -56,6 +56,9 @@ struct ProxyOptions {
   // "kvferry proxy"). false: the older hand-off, for decode instances that do not know
   // kv_transfer_params.first_token_id (vLLM's): D recomputes the first token and streams it.
   bool first_token_from_prefill = true;
+  // Conditional disaggregation (request_flow.h, step 0): prompts with fewer tokens not held by
+  // their D than this skip P (0: never).
+  int64_t disagg_min_uncached_tokens = 0;
 };
 
 class ProxyServer {
