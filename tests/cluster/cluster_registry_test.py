@@ -1,7 +1,6 @@
 """A cluster on loopback, found through etcd (docs/reliability.md, "Cluster"): members joining
 and leaving, prefix affinity, routing by KV events, conditional disaggregation, etcd going away
-and coming back, bad registry
-data, two proxies.
+and coming back, bad registry data, two proxies.
 Real processes: etcd, `kvferry serve --registry`, `kvferry proxy --registry`.
 """
 import time
