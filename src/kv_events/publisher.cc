@@ -73,9 +73,12 @@ StatusOr<std::unique_ptr<Publisher>> Publisher::Start(const PublisherOptions& op
                          BindEndpoint(state->replay, options.replay_endpoint, "kv events replay"));
     state->has_replay = true;
   }
-  // The first batch tells every subscriber that this incarnation starts empty.
-  state->queue.push_back(
-      EventBatch{NowSeconds(), {AllBlocksCleared{}}, options.data_parallel_rank});
+  {
+    // The first batch tells every subscriber that this incarnation starts empty.
+    MutexLock lock(&state->mu);
+    state->queue.push_back(
+        EventBatch{NowSeconds(), {AllBlocksCleared{}}, options.data_parallel_rank});
+  }
   State* s = state.get();
   state->thread = std::thread([s] { s->Run(); });
   return std::unique_ptr<Publisher>(new Publisher(std::move(state)));

@@ -1,0 +1,307 @@
+#!/usr/bin/env python3
+"""The proxy's routing modes on a 2P2D cluster found through etcd (docs/benchmarks.md,
+"## Cluster: routing by KV events"): for each mode, a fresh cluster (empty caches), then two
+workloads, one after the other:
+
+  chat   SESSIONS conversations sharing one system prompt, each turn appending the user's
+         question and the model's answer to its history (a session's next turn has its whole
+         history cached somewhere);
+  docs   DOCS shared documents, QUESTIONS questions about each, in a shuffled order.
+
+Every request is streamed through the proxy (greedy, `max_tokens` 16) by CONCURRENCY clients
+(chat: one client per session). Reported per mode and workload: requests/s, TTFT p50/p99 (ms),
+the prefill instances' prefix-cache hit rate (their `kvferry:prefix_cache_hit_tokens_total` over
+`kvferry:prompt_tokens_total`), prompt tokens the P computed, KV bytes the D pulled, and the
+oracle's hit rate: each prompt's longest whole-block prefix sent by an earlier request, over
+all prompt tokens — what a router that knew every cache (and never evicted) would get. Every
+answer is also checked against the same prompt's answer in the first mode (greedy, batch
+invariant: equal texts).
+
+Machine: P0, P1 on core 0, D0, D1 on core 1 (`--threads 1`), etcd, proxy and clients unpinned.
+
+usage: bench/serve/kv_routing.py [--kvferry build/bin/kvferry] [--modes kv affinity ...]
+       [--model small] [--json]      (stdout: the table, or with --json only JSON)
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BLOCK = 16
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def request(port, method, path, body=None, timeout=60):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    c.request(method, path, json.dumps(body) if body is not None else None,
+              {"Content-Type": "application/json"})
+    r = c.getresponse()
+    data = r.read().decode("utf-8", "replace")
+    c.close()
+    return r.status, data
+
+
+def metrics(port):
+    out = {}
+    _, text = request(port, "GET", "/metrics")
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = out.get(name, 0.0) + float(value)
+    return out
+
+
+class Cluster:
+    """etcd, 2 P and 2 D publishing KV events, a proxy with `--routing mode`."""
+
+    def __init__(self, binary, mode, model, work):
+        self.procs = []
+        self.work = work
+        client, peer = free_port(), free_port()
+        self.start("etcd", ["etcd", "--name", "e", "--data-dir", f"{work}/etcd.data",
+                            "--listen-client-urls", f"http://127.0.0.1:{client}",
+                            "--advertise-client-urls", f"http://127.0.0.1:{client}",
+                            "--listen-peer-urls", f"http://127.0.0.1:{peer}",
+                            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
+                            "--initial-cluster", f"e=http://127.0.0.1:{peer}"])
+        reg = f"etcd://127.0.0.1:{client}/{mode}"
+        events = json.dumps({"enable_kv_cache_events": True, "endpoint": "tcp://127.0.0.1:0",
+                             "replay_endpoint": "tcp://127.0.0.1:0"})
+        self.members = {}
+        for name, role, core in (("p0", "kv_producer", 0), ("p1", "kv_producer", 0),
+                                 ("d0", "kv_consumer", 1), ("d1", "kv_consumer", 1)):
+            kv = json.dumps({"kv_connector": "FerryConnector", "kv_role": role, "engine_id": name,
+                             "kv_connector_extra_config": {"side_channel_host": "127.0.0.1",
+                                                           "side_channel_port": 0}})
+            port = free_port()
+            pin = ["taskset", "-c", str(core)] if os.cpu_count() >= 2 else []
+            self.start(name, pin + [binary, "serve", "--model", model, "--port", str(port),
+                                    "--threads", "1", "--block-size", str(BLOCK),
+                                    "--kv-cache-memory-mb", "256", "--registry", reg,
+                                    "--kv-transfer-config", kv, "--kv-events-config", events])
+            self.members[name] = port
+        self.proxy = free_port()
+        self.start("proxy", [binary, "proxy", "--port", str(self.proxy), "--registry", reg,
+                             "--routing", mode, "--poll-interval-ms", "100"])
+        self.wait_ready(mode)
+
+    def start(self, name, cmd):
+        log = open(f"{self.work}/{name}.log", "w")
+        self.procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
+
+    def wait_ready(self, mode):
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                status, text = request(self.proxy, "GET", "/cluster", timeout=2)
+                healthy = status == 200 and text.count('"state":"healthy"') == 4
+                following = mode != "kv" or all(
+                    f'kvferry:proxy_kv_index_blocks{{member="{m}"}}' in metrics(self.proxy)
+                    for m in self.members)
+                if healthy and following:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise SystemExit(f"cluster not ready; logs in {self.work}")
+
+    def stop(self):
+        for p in reversed(self.procs):
+            p.terminate()
+        for p in self.procs:
+            try:
+                p.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def stream(port, prompt, max_tokens):
+    """(text, ttft_s, e2e_s) of one streamed completion through the proxy."""
+    t0 = time.monotonic()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+    c.request("POST", "/v1/completions",
+              json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                          "stream": True}), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise SystemExit(f"HTTP {r.status}: {r.read()[:300]}")
+    text, ttft = [], None
+    for raw in r:
+        line = raw.decode("utf-8", "replace").strip()
+        if not line.startswith("data: ") or line == "data: [DONE]":
+            continue
+        chunk = json.loads(line[6:])
+        if "error" in chunk:
+            raise SystemExit(f"stream error: {chunk['error']}")
+        for ch in chunk.get("choices", []):
+            if ch.get("text"):
+                if ttft is None:
+                    ttft = time.monotonic() - t0
+                text.append(ch["text"])
+    c.close()
+    return "".join(text), ttft if ttft is not None else time.monotonic() - t0, time.monotonic() - t0
+
+
+def words(rng, n):
+    vocab = ["alpha", "beta", "gamma", "delta", "kernel", "block", "cache", "route", "token",
+             "prefill", "decode", "layer", "value", "query", "engine", "proxy", "member"]
+    return " ".join(rng.choice(vocab) for _ in range(n))
+
+
+def run_chat(port, args, answers):
+    """One thread per session; each turn appends to the session's history."""
+    rng = random.Random(1)
+    system = "System: you are a careful assistant. " + words(rng, 90) + "\n"
+    questions = [[words(random.Random(s * 100 + t), 12) for t in range(args.turns)]
+                 for s in range(args.sessions)]
+    sent, lock = [], threading.Lock()
+
+    def session(s):
+        history = system
+        for t in range(args.turns):
+            prompt = history + f"User {s}: {questions[s][t]}?\nAssistant:"
+            text, ttft, e2e = stream(port, prompt, 16)
+            with lock:
+                sent.append((prompt, text, ttft, e2e, time.monotonic()))
+            history = prompt + text + "\n"
+    threads = [threading.Thread(target=session, args=(s,)) for s in range(args.sessions)]
+    t0 = time.monotonic()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return sent, time.monotonic() - t0
+
+
+def run_docs(port, args, answers):
+    rng = random.Random(2)
+    docs = [f"Document {d}: " + words(rng, 160) + "\n" for d in range(args.docs)]
+    prompts = [docs[d] + f"Question {q}: what does it say about {words(rng, 3)}?\nAnswer:"
+               for d in range(args.docs) for q in range(args.questions)]
+    random.Random(3).shuffle(prompts)
+    sent, lock, it = [], threading.Lock(), iter(prompts)
+
+    def client():
+        while True:
+            with lock:
+                prompt = next(it, None)
+            if prompt is None:
+                return
+            text, ttft, e2e = stream(port, prompt, 16)
+            with lock:
+                sent.append((prompt, text, ttft, e2e, time.monotonic()))
+    threads = [threading.Thread(target=client) for _ in range(args.concurrency)]
+    t0 = time.monotonic()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return sent, time.monotonic() - t0
+
+
+def oracle_hit_rate(port, sent):
+    """Each prompt's longest whole-block prefix that an earlier-finished request sent, over all
+    prompt tokens (token ids from a member's /tokenize)."""
+    seen, hit, total = set(), 0, 0
+    for prompt, text, _ttft, _e2e, _done in sorted(sent, key=lambda x: x[4] - x[3]):  # by start
+        status, body = request(port, "POST", "/tokenize", {"prompt": prompt})
+        ids = json.loads(body)["tokens"]
+        blocks = [tuple(ids[: (i + 1) * BLOCK]) for i in range(len(ids) // BLOCK)]
+        held = 0
+        while held < len(blocks) and hash(blocks[held]) in seen:
+            held += 1
+        hit += held * BLOCK
+        total += len(ids)
+        seen.update(hash(b) for b in blocks)
+    return hit / total if total else 0.0
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))] if xs else 0.0
+
+
+def measure(cluster, workload, args, answers):
+    before = {m: metrics(port) for m, port in cluster.members.items()}
+    sent, wall = (run_chat if workload == "chat" else run_docs)(cluster.proxy, args, answers)
+    after = {m: metrics(port) for m, port in cluster.members.items()}
+
+    def delta(members, name):
+        return sum(after[m].get(name, 0) - before[m].get(name, 0) for m in members)
+    ps, ds = ("p0", "p1"), ("d0", "d1")
+    prompt = delta(ps, "kvferry:prompt_tokens_total")
+    hits = delta(ps, "kvferry:prefix_cache_hit_tokens_total")
+    differ = 0
+    for prompt_text, text, *_ in sent:
+        if answers.setdefault(prompt_text, text) != text:
+            differ += 1
+    ttfts = [s[2] * 1000 for s in sent]
+    return {
+        "requests": len(sent), "req_per_s": len(sent) / wall,
+        "ttft_p50_ms": pct(ttfts, 0.5), "ttft_p99_ms": pct(ttfts, 0.99),
+        "p_hit_rate": hits / prompt if prompt else 0.0,
+        "p_tokens_computed": prompt - hits,
+        "d_pulled_bytes": delta(ds, "kvferry:kv_transfer_bytes_total"),
+        "oracle_hit_rate": oracle_hit_rate(cluster.members["p0"], sent),
+        "answers_differing_from_first_mode": differ,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kvferry", default="build/bin/kvferry")
+    ap.add_argument("--modes", nargs="+", default=["kv", "affinity", "least-loaded", "round-robin"])
+    ap.add_argument("--model", default="small")
+    ap.add_argument("--sessions", type=int, default=8)
+    ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--docs", type=int, default=4)
+    ap.add_argument("--questions", type=int, default=6)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    answers, results = {}, {}
+    for mode in args.modes:
+        work = tempfile.mkdtemp(prefix=f"kvferry-kv-routing-{mode}-")
+        cluster = Cluster(args.kvferry, mode, args.model, work)
+        try:
+            results[mode] = {w: measure(cluster, w, args, answers) for w in ("chat", "docs")}
+        finally:
+            cluster.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        print(json.dumps({"model": args.model, "results": results}, indent=1))
+        return
+    base = results.get("affinity")
+    for w in ("chat", "docs"):
+        print(f"### {w} (model {args.model})")
+        print("%-13s %7s %7s %9s %9s %7s %7s %11s %12s" % (
+            "mode", "req/s", "vs aff", "TTFT p50", "TTFT p99", "P hit", "oracle",
+            "P computed", "D pulled MB"))
+        for mode, r in results.items():
+            x = r[w]
+            ratio = x["req_per_s"] / base[w]["req_per_s"] if base else float("nan")
+            print("%-13s %7.2f %7.2f %9.1f %9.1f %7.3f %7.3f %11d %12.1f" % (
+                mode, x["req_per_s"], ratio, x["ttft_p50_ms"], x["ttft_p99_ms"],
+                x["p_hit_rate"], x["oracle_hit_rate"], x["p_tokens_computed"],
+                x["d_pulled_bytes"] / 1e6))
+        bad = sum(r[w]["answers_differing_from_first_mode"] for r in results.values())
+        print(f"answers differing across modes: {bad}\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
