@@ -143,7 +143,13 @@ StatusOr<std::unique_ptr<Route>> ClusterState::Pick(Leg leg, const RouteRequest&
   }
   const std::string& id = *ids[choice->index];
   Record& r = members_.at(id);
-  const int64_t tokens = leg == Leg::kPrefill ? EstimateTokens(request) : 0;
+  // The prefill work this leg adds: the prompt, less what the member holds of it (kv routing).
+  int64_t tokens = leg == Leg::kPrefill ? EstimateTokens(request) : 0;
+  if (tokens > 0 && request.cached_tokens) {
+    auto held = request.cached_tokens->find(id);
+    if (held != request.cached_tokens->end())
+      tokens -= std::clamp<int64_t>(held->second, 0, tokens);
+  }
   ++r.inflight[LegIndex(leg)];
   r.last_routed[LegIndex(leg)] = ++route_seq_;
   r.inflight_prefill_tokens += tokens;

@@ -53,7 +53,10 @@ ApplyCounts PrefixIndex::Apply(const std::string& id, const EventBatch& batch) {
       } else if (!Verified(*s, m.keys.salt)) {
         ++c.refused_hash;
       } else {
-        for (uint64_t h : s->block_hashes) ++m.blocks[h];
+        for (uint64_t h : s->block_hashes) {
+          ++m.blocks[h];
+          m.expected.erase(h);
+        }
         c.stored_blocks += static_cast<int64_t>(s->block_hashes.size());
       }
     } else if (const auto* r = std::get_if<BlockRemoved>(&event)) {
@@ -68,13 +71,26 @@ ApplyCounts PrefixIndex::Apply(const std::string& id, const EventBatch& batch) {
       }
     } else {
       m.blocks.clear();
+      m.expected.clear();
       ++c.cleared;
     }
   }
   return c;
 }
 
-std::map<std::string, int64_t> PrefixIndex::MatchedTokens(std::span<const int32_t> tokens) const {
+void PrefixIndex::Expect(const std::string& id, std::span<const int32_t> tokens, int64_t now_ms,
+                         int64_t expect_ms) {
+  auto it = members_.find(id);
+  if (it == members_.end()) return;
+  Member& m = it->second;
+  std::erase_if(m.expected, [now_ms](const auto& e) { return e.second <= now_ms; });
+  for (uint64_t h : ChainHashes(tokens, m.keys)) {
+    if (m.blocks.count(h) == 0) m.expected[h] = now_ms + expect_ms;
+  }
+}
+
+std::map<std::string, int64_t> PrefixIndex::MatchedTokens(std::span<const int32_t> tokens,
+                                                          int64_t now_ms) const {
   std::map<std::string, int64_t> out;
   std::vector<std::pair<MemberKeys, std::vector<uint64_t>>> hashed;  // one chain per distinct keys
   for (const auto& [id, m] : members_) {
@@ -87,9 +103,12 @@ std::map<std::string, int64_t> PrefixIndex::MatchedTokens(std::span<const int32_
       chain = &hashed.back().second;
     }
     int64_t held = 0;
-    while (held < static_cast<int64_t>(chain->size()) && m.blocks.count((*chain)[held]) != 0) {
-      ++held;
-    }
+    const auto holds = [&m, now_ms](uint64_t h) {
+      if (m.blocks.count(h) != 0) return true;
+      auto e = m.expected.find(h);
+      return e != m.expected.end() && e->second > now_ms;
+    };
+    while (held < static_cast<int64_t>(chain->size()) && holds((*chain)[held])) ++held;
     out[id] = held * m.keys.block_size;
   }
   return out;

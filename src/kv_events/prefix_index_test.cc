@@ -111,3 +111,27 @@ TEST(PrefixIndexTest, AChildStoredAfterItsParentChecksFromTheParent) {
 
 }  // namespace
 }  // namespace kvferry::kv_events
+
+namespace kvferry::kv_events {
+namespace {
+
+TEST(PrefixIndexExpectTest, ARoutedPromptCountsUntilConfirmedOrExpired) {
+  PrefixIndex index;
+  index.SetMember("a", {kBs, 7});
+  index.SetMember("b", {kBs, 7});
+  const std::vector<int32_t> prompt = Tokens(10);
+  index.Expect("a", prompt, /*now_ms=*/1000, /*expect_ms=*/500);
+  EXPECT_EQ(index.MatchedTokens(prompt, 1200),
+            (std::map<std::string, int64_t>{{"a", 8}, {"b", 0}}));
+  EXPECT_EQ(index.MatchedTokens(prompt, 1500).at("a"), 0);  // expired
+  index.Expect("a", prompt, 2000, 500);
+  index.Apply("a", Batch(StoredOf(std::span(prompt).first(4), 7)));  // confirms the first block
+  EXPECT_EQ(index.MatchedTokens(prompt, 2600).at("a"), 4);           // the second one expired
+  index.Expect("b", prompt, 3000, 500);
+  index.Apply("b", Batch(AllBlocksCleared{}));  // a restart forgets what it was expected to hold
+  EXPECT_EQ(index.MatchedTokens(prompt, 3100).at("b"), 0);
+  index.Expect("nobody", prompt, 0, 500);  // ignored
+}
+
+}  // namespace
+}  // namespace kvferry::kv_events

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "kvferry/common/logging.h"
@@ -18,6 +19,12 @@ struct KvRouter::Follower {
 };
 
 namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 bool SameFeed(const cluster::MemberInfo& a, const cluster::MemberInfo& b) {
   return a.kv_events == b.kv_events && a.kv_events_replay == b.kv_events_replay &&
@@ -145,7 +152,13 @@ StatusOr<std::vector<int32_t>> KvRouter::Tokenize(const std::string& client_body
 std::shared_ptr<const std::map<std::string, int64_t>> KvRouter::Holdings(
     std::span<const int32_t> tokens) const {
   MutexLock lock(&mu_);
-  return std::make_shared<const std::map<std::string, int64_t>>(index_.MatchedTokens(tokens));
+  return std::make_shared<const std::map<std::string, int64_t>>(
+      index_.MatchedTokens(tokens, NowMs()));
+}
+
+void KvRouter::NoteRouted(const std::string& member, std::span<const int32_t> tokens) {
+  MutexLock lock(&mu_);
+  index_.Expect(member, tokens, NowMs(), kExpectMs);
 }
 
 void KvRouter::CountPrediction(int64_t predicted, std::optional<int64_t> actual) {

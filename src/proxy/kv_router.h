@@ -51,6 +51,10 @@ class KvRouter {
   StatusOr<std::vector<int32_t>> Tokenize(const std::string& client_body);
   std::shared_ptr<const std::map<std::string, int64_t>> Holdings(
       std::span<const int32_t> tokens) const;
+  // A leg of a prompt was just sent to `member`: it will hold the prompt's blocks (expected for
+  // kExpectMs, or until its events confirm them; PrefixIndex::Expect).
+  void NoteRouted(const std::string& member, std::span<const int32_t> tokens);
+  static constexpr int64_t kExpectMs = 15000;
 
   // A prefill leg's outcome: the tokens the index said its member held, and the cached tokens
   // its answer reported (nullopt: not reported).

@@ -142,13 +142,15 @@ bool PumpRelay(StreamRelay& relay, Route& route, httplib::DataSink& sink, int64_
 // kv routing: the prompt's token ids (a member's /tokenize) and what each member holds of them.
 // Without a KvRouter, or when no member publishes events or the prompt cannot be tokenized, the
 // request is routed without them (routing.h: kv then routes as affinity).
+// `ids` gets the prompt's token ids (empty: not known).
 cluster::RouteRequest WithKvHoldings(cluster::RouteRequest request, KvRouter* kv,
-                                     const std::string& body) {
+                                     const std::string& body, std::vector<int32_t>* ids) {
   if (kv == nullptr || !kv->active()) return request;
   StatusOr<std::vector<int32_t>> tokens = kv->Tokenize(body);  // failures are counted there
   if (!tokens.ok()) return request;
   request.prompt_tokens = static_cast<int64_t>(tokens->size());
   request.cached_tokens = kv->Holdings(*tokens);
+  *ids = std::move(tokens).value();
   return request;
 }
 
@@ -171,7 +173,7 @@ class Flow : public std::enable_shared_from_this<Flow> {
         options_(options),
         req_(req),
         route_request_(WithKvHoldings(RouteRequestOf(req.body, options.affinity_prefix), options.kv,
-                                      req.body)),
+                                      req.body, &prompt_ids_)),
         stream_(WantsStream(req.body)),
         ticket_(std::move(ticket)) {
     request_id_ = req.get_header_value("X-Request-Id");
@@ -219,6 +221,8 @@ class Flow : public std::enable_shared_from_this<Flow> {
   cluster::Cluster* const cluster_;
   const FlowOptions& options_;
   const httplib::Request& req_;
+  std::vector<int32_t>
+      prompt_ids_;  // kv routing's tokenization; before route_request_ (it fills it)
   const cluster::RouteRequest route_request_;
   const bool stream_;
   std::string request_id_;
@@ -255,6 +259,9 @@ Flow::Placed Flow::WithRetries(Leg leg, const std::string& avoid, TryOnce try_on
 }
 
 Attempt Flow::TryPrefill(const Route& route, const std::string& body, bool need_params) {
+  if (options_.kv != nullptr && !prompt_ids_.empty()) {
+    options_.kv->NoteRouted(route.member_id(), prompt_ids_);
+  }
   auto url = ParseUpstreamUrl(route.url());
   if (!url.ok()) return Retry(url.status());
   const std::string who = "prefill instance " + url->ToString();
@@ -291,6 +298,9 @@ Attempt Flow::TryPrefill(const Route& route, const std::string& body, bool need_
 }
 
 Attempt Flow::TryDecode(const Route& route, const std::string& body) {
+  if (options_.kv != nullptr && !prompt_ids_.empty()) {
+    options_.kv->NoteRouted(route.member_id(), prompt_ids_);
+  }
   auto url = ParseUpstreamUrl(route.url());
   if (!url.ok()) return Retry(url.status());
   const std::string who = "decode instance " + url->ToString();

@@ -14,6 +14,12 @@
 // a wrong answer. BlockRemoved of an unknown hash, and events of members the index does not know,
 // are counted and ignored.
 //
+// Expected blocks: a router that just sent a prompt to a member knows the member will hold its
+// blocks once it computed them, before any event says so. Expect() records them for
+// `expect_ms`; MatchedTokens counts them as held until then, or until an event confirms them
+// (stored) or the member clears. Without this, requests sharing a prefix that arrive together
+// all look uncached and scatter.
+//
 // Not thread-safe: the owner serializes calls (the proxy holds it under a mutex).
 #pragma once
 
@@ -54,15 +60,22 @@ class PrefixIndex {
 
   ApplyCounts Apply(const std::string& id, const EventBatch& batch);
 
-  // For every member: how many leading tokens of `tokens` it holds (whole blocks only), hashing
-  // the prompt once per distinct MemberKeys.
-  std::map<std::string, int64_t> MatchedTokens(std::span<const int32_t> tokens) const;
+  // `id` will hold the whole blocks of `tokens` (a request was just routed to it), until
+  // now_ms + expect_ms at the latest. Unknown members are ignored.
+  void Expect(const std::string& id, std::span<const int32_t> tokens, int64_t now_ms,
+              int64_t expect_ms);
+
+  // For every member: how many leading tokens of `tokens` it holds or is expected to hold at
+  // now_ms (whole blocks only), hashing the prompt once per distinct MemberKeys.
+  std::map<std::string, int64_t> MatchedTokens(std::span<const int32_t> tokens,
+                                               int64_t now_ms = 0) const;
   int64_t blocks(const std::string& id) const;
 
  private:
   struct Member {
     MemberKeys keys;
-    std::unordered_map<uint64_t, int32_t> blocks;  // chain hash -> times stored
+    std::unordered_map<uint64_t, int32_t> blocks;    // chain hash -> times stored
+    std::unordered_map<uint64_t, int64_t> expected;  // chain hash -> until (ms)
   };
   static bool Verified(const BlockStored& e, uint64_t salt);
 
