@@ -102,16 +102,21 @@ std::map<std::string, int64_t> PrefixIndex::MatchedTokens(std::span<const int32_
       hashed.emplace_back(m.keys, ChainHashes(tokens, m.keys));
       chain = &hashed.back().second;
     }
-    int64_t held = 0;
-    const auto holds = [&m, now_ms](uint64_t h) {
-      if (m.blocks.count(h) != 0) return true;
-      auto e = m.expected.find(h);
-      return e != m.expected.end() && e->second > now_ms;
-    };
-    while (held < static_cast<int64_t>(chain->size()) && holds((*chain)[held])) ++held;
-    out[id] = held * m.keys.block_size;
+    out[id] = HeldBlocks(m, *chain, now_ms) * m.keys.block_size;
   }
   return out;
+}
+
+int64_t PrefixIndex::HeldBlocks(const Member& m, const std::vector<uint64_t>& chain,
+                                int64_t now_ms) {
+  const auto holds = [&m, now_ms](uint64_t h) {
+    if (m.blocks.count(h) != 0) return true;
+    auto e = m.expected.find(h);
+    return e != m.expected.end() && e->second > now_ms;
+  };
+  int64_t held = 0;
+  while (held < static_cast<int64_t>(chain.size()) && holds(chain[held])) ++held;
+  return held;
 }
 
 int64_t PrefixIndex::blocks(const std::string& id) const {

@@ -78,6 +78,8 @@ class PrefixIndex {
     std::unordered_map<uint64_t, int64_t> expected;  // chain hash -> until (ms)
   };
   static bool Verified(const BlockStored& e, uint64_t salt);
+  // How many leading hashes of `chain` m holds or is expected to hold at now_ms.
+  static int64_t HeldBlocks(const Member& m, const std::vector<uint64_t>& chain, int64_t now_ms);
 
   std::map<std::string, Member> members_;
 };
