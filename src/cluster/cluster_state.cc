@@ -113,6 +113,8 @@ StatusOr<std::unique_ptr<Route>> ClusterState::Pick(Leg leg, const RouteRequest&
                                                     const std::vector<std::string>& exclude,
                                                     const std::string& avoid) {
   MutexLock lock(&mu_);
+  const std::shared_ptr<const std::map<std::string, int64_t>> cached =
+      request.holdings ? request.holdings() : request.cached_tokens;
   std::vector<const std::string*> ids;
   std::vector<Candidate> candidates;
   const EngineKind want = leg == Leg::kDecode ? EngineOf(avoid) : EngineKind::kUnknown;
@@ -126,9 +128,9 @@ StatusOr<std::unique_ptr<Route>> ClusterState::Pick(Leg leg, const RouteRequest&
     Candidate c = CandidateOf(leg, id, r);
     c.excluded = std::find(exclude.begin(), exclude.end(), id) != exclude.end();
     c.avoid = id == avoid;
-    if (request.cached_tokens) {
-      auto held = request.cached_tokens->find(id);
-      if (held != request.cached_tokens->end()) c.cached_tokens = held->second;
+    if (cached) {
+      auto held = cached->find(id);
+      if (held != cached->end()) c.cached_tokens = held->second;
     }
     ids.push_back(&id);
     candidates.push_back(c);
@@ -145,11 +147,11 @@ StatusOr<std::unique_ptr<Route>> ClusterState::Pick(Leg leg, const RouteRequest&
   Record& r = members_.at(id);
   // The prefill work this leg adds: the prompt, less what the member holds of it (kv routing).
   int64_t tokens = leg == Leg::kPrefill ? EstimateTokens(request) : 0;
-  if (tokens > 0 && request.cached_tokens) {
-    auto held = request.cached_tokens->find(id);
-    if (held != request.cached_tokens->end())
-      tokens -= std::clamp<int64_t>(held->second, 0, tokens);
+  if (tokens > 0 && cached) {
+    auto held = cached->find(id);
+    if (held != cached->end()) tokens -= std::clamp<int64_t>(held->second, 0, tokens);
   }
+  if (request.on_pick) request.on_pick(id);
   ++r.inflight[LegIndex(leg)];
   r.last_routed[LegIndex(leg)] = ++route_seq_;
   r.inflight_prefill_tokens += tokens;

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -139,19 +140,40 @@ bool PumpRelay(StreamRelay& relay, Route& route, httplib::DataSink& sink, int64_
   }
 }
 
-// kv routing: the prompt's token ids (a member's /tokenize) and what each member holds of them.
-// Without a KvRouter, or when no member publishes events or the prompt cannot be tokenized, the
-// request is routed without them (routing.h: kv then routes as affinity).
-// `ids` gets the prompt's token ids (empty: not known).
+// kv routing's view of one request: the prompt's token ids, and the holdings the last pick saw
+// (the P pick's when P answers: what the prediction is measured against).
+struct KvView {
+  std::vector<int32_t> ids;
+  std::shared_ptr<const std::map<std::string, int64_t>> last;
+};
+
+// kv routing: the prompt's token ids (a member's /tokenize), and callbacks that give each pick
+// the members' holdings at that moment and tell the index which member was chosen
+// (cluster/route.h). Without a KvRouter, or when no member publishes events or the prompt
+// cannot be tokenized, the request is routed without them (routing.h: kv then routes as
+// affinity) and `view` stays null.
 cluster::RouteRequest WithKvHoldings(cluster::RouteRequest request, KvRouter* kv,
-                                     const std::string& body, std::vector<int32_t>* ids) {
+                                     const std::string& body, std::shared_ptr<KvView>* view) {
   if (kv == nullptr || !kv->active()) return request;
   StatusOr<std::vector<int32_t>> tokens = kv->Tokenize(body);  // failures are counted there
   if (!tokens.ok()) return request;
-  request.prompt_tokens = static_cast<int64_t>(tokens->size());
-  request.cached_tokens = kv->Holdings(*tokens);
-  *ids = std::move(tokens).value();
+  auto v = std::make_shared<KvView>();
+  v->ids = std::move(tokens).value();
+  request.prompt_tokens = static_cast<int64_t>(v->ids.size());
+  request.holdings = [kv, v] {
+    v->last = kv->Holdings(v->ids);
+    return v->last;
+  };
+  request.on_pick = [kv, v](const std::string& member) { kv->NoteRouted(member, v->ids); };
+  *view = std::move(v);
   return request;
+}
+
+// Tokens of the prompt that `member` held at the last pick (0: none known).
+int64_t HeldAtLastPick(const KvView* view, const std::string& member) {
+  if (view == nullptr || !view->last) return 0;
+  auto it = view->last->find(member);
+  return it == view->last->end() ? 0 : std::max<int64_t>(it->second, 0);
 }
 
 // The stream of a request resumed on D after P's first token: P's chunk already went out, D's
@@ -173,7 +195,7 @@ class Flow : public std::enable_shared_from_this<Flow> {
         options_(options),
         req_(req),
         route_request_(WithKvHoldings(RouteRequestOf(req.body, options.affinity_prefix), options.kv,
-                                      req.body, &prompt_ids_)),
+                                      req.body, &kv_view_)),
         stream_(WantsStream(req.body)),
         ticket_(std::move(ticket)) {
     request_id_ = req.get_header_value("X-Request-Id");
@@ -221,8 +243,7 @@ class Flow : public std::enable_shared_from_this<Flow> {
   cluster::Cluster* const cluster_;
   const FlowOptions& options_;
   const httplib::Request& req_;
-  std::vector<int32_t>
-      prompt_ids_;  // kv routing's tokenization; before route_request_ (it fills it)
+  std::shared_ptr<KvView> kv_view_;  // kv routing; before route_request_ (which fills it)
   const cluster::RouteRequest route_request_;
   const bool stream_;
   std::string request_id_;
@@ -259,9 +280,6 @@ Flow::Placed Flow::WithRetries(Leg leg, const std::string& avoid, TryOnce try_on
 }
 
 Attempt Flow::TryPrefill(const Route& route, const std::string& body, bool need_params) {
-  if (options_.kv != nullptr && !prompt_ids_.empty()) {
-    options_.kv->NoteRouted(route.member_id(), prompt_ids_);
-  }
   auto url = ParseUpstreamUrl(route.url());
   if (!url.ok()) return Retry(url.status());
   const std::string who = "prefill instance " + url->ToString();
@@ -282,9 +300,8 @@ Attempt Flow::TryPrefill(const Route& route, const std::string& body, bool need_
     auto params = ExtractKvTransferParams(*text);
     if (!params.ok()) return AnswerError(params.status().WithContext(who));
   }
-  if (options_.kv != nullptr && route_request_.cached_tokens) {
-    const auto held = route_request_.cached_tokens->find(route.member_id());
-    options_.kv->CountPrediction(held == route_request_.cached_tokens->end() ? 0 : held->second,
+  if (options_.kv != nullptr && kv_view_) {
+    options_.kv->CountPrediction(HeldAtLastPick(kv_view_.get(), route.member_id()),
                                  CachedTokensOf(*text));
   }
   if (auto tokens = PromptTokensOf(*text); tokens && route_request_.prompt_token_ids < 0) {
@@ -298,9 +315,6 @@ Attempt Flow::TryPrefill(const Route& route, const std::string& body, bool need_
 }
 
 Attempt Flow::TryDecode(const Route& route, const std::string& body) {
-  if (options_.kv != nullptr && !prompt_ids_.empty()) {
-    options_.kv->NoteRouted(route.member_id(), prompt_ids_);
-  }
   auto url = ParseUpstreamUrl(route.url());
   if (!url.ok()) return Retry(url.status());
   const std::string who = "decode instance " + url->ToString();
@@ -348,11 +362,7 @@ bool Flow::ServedByDecodeAlone(httplib::Response& res) {
   if (options_.disagg_min_uncached_tokens <= 0 || tokens < 0) return false;
   auto d_route = cluster_->Pick(Leg::kDecode, route_request_);
   if (!d_route.ok()) return false;  // the normal flow reports it
-  int64_t held = 0;
-  if (route_request_.cached_tokens) {
-    auto it = route_request_.cached_tokens->find((*d_route)->member_id());
-    if (it != route_request_.cached_tokens->end()) held = std::max<int64_t>(it->second, 0);
-  }
+  const int64_t held = HeldAtLastPick(kv_view_.get(), (*d_route)->member_id());
   if (tokens - held >= options_.disagg_min_uncached_tokens) {
     (*d_route)->Finish(Route::Outcome::kNeutral);
     return false;

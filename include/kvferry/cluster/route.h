@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -33,6 +34,12 @@ struct RouteRequest {
   // the leading prompt tokens it holds (null: none known; a member not in the map: unknown).
   int64_t prompt_tokens = -1;
   std::shared_ptr<const std::map<std::string, int64_t>> cached_tokens;
+  // When set, called under the cluster's lock at each pick instead of reading cached_tokens:
+  // the holdings then; and `on_pick` with the member chosen. So concurrent requests sharing a
+  // prefix see each other's picks (the first one's member counts as holding it), never a
+  // snapshot taken before either was placed.
+  std::function<std::shared_ptr<const std::map<std::string, int64_t>>()> holdings;
+  std::function<void(const std::string& member_id)> on_pick;
 };
 
 class ClusterState;
