@@ -12,7 +12,9 @@
 namespace kvferry::kv_events {
 namespace {
 
-constexpr int64_t kWaitMs = 5000;
+// Bounds that only a failure reaches (the sanitizer builds run these many times slower).
+constexpr int64_t kWaitMs = 20000;
+constexpr int64_t kReplayMs = 20000;
 
 std::unique_ptr<Publisher> StartPublisher(int64_t buffer_steps = 100, int32_t send_hwm = 1000) {
   PublisherOptions o;
@@ -28,13 +30,14 @@ std::unique_ptr<Subscriber> Subscribe(const Publisher& p) {
   SubscriberOptions o;
   o.endpoint = p.endpoint();
   o.replay_endpoint = p.replay_endpoint();
+  o.replay_timeout_ms = kReplayMs;
   auto s = Subscriber::Connect(o);
   EXPECT_TRUE(s.ok()) << s.status();
   return std::move(s).value();
 }
 
 void WaitPublished(const Publisher& p, int64_t n) {
-  for (int i = 0; i < 500 && p.stats().published < n; ++i) {
+  for (int i = 0; i < 2000 && p.stats().published < n; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   ASSERT_EQ(p.stats().published, n);
