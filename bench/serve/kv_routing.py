@@ -157,13 +157,24 @@ def stream(port, prompt, max_tokens):
     return "".join(text), ttft if ttft is not None else time.monotonic() - t0, time.monotonic() - t0
 
 
+def run_clients(fns):
+    """Runs each function on its own thread; the seconds until all returned."""
+    threads = [threading.Thread(target=fn) for fn in fns]
+    t0 = time.monotonic()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return time.monotonic() - t0
+
+
 def words(rng, n):
     vocab = ["alpha", "beta", "gamma", "delta", "kernel", "block", "cache", "route", "token",
              "prefill", "decode", "layer", "value", "query", "engine", "proxy", "member"]
     return " ".join(rng.choice(vocab) for _ in range(n))
 
 
-def run_chat(port, args, answers):
+def run_chat(port, args):
     """One thread per session; each turn appends to the session's history."""
     rng = random.Random(1)
     system = "System: you are a careful assistant. " + words(rng, 90) + "\n"
@@ -179,16 +190,10 @@ def run_chat(port, args, answers):
             with lock:
                 sent.append((prompt, text, ttft, e2e, time.monotonic()))
             history = prompt + text + "\n"
-    threads = [threading.Thread(target=session, args=(s,)) for s in range(args.sessions)]
-    t0 = time.monotonic()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    return sent, time.monotonic() - t0
+    return sent, run_clients([lambda s=s: session(s) for s in range(args.sessions)])
 
 
-def run_docs(port, args, answers):
+def run_docs(port, args):
     rng = random.Random(2)
     docs = [f"Document {d}: " + words(rng, 160) + "\n" for d in range(args.docs)]
     prompts = [docs[d] + f"Question {q}: what does it say about {words(rng, 3)}?\nAnswer:"
@@ -205,13 +210,7 @@ def run_docs(port, args, answers):
             text, ttft, e2e = stream(port, prompt, 16)
             with lock:
                 sent.append((prompt, text, ttft, e2e, time.monotonic()))
-    threads = [threading.Thread(target=client) for _ in range(args.concurrency)]
-    t0 = time.monotonic()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    return sent, time.monotonic() - t0
+    return sent, run_clients([client] * args.concurrency)
 
 
 def oracle_hit_rate(port, sent):
@@ -238,7 +237,7 @@ def pct(xs, q):
 
 def measure(cluster, workload, args, answers):
     before = {m: metrics(port) for m, port in cluster.members.items()}
-    sent, wall = (run_chat if workload == "chat" else run_docs)(cluster.proxy, args, answers)
+    sent, wall = (run_chat if workload == "chat" else run_docs)(cluster.proxy, args)
     after = {m: metrics(port) for m, port in cluster.members.items()}
 
     def delta(members, name):

@@ -4,52 +4,13 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster/cluster_state.h"
+#include "kvferry/common/prometheus_text.h"
 
 namespace kvferry::cluster {
 
 namespace {
 
-std::string Escape(std::string_view v) {
-  std::string out;
-  for (char c : v) {
-    if (c == '\\' || c == '"') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
-      continue;
-    }
-    out += c;
-  }
-  return out;
-}
-
-// Appends Prometheus families; each Family() starts a new # HELP/# TYPE block.
-class Writer {
- public:
-  void Family(const char* name, const char* type, const char* help) {
-    name_ = name;
-    out_ += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
-  }
-  void Sample(std::initializer_list<std::pair<const char*, std::string_view>> labels, double v) {
-    out_ += name_;
-    if (labels.size() > 0) {
-      out_ += "{";
-      bool first = true;
-      for (const auto& [k, val] : labels) {
-        out_ += (first ? "" : ",") + std::string(k) + "=\"" + Escape(val) + "\"";
-        first = false;
-      }
-      out_ += "}";
-    }
-    char buf[48];
-    std::snprintf(buf, sizeof(buf), " %.17g\n", v);
-    out_ += buf;
-  }
-  std::string Take() { return std::move(out_); }
-
- private:
-  std::string name_;
-  std::string out_;
-};
+using Writer = PrometheusText;
 
 const char* const kLegs[2] = {"prefill", "decode"};
 

@@ -114,7 +114,7 @@ StatusOr<std::unique_ptr<Route>> ClusterState::Pick(Leg leg, const RouteRequest&
                                                     const std::string& avoid) {
   MutexLock lock(&mu_);
   const std::shared_ptr<const std::map<std::string, int64_t>> cached =
-      request.holdings ? request.holdings() : request.cached_tokens;
+      request.holdings ? request.holdings() : nullptr;
   std::vector<const std::string*> ids;
   std::vector<Candidate> candidates;
   const EngineKind want = leg == Leg::kDecode ? EngineOf(avoid) : EngineKind::kUnknown;

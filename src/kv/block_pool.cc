@@ -52,6 +52,17 @@ BlockHash HashBlockTokens(uint64_t salt, BlockHash parent, std::span<const int32
   return Mix64(h ^ (static_cast<uint64_t>(tokens.size()) << 1));
 }
 
+std::vector<BlockHash> ChainHashes(uint64_t salt, BlockHash parent, int32_t block_size_logical,
+                                   std::span<const int32_t> tokens) {
+  std::vector<BlockHash> out;
+  const size_t bs = static_cast<size_t>(block_size_logical);
+  for (size_t i = 0; bs > 0 && (i + 1) * bs <= tokens.size(); ++i) {
+    parent = HashBlockTokens(salt, parent, tokens.subspan(i * bs, bs));
+    out.push_back(parent);
+  }
+  return out;
+}
+
 StatusOr<BlockPool> BlockPool::Create(const BlockPoolOptions& options) {
   if (options.num_blocks_logical <= 0) {
     return InvalidArgumentError("num_blocks_logical must be positive, got " +

@@ -40,4 +40,18 @@ StatusOr<std::string> BindEndpoint(zmq::socket_t& socket, const std::string& end
   }
 }
 
+std::vector<zmq::message_t> RecvFrames(zmq::socket_t& socket, size_t max) {
+  std::vector<zmq::message_t> frames;
+  do {
+    zmq::message_t msg;
+    if (!socket.recv(msg, zmq::recv_flags::dontwait)) break;
+    frames.push_back(std::move(msg));
+  } while (socket.get(zmq::sockopt::rcvmore) && frames.size() < max);
+  while (!frames.empty() && socket.get(zmq::sockopt::rcvmore)) {  // drain an oversized message
+    zmq::message_t rest;
+    if (!socket.recv(rest, zmq::recv_flags::dontwait)) break;
+  }
+  return frames;
+}
+
 }  // namespace kvferry::kv_events

@@ -3,21 +3,6 @@
 #include "kvferry/kv/block_pool.h"
 
 namespace kvferry::kv_events {
-namespace {
-
-// The chain hashes of `tokens`'s whole blocks.
-std::vector<uint64_t> ChainHashes(std::span<const int32_t> tokens, const MemberKeys& keys) {
-  std::vector<uint64_t> out;
-  const size_t bs = static_cast<size_t>(keys.block_size);
-  uint64_t parent = 0;
-  for (size_t i = 0; bs > 0 && (i + 1) * bs <= tokens.size(); ++i) {
-    parent = kv::HashBlockTokens(keys.salt, parent, tokens.subspan(i * bs, bs));
-    out.push_back(parent);
-  }
-  return out;
-}
-
-}  // namespace
 
 void PrefixIndex::SetMember(const std::string& id, MemberKeys keys) {
   Member& m = members_[id];
@@ -28,14 +13,9 @@ void PrefixIndex::SetMember(const std::string& id, MemberKeys keys) {
 void PrefixIndex::RemoveMember(const std::string& id) { members_.erase(id); }
 
 bool PrefixIndex::Verified(const BlockStored& e, uint64_t salt) {
-  const size_t bs = static_cast<size_t>(e.block_size);
-  uint64_t parent = e.parent_block_hash.value_or(0);
-  for (size_t i = 0; i < e.block_hashes.size(); ++i) {
-    const std::span<const int32_t> tokens(e.token_ids.data() + i * bs, bs);
-    if (kv::HashBlockTokens(salt, parent, tokens) != e.block_hashes[i]) return false;
-    parent = e.block_hashes[i];
-  }
-  return true;
+  // The decoder has checked that the tokens fill exactly the blocks named.
+  return kv::ChainHashes(salt, e.parent_block_hash.value_or(0), e.block_size, e.token_ids) ==
+         e.block_hashes;
 }
 
 ApplyCounts PrefixIndex::Apply(const std::string& id, const EventBatch& batch) {
@@ -84,7 +64,7 @@ void PrefixIndex::Expect(const std::string& id, std::span<const int32_t> tokens,
   if (it == members_.end()) return;
   Member& m = it->second;
   std::erase_if(m.expected, [now_ms](const auto& e) { return e.second <= now_ms; });
-  for (uint64_t h : ChainHashes(tokens, m.keys)) {
+  for (uint64_t h : kv::ChainHashes(m.keys.salt, 0, m.keys.block_size, tokens)) {
     if (m.blocks.count(h) == 0) m.expected[h] = now_ms + expect_ms;
   }
 }
@@ -99,7 +79,7 @@ std::map<std::string, int64_t> PrefixIndex::MatchedTokens(std::span<const int32_
       if (keys == m.keys) chain = &hashes;
     }
     if (chain == nullptr) {
-      hashed.emplace_back(m.keys, ChainHashes(tokens, m.keys));
+      hashed.emplace_back(m.keys, kv::ChainHashes(m.keys.salt, 0, m.keys.block_size, tokens));
       chain = &hashed.back().second;
     }
     out[id] = HeldBlocks(m, *chain, now_ms) * m.keys.block_size;

@@ -175,12 +175,7 @@ void Publisher::State::Reply(const zmq::message_t& client, std::string_view seq,
 }
 
 void Publisher::State::ServeReplay() {
-  std::vector<zmq::message_t> frames;
-  do {
-    zmq::message_t msg;
-    if (!replay.recv(msg, zmq::recv_flags::dontwait)) break;
-    frames.push_back(std::move(msg));
-  } while (replay.get(zmq::sockopt::rcvmore) && frames.size() < 8);
+  std::vector<zmq::message_t> frames = RecvFrames(replay, 8);
   // [client id, "", start_seq]
   StatusOr<int64_t> start = frames.size() == 3 && frames[1].size() == 0
                                 ? DecodeSeq(frames[2].to_string_view())

@@ -15,27 +15,6 @@ namespace {
 
 constexpr int64_t kMaxMessageBytes = int64_t{64} << 20;
 
-// Up to `max` frames of one message; empty when none is waiting.
-std::vector<zmq::message_t> RecvFrames(zmq::socket_t& socket, size_t max) {
-  std::vector<zmq::message_t> frames;
-  do {
-    zmq::message_t msg;
-    if (!socket.recv(msg, zmq::recv_flags::dontwait)) break;
-    frames.push_back(std::move(msg));
-  } while (socket.get(zmq::sockopt::rcvmore) && frames.size() < max);
-  while (!frames.empty() && socket.get(zmq::sockopt::rcvmore)) {  // drain an oversized message
-    zmq::message_t rest;
-    if (!socket.recv(rest, zmq::recv_flags::dontwait)) break;
-  }
-  return frames;
-}
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 bool Readable(zmq::socket_t& socket, int64_t wait_ms) {
   zmq::pollitem_t item = {socket.handle(), 0, ZMQ_POLLIN, 0};
   zmq::poll(&item, 1, std::chrono::milliseconds(std::max<int64_t>(wait_ms, 0)));
@@ -149,21 +128,21 @@ bool Subscriber::Replay(int64_t from) {
 StatusOr<std::optional<SequencedBatch>> Subscriber::Next(int64_t timeout_ms) {
   const Deadline deadline = Deadline::AfterMs(timeout_ms);
   const bool catch_up = options_.catch_up_ms > 0 && !options_.replay_endpoint.empty();
-  if (catch_up && catch_up_at_ms_ == 0) catch_up_at_ms_ = NowMs() + options_.catch_up_ms;
+  if (catch_up && catch_up_at_ms_ == 0) catch_up_at_ms_ = SteadyNowMs() + options_.catch_up_ms;
   try {
     while (pending_.empty()) {
       int64_t wait = deadline.RemainingMs();
-      if (catch_up) wait = std::min(wait, std::max<int64_t>(catch_up_at_ms_ - NowMs(), 0));
+      if (catch_up) wait = std::min(wait, std::max<int64_t>(catch_up_at_ms_ - SteadyNowMs(), 0));
       if (!Readable(sockets_->sub, wait)) {
-        if (catch_up && NowMs() >= catch_up_at_ms_) {
+        if (catch_up && SteadyNowMs() >= catch_up_at_ms_) {
           Replay(std::max<int64_t>(next_seq_, 0));
-          catch_up_at_ms_ = NowMs() + options_.catch_up_ms;
+          catch_up_at_ms_ = SteadyNowMs() + options_.catch_up_ms;
           continue;
         }
         if (deadline.Expired()) break;
         continue;
       }
-      if (catch_up) catch_up_at_ms_ = NowMs() + options_.catch_up_ms;
+      if (catch_up) catch_up_at_ms_ = SteadyNowMs() + options_.catch_up_ms;
       std::vector<zmq::message_t> f = RecvFrames(sockets_->sub, 4);
       StatusOr<int64_t> seq = f.size() == 3 ? DecodeSeq(f[1].to_string_view())
                                             : InvalidArgumentError("not [topic, seq, data]");

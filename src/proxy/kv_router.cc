@@ -6,7 +6,9 @@
 #include <chrono>
 #include <nlohmann/json.hpp>
 
+#include "kvferry/common/deadline.h"
 #include "kvferry/common/logging.h"
+#include "kvferry/common/prometheus_text.h"
 #include "kvferry/kv_events/subscriber.h"
 #include "proxy/upstream_client.h"
 
@@ -19,12 +21,6 @@ struct KvRouter::Follower {
 };
 
 namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 bool SameFeed(const cluster::MemberInfo& a, const cluster::MemberInfo& b) {
   return a.kv_events == b.kv_events && a.kv_events_replay == b.kv_events_replay &&
@@ -153,12 +149,12 @@ std::shared_ptr<const std::map<std::string, int64_t>> KvRouter::Holdings(
     std::span<const int32_t> tokens) const {
   MutexLock lock(&mu_);
   return std::make_shared<const std::map<std::string, int64_t>>(
-      index_.MatchedTokens(tokens, NowMs()));
+      index_.MatchedTokens(tokens, SteadyNowMs()));
 }
 
 void KvRouter::NoteRouted(const std::string& member, std::span<const int32_t> tokens) {
   MutexLock lock(&mu_);
-  index_.Expect(member, tokens, NowMs(), kExpectMs);
+  index_.Expect(member, tokens, SteadyNowMs(), kExpectMs);
 }
 
 void KvRouter::CountPrediction(int64_t predicted, std::optional<int64_t> actual) {
@@ -171,18 +167,14 @@ void KvRouter::CountPrediction(int64_t predicted, std::optional<int64_t> actual)
 }
 
 std::string KvRouter::RenderMetrics() const {
-  std::string out;
-  const auto family = [&out](const char* name, const char* type, const char* help) {
-    out += fmt::format("# HELP kvferry:proxy_kv_{} {}\n# TYPE kvferry:proxy_kv_{} {}\n", name, help,
-                       name, type);
-  };
+  PrometheusText w;
   MutexLock lock(&mu_);
-  family("index_blocks", "gauge", "Blocks the KV index holds for each member.");
+  w.Family("kvferry:proxy_kv_index_blocks", "gauge", "Blocks the KV index holds for each member.");
   for (const auto& [id, f] : followers_) {
-    out +=
-        fmt::format("kvferry:proxy_kv_index_blocks{{member=\"{}\"}} {}\n", id, index_.blocks(id));
+    w.Sample({{"member", id}}, static_cast<double>(index_.blocks(id)));
   }
-  family("events_total", "counter", "KV-event blocks applied or refused, per member and kind.");
+  w.Family("kvferry:proxy_kv_events_total", "counter",
+           "KV-event blocks applied or refused, per member and kind.");
   for (const auto& [id, c] : counters_) {
     for (const auto& [kind, n] : {std::pair{"stored", c.stored},
                                   {"removed", c.removed},
@@ -191,33 +183,29 @@ std::string KvRouter::RenderMetrics() const {
                                   {"refused_hash", c.refused_hash},
                                   {"unknown_removal", c.unknown_removals},
                                   {"garbage", c.garbage}}) {
-      out += fmt::format("kvferry:proxy_kv_events_total{{member=\"{}\",kind=\"{}\"}} {}\n", id,
-                         kind, n);
+      w.Sample({{"member", id}, {"kind", kind}}, static_cast<double>(n));
     }
   }
-  family("stream_total", "counter", "Gaps, replays and restarts seen in members' event streams.");
+  w.Family("kvferry:proxy_kv_stream_total", "counter",
+           "Gaps, replays and restarts seen in members' event streams.");
   for (const auto& [id, c] : counters_) {
     for (const auto& [kind, n] :
          {std::pair{"gap", c.gaps}, {"replay", c.replays}, {"restart", c.restarts}}) {
-      out += fmt::format("kvferry:proxy_kv_stream_total{{member=\"{}\",kind=\"{}\"}} {}\n", id,
-                         kind, n);
+      w.Sample({{"member", id}, {"kind", kind}}, static_cast<double>(n));
     }
   }
-  family("tokenize_failures_total", "counter", "Prompts kv routing could not tokenize.");
-  out += fmt::format("kvferry:proxy_kv_tokenize_failures_total {}\n", tokenize_failures_.load());
-  family("prefix_tokens_total", "counter",
-         "Prefill legs' prompt tokens the index predicted cached, and that P reported cached.");
-  out += fmt::format("kvferry:proxy_kv_prefix_tokens_total{{kind=\"predicted\"}} {}\n",
-                     predicted_tokens_.load());
-  out += fmt::format("kvferry:proxy_kv_prefix_tokens_total{{kind=\"actual\"}} {}\n",
-                     actual_tokens_.load());
-  family("predictions_total", "counter",
-         "Prefill legs routed with the index, and those predicted a hit whose P cached nothing.");
-  out +=
-      fmt::format("kvferry:proxy_kv_predictions_total{{kind=\"all\"}} {}\n", predictions_.load());
-  out += fmt::format("kvferry:proxy_kv_predictions_total{{kind=\"missed\"}} {}\n",
-                     predictions_missed_.load());
-  return out;
+  w.Family("kvferry:proxy_kv_tokenize_failures_total", "counter",
+           "Prompts kv routing could not tokenize.");
+  w.Sample({}, static_cast<double>(tokenize_failures_.load()));
+  w.Family("kvferry:proxy_kv_prefix_tokens_total", "counter",
+           "Prefill legs' prompt tokens the index predicted cached, and that P reported cached.");
+  w.Sample({{"kind", "predicted"}}, static_cast<double>(predicted_tokens_.load()));
+  w.Sample({{"kind", "actual"}}, static_cast<double>(actual_tokens_.load()));
+  w.Family("kvferry:proxy_kv_predictions_total", "counter",
+           "Prefill legs routed with the index, and those predicted a hit whose P cached nothing.");
+  w.Sample({{"kind", "all"}}, static_cast<double>(predictions_.load()));
+  w.Sample({{"kind", "missed"}}, static_cast<double>(predictions_missed_.load()));
+  return w.Take();
 }
 
 }  // namespace kvferry::proxy

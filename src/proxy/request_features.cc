@@ -88,19 +88,24 @@ cluster::RouteRequest RouteRequestOf(std::string_view client_body, int32_t affin
   return r;
 }
 
-std::optional<int64_t> PromptTokensOf(std::string_view response_body) {
+namespace {
+
+// The integer at `pointer` in an answer's JSON, when there is one.
+std::optional<int64_t> IntegerAt(std::string_view response_body, const char* pointer) {
   const json j = json::parse(response_body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_object() || !j.contains("usage") || !j["usage"].is_object()) return std::nullopt;
-  const json& u = j["usage"];
-  if (!u.contains("prompt_tokens") || !u["prompt_tokens"].is_number_integer()) return std::nullopt;
-  return u["prompt_tokens"].get<int64_t>();
+  const json::json_pointer where(pointer);
+  if (!j.is_object() || !j.contains(where) || !j[where].is_number_integer()) return std::nullopt;
+  return j[where].get<int64_t>();
+}
+
+}  // namespace
+
+std::optional<int64_t> PromptTokensOf(std::string_view response_body) {
+  return IntegerAt(response_body, "/usage/prompt_tokens");
 }
 
 std::optional<int64_t> CachedTokensOf(std::string_view response_body) {
-  const json j = json::parse(response_body, nullptr, /*allow_exceptions=*/false);
-  const json::json_pointer where("/usage/prompt_tokens_details/cached_tokens");
-  if (!j.is_object() || !j.contains(where) || !j[where].is_number_integer()) return std::nullopt;
-  return j[where].get<int64_t>();
+  return IntegerAt(response_body, "/usage/prompt_tokens_details/cached_tokens");
 }
 
 }  // namespace kvferry::proxy

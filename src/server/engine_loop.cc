@@ -3,16 +3,11 @@
 #include <algorithm>
 #include <chrono>
 
+#include "kvferry/common/deadline.h"
 #include "kvferry/common/logging.h"
 
 namespace kvferry::server {
 namespace {
-
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 engine::RequestOutput ErrorOutput(const std::string& id, Status status) {
   engine::RequestOutput out;
@@ -97,7 +92,7 @@ void EngineLoop::Run(EngineLoopOptions options) {
     DrainInbox();
     // Draining ends when no client waits any more (blocks held only for remote readers get a
     // bounded grace period in Shutdown()), or at the drain deadline.
-    if (stop_requested_ && (live_.empty() || NowMs() >= drain_deadline_ms_)) break;
+    if (stop_requested_ && (live_.empty() || SteadyNowMs() >= drain_deadline_ms_)) break;
     if (engine_->HasWork()) {
       Dispatch(engine_->Step());
       if (!engine_->HasComputableWork()) {
@@ -111,9 +106,9 @@ void EngineLoop::Run(EngineLoopOptions options) {
         return !submissions_.empty() || !aborts_.empty() || stop_requested_.load();
       });
     }
-    if (NowMs() - last_publish_ms >= 50) {
+    if (SteadyNowMs() - last_publish_ms >= 50) {
       PublishStats();
-      last_publish_ms = NowMs();
+      last_publish_ms = SteadyNowMs();
     }
   }
   Shutdown();
@@ -237,7 +232,7 @@ void EngineLoop::Stop(int64_t drain_ms) {
     MutexLock lock(&mu_);
     accepting_ = false;
   }
-  drain_deadline_ms_ = NowMs() + drain_ms;
+  drain_deadline_ms_ = SteadyNowMs() + drain_ms;
   stop_requested_ = true;
   cv_.NotifyAll();
   thread_.join();

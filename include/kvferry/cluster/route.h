@@ -30,14 +30,12 @@ struct RouteRequest {
   std::optional<uint64_t> affinity_key;  // prefill only
   int64_t prompt_bytes = 0;              // a text prompt's UTF-8 bytes
   int64_t prompt_token_ids = -1;         // a token-id prompt's length; -1: a text prompt
-  // kv routing (routing.h): the prompt's length in tokens (-1: unknown), and for each member id
-  // the leading prompt tokens it holds (null: none known; a member not in the map: unknown).
+  // kv routing (routing.h): the prompt's length in tokens (-1: unknown). `holdings`, when set,
+  // is called under the cluster's lock at each pick: for each member id, the leading prompt
+  // tokens it holds then (a member not in the map: unknown); `on_pick` is told the member chosen.
+  // So concurrent requests sharing a prefix see each other's picks (the first one's member counts
+  // as holding it), never a snapshot taken before either was placed.
   int64_t prompt_tokens = -1;
-  std::shared_ptr<const std::map<std::string, int64_t>> cached_tokens;
-  // When set, called under the cluster's lock at each pick instead of reading cached_tokens:
-  // the holdings then; and `on_pick` with the member chosen. So concurrent requests sharing a
-  // prefix see each other's picks (the first one's member counts as holding it), never a
-  // snapshot taken before either was placed.
   std::function<std::shared_ptr<const std::map<std::string, int64_t>>()> holdings;
   std::function<void(const std::string& member_id)> on_pick;
 };

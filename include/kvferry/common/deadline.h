@@ -31,4 +31,11 @@ class Deadline {
   Clock::time_point tp_;
 };
 
+// Milliseconds on the steady clock (the one Deadline uses): for intervals, never for dates.
+inline int64_t SteadyNowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             Deadline::Clock::now().time_since_epoch())
+      .count();
+}
+
 }  // namespace kvferry

@@ -66,6 +66,10 @@ struct BlockPoolStats {
 
 // Chain hash of one full block: H(salt, parent, tokens). `parent` is 0 for the first block.
 BlockHash HashBlockTokens(uint64_t salt, BlockHash parent, std::span<const int32_t> tokens);
+// The chain hashes of the whole blocks of `tokens` (block_size_logical each), the first one's
+// parent being `parent` (0: the chain starts here): what the pool registers them under.
+std::vector<BlockHash> ChainHashes(uint64_t salt, BlockHash parent, int32_t block_size_logical,
+                                   std::span<const int32_t> tokens);
 
 class BlockPool {
  public:
