@@ -12,7 +12,7 @@ include_guard(GLOBAL)
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
-set(KVFERRY_INSTALLED_LAYERS common formats jinja tokenizer kv kv_events transfer connector_leases connector
+set(KVFERRY_INSTALLED_LAYERS common formats jinja tokenizer kv kv_events kv_offload transfer connector_leases connector
     engine http cluster server proxy)
 
 # Everything the install rules copy, so that `make package` need not build tests and benchmarks.

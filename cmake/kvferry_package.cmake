@@ -40,7 +40,7 @@ set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION TRUE)
 
 set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_NAME kvferry-dev)
 set(CPACK_DEBIAN_DEVELOPMENT_PACKAGE_DEPENDS
-    "cmake, pkg-config, libfmt-dev, libspdlog-dev, nlohmann-json3-dev, libssl-dev, libmsgpack-cxx-dev, libucx-dev, libzmq3-dev, libcpp-httplib-dev, libpcre2-dev, libutf8proc-dev")
+    "cmake, pkg-config, libfmt-dev, libspdlog-dev, nlohmann-json3-dev, libssl-dev, libmsgpack-cxx-dev, libucx-dev, libzmq3-dev, libcpp-httplib-dev, libpcre2-dev, libutf8proc-dev, libxxhash-dev")
 set(CPACK_DEBIAN_DEVELOPMENT_DESCRIPTION
     "kvferry libraries and headers\n Static libraries of every kvferry layer, the public headers and a CMake package:\n find_package(kvferry) gives kvferry::connector, kvferry::transfer, ...")
 

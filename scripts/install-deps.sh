@@ -16,6 +16,7 @@ PACKAGES=(
   nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libcpp-httplib-dev
   libpcre2-dev                             # tokenizer: pre-tokenizer regexes (\p{L}, lookahead)
   libutf8proc-dev                          # tokenizer: NFC/NFKC normalizers, Unicode categories
+  libxxhash-dev                            # kv_offload: block file checksums (XXH3)
   libssl-dev                               # http: TLS listener and API key digests (OpenSSL 3)
   openssl                                  # openssl CLI: test certificates made per run
   dpkg-dev                                 # make package: dpkg-shlibdeps finds the .deb's dependencies

@@ -8,16 +8,15 @@ void BlockMirror::Apply(const Event& event) {
   if (const auto* stored = std::get_if<BlockStored>(&event)) {
     const size_t bs = static_cast<size_t>(stored->block_size);
     for (size_t i = 0; i < stored->block_hashes.size(); ++i) {
-      Block& b = blocks_[stored->block_hashes[i]];
+      Block& b = blocks_[{stored->medium.value_or(""), stored->block_hashes[i]}];
       if (b.count++ > 0) continue;
       b.parent = i == 0 ? stored->parent_block_hash : stored->block_hashes[i - 1];
       b.tokens.assign(stored->token_ids.begin() + i * bs, stored->token_ids.begin() + (i + 1) * bs);
-      b.medium = stored->medium;
       b.order = next_order_++;
     }
   } else if (const auto* removed = std::get_if<BlockRemoved>(&event)) {
     for (uint64_t h : removed->block_hashes) {
-      auto it = blocks_.find(h);
+      auto it = blocks_.find({removed->medium.value_or(""), h});
       if (it != blocks_.end() && --it->second.count == 0) blocks_.erase(it);
     }
   } else {
@@ -25,18 +24,23 @@ void BlockMirror::Apply(const Event& event) {
   }
 }
 
+std::optional<std::string> BlockMirror::MediumOf(const Key& key) {
+  if (key.first.empty()) return std::nullopt;
+  return key.first;
+}
+
 std::vector<Event> BlockMirror::Snapshot() const {
-  std::vector<std::pair<uint64_t, uint64_t>> order;  // (order, hash)
+  std::vector<std::pair<uint64_t, const Key*>> order;  // (order, key)
   order.reserve(blocks_.size());
-  for (const auto& [hash, b] : blocks_) order.emplace_back(b.order, hash);
+  for (const auto& [key, b] : blocks_) order.emplace_back(b.order, &key);
   std::sort(order.begin(), order.end());
   std::vector<Event> out;
   out.reserve(order.size() + 1);
   out.emplace_back(AllBlocksCleared{});
-  for (const auto& [unused, hash] : order) {
-    const Block& b = blocks_.at(hash);
-    out.emplace_back(
-        BlockStored{{hash}, b.parent, b.tokens, static_cast<int32_t>(b.tokens.size()), b.medium});
+  for (const auto& [unused, key] : order) {
+    const Block& b = blocks_.at(*key);
+    out.emplace_back(BlockStored{{key->second}, b.parent, b.tokens,
+                                 static_cast<int32_t>(b.tokens.size()), MediumOf(*key)});
   }
   return out;
 }

@@ -3,14 +3,16 @@
 // snapshot: [AllBlocksCleared, then a BlockStored per block, oldest first, each naming its
 // parent]. The publisher keeps one to answer a replay its buffer no longer covers.
 //
-// A hash stored twice (two chains that collide, or a publisher that repeats itself) is counted
-// and needs as many removals. Not thread-safe: the publisher's thread owns it.
+// Blocks are kept per medium ("CPU", "STORAGE", none): a block in RAM and on disk is two entries,
+// and removing it from one medium leaves the other. A hash stored twice in one medium (two
+// chains that collide, or a publisher that repeats itself) is counted and needs as many removals. Not thread-safe: the publisher's thread owns it.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
-#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kvferry/kv_events/event_wire.h"
@@ -27,11 +29,13 @@ class BlockMirror {
   struct Block {
     std::optional<uint64_t> parent;
     std::vector<int32_t> tokens;
-    std::optional<std::string> medium;
     uint64_t order = 0;  // when it was first stored
     int32_t count = 0;
   };
-  std::unordered_map<uint64_t, Block> blocks_;
+  // (medium, or "" for none; hash) -> block
+  using Key = std::pair<std::string, uint64_t>;
+  static std::optional<std::string> MediumOf(const Key& key);
+  std::map<Key, Block> blocks_;
   uint64_t next_order_ = 0;
 };
 

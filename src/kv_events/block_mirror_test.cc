@@ -36,5 +36,16 @@ TEST(BlockMirrorTest, AHashStoredTwiceNeedsTwoRemovals) {
   EXPECT_EQ(m.size(), 0);
 }
 
+TEST(BlockMirrorTest, EachMediumHoldsItsOwnCopy) {
+  BlockMirror m;
+  m.Apply(BlockStored{{1}, std::nullopt, {5}, 1, "CPU"});
+  m.Apply(BlockStored{{1}, std::nullopt, {5}, 1, "STORAGE"});
+  EXPECT_EQ(m.size(), 2);
+  m.Apply(BlockRemoved{{1}, "CPU"});  // evicted from RAM, still on disk
+  const std::vector<Event> snap = m.Snapshot();
+  ASSERT_EQ(snap.size(), 2u);
+  EXPECT_EQ(std::get<BlockStored>(snap[1]), (BlockStored{{1}, std::nullopt, {5}, 1, "STORAGE"}));
+}
+
 }  // namespace
 }  // namespace kvferry::kv_events

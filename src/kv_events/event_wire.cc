@@ -271,7 +271,9 @@ StatusOr<EventBatch> DecodeBatchObject(const Object& o) {
 
 }  // namespace
 
-Event ToWire(const kv::BlockEvent& event, int32_t block_size, std::string_view medium) {
+Event ToWire(const kv::BlockEvent& event, int32_t block_size) {
+  const std::string_view medium =
+      event.tier == kv::BlockEvent::Tier::kDisk ? kMediumStorage : kMediumCpu;
   switch (event.kind) {
     case kv::BlockEvent::Kind::kStored:
       return BlockStored{event.block_hashes, event.parent_block_hash, event.token_ids, block_size,

@@ -148,7 +148,7 @@ void EngineLoop::PublishKvEvents() {
   std::vector<kv_events::Event> wire;
   wire.reserve(events.size());
   for (const kv::BlockEvent& e : events) {
-    wire.push_back(kv_events::ToWire(e, block_size_logical_, kv_events::kMediumCpu));
+    wire.push_back(kv_events::ToWire(e, block_size_logical_));
   }
   kv_events_->Publish(std::move(wire));
 }

@@ -8,6 +8,9 @@
 //   token_ids holds block_hashes.size() full blocks of tokens, in the same order.
 // kRemoved: the cache entries of block_hashes are gone (evicted for reuse, or invalidated).
 // kAllCleared: every entry is gone.
+// tier: where the blocks are: kMemory (the pool's RAM blocks; "CPU" on the wire) or kDisk (the
+//   engine's disk tier, kv_offload::DiskTier; "STORAGE" on the wire). A block can be in both;
+//   each tier's events stand alone.
 //
 // Plain values; no thread-safety of their own.
 #pragma once
@@ -22,10 +25,12 @@ using BlockHash = uint64_t;
 
 struct BlockEvent {
   enum class Kind { kStored, kRemoved, kAllCleared };
+  enum class Tier { kMemory, kDisk };
   Kind kind = Kind::kStored;
   std::vector<BlockHash> block_hashes;
   std::optional<BlockHash> parent_block_hash;  // kStored only
   std::vector<int32_t> token_ids;              // kStored only
+  Tier tier = Tier::kMemory;
   friend bool operator==(const BlockEvent&, const BlockEvent&) = default;
 };
 

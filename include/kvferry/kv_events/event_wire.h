@@ -68,8 +68,9 @@ struct EventBatch {
 inline constexpr size_t kMaxEventsPerBatch = 1 << 16;
 inline constexpr size_t kMaxTokensPerEvent = 1 << 22;
 
-// A pool's events on the wire: `block_size` tokens per block, all in `medium`.
-Event ToWire(const kv::BlockEvent& event, int32_t block_size, std::string_view medium);
+// A pool's (or disk tier's) events on the wire: `block_size` tokens per block, in the medium of
+// the event's tier (kMemory: "CPU", kDisk: "STORAGE").
+Event ToWire(const kv::BlockEvent& event, int32_t block_size);
 
 std::string EncodeEventBatch(const EventBatch& batch);
 StatusOr<EventBatch> DecodeEventBatch(std::string_view bytes);
