@@ -4,6 +4,7 @@
 #include <functional>
 
 #include "engine/model/model_loader.h"
+#include "engine/kv_tier.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
@@ -64,6 +65,7 @@ struct Engine::Impl {
   std::vector<std::unique_ptr<Rank>> ranks;
   std::unique_ptr<TpCommunicator> comm;
   std::unique_ptr<ThreadPool> rank_threads;  // one thread per rank (rank 0: the engine thread)
+  std::unique_ptr<KvTier> tier;  // after ranks (it copies their caches), before the scheduler
   std::unique_ptr<Scheduler> scheduler;
   uint64_t next_seed = 0;
   int64_t num_steps = 0;
@@ -101,7 +103,31 @@ Status ValidateConfig(const EngineConfig& c) {
   if ((c.connector_scheduler == nullptr) != (c.connector_worker == nullptr)) {
     return InvalidArgumentError("connector_scheduler and connector_worker: both or neither");
   }
+  if (!c.kv_offload_dir.empty() && c.kv_offload_bytes <= 0) {
+    return InvalidArgumentError("kv_offload_bytes must be > 0 with a kv_offload_dir");
+  }
+  if (!c.kv_offload_dir.empty() && !c.enable_prefix_caching) {
+    return InvalidArgumentError("the disk tier (kv_offload_dir) needs prefix caching on");
+  }
   return Status::Ok();
+}
+
+// The disk tier over the ranks' caches, or null without a directory.
+StatusOr<std::unique_ptr<KvTier>> OpenKvTier(const EngineConfig& config,
+                                             const kv::BlockGeometry& geometry, uint64_t salt,
+                                             const std::vector<std::unique_ptr<Rank>>& ranks) {
+  if (config.kv_offload_dir.empty()) return std::unique_ptr<KvTier>();
+  std::vector<kv::KvCache*> caches;
+  for (const auto& rank : ranks) caches.push_back(rank->cache.get());
+  kv_offload::DiskTierOptions o;
+  o.dir = config.kv_offload_dir;
+  o.capacity_bytes = static_cast<uint64_t>(config.kv_offload_bytes);
+  o.block_size = geometry.block_size_logical();
+  o.salt = salt;
+  o.layout = KvTier::LayoutKey(caches, geometry);
+  o.record_events = config.record_kv_events;
+  KVF_ASSIGN_OR_RETURN(std::unique_ptr<kv_offload::DiskTier> disk, kv_offload::DiskTier::Open(o));
+  return std::make_unique<KvTier>(std::move(disk), std::move(caches), geometry);
 }
 
 // Every rank's cache: the same block geometry and count (one block pool addresses all of them),
@@ -233,8 +259,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(const EngineConfig& config) {
   so.enable_prefix_caching = config.enable_prefix_caching;
   so.kv_load_failure_policy = config.kv_load_failure_policy;
   so.eos_token_ids = mc.eos_token_ids;
-  impl->scheduler =
-      std::make_unique<Scheduler>(so, std::move(block_pool), geometry, config.connector_scheduler);
+  KVF_ASSIGN_OR_RETURN(impl->tier,
+                       OpenKvTier(config, geometry, pool_options.hash_salt, impl->ranks));
+  impl->scheduler = std::make_unique<Scheduler>(so, std::move(block_pool), geometry,
+                                                config.connector_scheduler, impl->tier.get());
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -319,7 +347,20 @@ Status Engine::Abort(std::string_view request_id) { return impl_->scheduler->Abo
 bool Engine::HasWork() const { return impl_->scheduler->HasWork(); }
 bool Engine::HasComputableWork() const { return impl_->scheduler->HasComputableWork(); }
 
-std::vector<kv::BlockEvent> Engine::TakeKvEvents() { return impl_->scheduler->TakeKvEvents(); }
+std::vector<kv::BlockEvent> Engine::TakeKvEvents() {
+  std::vector<kv::BlockEvent> events = impl_->scheduler->TakeKvEvents();
+  if (impl_->tier) {
+    std::vector<kv::BlockEvent> disk = impl_->tier->disk().TakeEvents();
+    events.insert(events.end(), std::make_move_iterator(disk.begin()),
+                  std::make_move_iterator(disk.end()));
+  }
+  return events;
+}
+
+std::optional<kv_offload::DiskTierStats> Engine::kv_offload_stats() const {
+  if (!impl_->tier) return std::nullopt;
+  return impl_->tier->disk().Stats();
+}
 
 uint64_t Engine::prefix_hash_salt() const { return impl_->scheduler->pool().hash_salt(); }
 

@@ -8,8 +8,13 @@
 namespace kvferry::engine {
 
 Scheduler::Scheduler(const SchedulerOptions& options, kv::BlockPool pool,
-                     kv::BlockGeometry geometry, connector::ConnectorScheduler* connector)
-    : options_(options), pool_(std::move(pool)), geometry_(geometry), connector_(connector) {}
+                     kv::BlockGeometry geometry, connector::ConnectorScheduler* connector,
+                     KvTier* tier)
+    : options_(options),
+      pool_(std::move(pool)),
+      geometry_(geometry),
+      connector_(connector),
+      tier_(tier) {}
 
 void Scheduler::Add(std::unique_ptr<Request> request) {
   Request* r = request.get();
@@ -98,13 +103,77 @@ void Scheduler::RegisterFullBlocks(Request* r) {
   if (full <= r->num_blocks_registered) return;
   const Status s = pool_.CacheFullBlocks(r->table.logical_ids(), r->tokens, full);
   if (!s.ok()) KVF_LOG_WARN("prefix cache: {}", s.ToString());
+  if (tier_ != nullptr) OffloadBlocks(r, r->num_blocks_registered, full);
   r->num_blocks_registered = full;
+}
+
+const std::vector<kv::BlockHash>& Scheduler::BlockHashes(Request* r, int32_t n) const {
+  std::vector<kv::BlockHash>& h = r->block_hashes;
+  const int32_t have = static_cast<int32_t>(h.size());
+  if (n > have) {
+    const int32_t B = geometry_.block_size_logical();
+    const std::vector<kv::BlockHash> more = kv::ChainHashes(
+        pool_.hash_salt(), have == 0 ? 0 : h.back(), B,
+        std::span<const int32_t>(r->tokens).subspan(static_cast<size_t>(have) * B,
+                                                    static_cast<size_t>(n - have) * B));
+    h.insert(h.end(), more.begin(), more.end());
+  }
+  return h;
+}
+
+void Scheduler::OffloadBlocks(Request* r, int32_t from, int32_t to) {
+  const std::vector<kv::BlockHash>& h = BlockHashes(r, to);
+  const size_t B = static_cast<size_t>(geometry_.block_size_logical());
+  for (int32_t b = from; b < to; ++b) {
+    if (tier_->Contains(h[b])) continue;
+    const std::optional<kv::BlockHash> parent =
+        b == 0 ? std::nullopt : std::optional<kv::BlockHash>(h[b - 1]);
+    tier_->Store(h[b], parent, std::span<const int32_t>(r->tokens).first((b + 1) * B),
+                 r->table.logical_ids()[b]);
+  }
+}
+
+void Scheduler::PromoteFromDisk(Request* r) {
+  if (tier_ == nullptr || !options_.enable_prefix_caching) return;
+  const int32_t B = geometry_.block_size_logical();
+  const int32_t max_hits = (r->num_tokens() - 1) / B;
+  std::vector<kv::LogicalBlockId> ids = LocalPrefixHits(*r);
+  const int32_t have = static_cast<int32_t>(ids.size());
+  if (have >= max_hits) return;
+  const std::vector<kv::BlockHash>& h = BlockHashes(r, max_hits);
+  int32_t on_disk = 0;
+  while (have + on_disk < max_hits && tier_->Contains(h[have + on_disk])) ++on_disk;
+  if (on_disk == 0) return;
+  KVF_CHECK_OK(pool_.Touch(ids));  // the RAM hits must survive the allocation below
+  if (pool_.Stats().free >= geometry_.LogicalBlocksFor(r->num_tokens()) - have) {
+    const std::vector<kv::LogicalBlockId> fresh = *pool_.Allocate(on_disk);
+    const int32_t loaded = LoadFromDisk(r, have, fresh);
+    ids.insert(ids.end(), fresh.begin(), fresh.end());
+    const Status s = pool_.CacheFullBlocks(ids, r->tokens, have + loaded);
+    if (!s.ok()) KVF_LOG_WARN("prefix cache (from disk): {}", s.ToString());
+    num_disk_hit_tokens_ += static_cast<int64_t>(loaded) * B;
+  }
+  KVF_CHECK_OK(pool_.Free(ids));  // all back, the loaded ones cached: Admit finds them
+}
+
+int32_t Scheduler::LoadFromDisk(Request* r, int32_t have,
+                                std::span<const kv::LogicalBlockId> fresh) {
+  const std::vector<kv::BlockHash>& h = r->block_hashes;
+  const size_t B = static_cast<size_t>(geometry_.block_size_logical());
+  int32_t loaded = 0;
+  for (kv::LogicalBlockId id : fresh) {
+    const int32_t b = have + loaded;
+    if (!tier_->Load(h[b], std::span<const int32_t>(r->tokens).first((b + 1) * B), id)) break;
+    ++loaded;
+  }
+  return loaded;
 }
 
 bool Scheduler::Admit(Request* r, int32_t budget, ScheduledChunk* chunk) {
   const int32_t B = geometry_.block_size_logical();
   if (r->table.num_blocks_logical() == 0) {
     // Fresh (or preempted): local prefix hits, never covering the last token.
+    PromoteFromDisk(r);
     std::vector<kv::LogicalBlockId> hits = LocalPrefixHits(*r);
     const int32_t local = static_cast<int32_t>(hits.size()) * B;
     connector::MatchResult match;
@@ -426,6 +495,7 @@ EngineStats Scheduler::Stats() const {
   s.num_preemptions = num_preemptions_;
   s.num_prompt_tokens_computed = num_prompt_tokens_computed_;
   s.num_prefix_cache_hit_tokens = num_prefix_cache_hit_tokens_;
+  s.num_disk_hit_tokens = num_disk_hit_tokens_;
   s.num_generated_tokens = num_generated_tokens_;
   return s;
 }

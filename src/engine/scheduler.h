@@ -21,6 +21,14 @@
 // Finished requests whose connector asked to delay the free keep their blocks held until
 // finished_sending names them.
 //
+// Disk tier (docs/kv_offload.md; a KvTier given): every block RegisterFullBlocks offers the
+// prefix cache is also written to disk unless it is there. A fresh request whose prompt goes on
+// past its RAM hits with blocks the disk holds has them read into fresh blocks and registered in
+// the prefix cache first (PromoteFromDisk) — only when the pool could then hold the whole
+// request, so a request that must wait does not read blocks the wait would evict — after which
+// it is admitted like any request with local hits. A block the disk cannot give back (damaged,
+// gone) ends the run there: the rest is computed.
+//
 // Accounting: every block reference a request takes (Touch / Allocate) is released exactly once
 // (Free, or Hold + Free then Release), so when all requests are done and nothing is held the
 // pool is back to its starting state.
@@ -35,6 +43,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "engine/kv_tier.h"
 #include "engine/request.h"
 #include "kvferry/engine/request_output.h"
 #include "kvferry/kv/block_geometry.h"
@@ -62,8 +71,9 @@ struct ScheduledChunk {
 
 class Scheduler {
  public:
+  // `tier`: the disk tier, or null. Not owned; outlives the scheduler.
   Scheduler(const SchedulerOptions& options, kv::BlockPool pool, kv::BlockGeometry geometry,
-            connector::ConnectorScheduler* connector);
+            connector::ConnectorScheduler* connector, KvTier* tier = nullptr);
 
   // Takes a validated request (id unique). One that carries P's first output token
   // (Request::first_output, set by the engine on D) starts with it as already generated: it is
@@ -105,6 +115,13 @@ class Scheduler {
   int32_t BlocksNeeded(const Request& r, int32_t num_tokens) const;
   bool AllocateInto(Request* r, int32_t n);
   void RegisterFullBlocks(Request* r);
+  // Disk tier: r's chain hashes of its first `n` full blocks (computed once, kept on r); blocks
+  // [from, to) of r written to disk where missing; r's disk hits read into the prefix cache.
+  const std::vector<kv::BlockHash>& BlockHashes(Request* r, int32_t n) const;
+  void OffloadBlocks(Request* r, int32_t from, int32_t to);
+  void PromoteFromDisk(Request* r);
+  // Reads blocks [have, have + n) of r from disk into `fresh`; how many leading ones it read.
+  int32_t LoadFromDisk(Request* r, int32_t have, std::span<const kv::LogicalBlockId> fresh);
   // Tries to admit waiting request `r`; false when it must wait (no blocks). Sets *chunk when
   // it computes this step.
   bool Admit(Request* r, int32_t budget, ScheduledChunk* chunk);
@@ -121,6 +138,7 @@ class Scheduler {
   kv::BlockPool pool_;
   kv::BlockGeometry geometry_;
   connector::ConnectorScheduler* connector_;
+  KvTier* tier_;
 
   std::unordered_map<std::string, std::unique_ptr<Request>> requests_;
   std::vector<Request*> running_;
@@ -135,6 +153,7 @@ class Scheduler {
   int64_t num_preemptions_ = 0;
   int64_t num_prompt_tokens_computed_ = 0;
   int64_t num_prefix_cache_hit_tokens_ = 0;
+  int64_t num_disk_hit_tokens_ = 0;
   int64_t num_generated_tokens_ = 0;
 };
 

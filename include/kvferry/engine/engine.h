@@ -36,6 +36,7 @@
 #include "kvferry/kv/block_events.h"
 #include "kvferry/kv/block_geometry.h"
 #include "kvferry/kv/cache_spec.h"
+#include "kvferry/kv_offload/disk_tier.h"
 #include "kvferry/tokenizer/tokenizer.h"
 
 namespace kvferry::engine {
@@ -56,6 +57,12 @@ struct EngineConfig {
   kv::DType kv_cache_dtype = kv::DType::kF32;
   int32_t num_kv_blocks = 0;                   // logical blocks; 0: from the memory budget
   int64_t kv_cache_memory_bytes = 64ll << 20;  // used when num_kv_blocks == 0
+  // Disk tier (docs/kv_offload.md): with a directory, every full block the prefix cache takes is
+  // also written there (at most kv_offload_bytes of files, least recently used evicted) and a
+  // prompt's blocks found there are read back instead of computed; the files outlive the
+  // process. Needs enable_prefix_caching.
+  std::string kv_offload_dir;
+  int64_t kv_offload_bytes = 0;
   int32_t max_num_batched_tokens = 256;        // token budget of one Step()
   int32_t max_num_seqs = 64;                   // running requests at most
   int32_t max_model_len = 0;                   // 0: the model's max_position
@@ -129,6 +136,8 @@ class Engine {
   // The prefix cache's block events since the last call, oldest first (record_kv_events), and
   // the salt its chain hashes start from (kv::HashBlockTokens).
   std::vector<kv::BlockEvent> TakeKvEvents();
+  // The disk tier's counters; nullopt without one.
+  std::optional<kv_offload::DiskTierStats> kv_offload_stats() const;
   uint64_t prefix_hash_salt() const;
   const EngineConfig& config() const;
   const ModelConfig& model_config() const;

@@ -63,6 +63,7 @@ struct EngineStats {
   int64_t num_preemptions = 0;
   int64_t num_prompt_tokens_computed = 0;
   int64_t num_prefix_cache_hit_tokens = 0;
+  int64_t num_disk_hit_tokens = 0;  // of those, read back from the disk tier
   int64_t num_generated_tokens = 0;
   int64_t num_steps = 0;
 };
