@@ -48,6 +48,8 @@ struct ServeOptions {
   std::string kv_transfer_config;
   std::string kv_events_config;
   unsigned long long prefix_hash_seed = 0;
+  std::string kv_offload_dir;
+  double kv_offload_gb = 0;
   int request_timeout_s = 600;
   int shutdown_timeout_s = 10;
   kvferry::tools::SecurityFlags security;
@@ -83,6 +85,15 @@ int EngineLoopOptionsFrom(const ServeOptions& o, kvferry::server::EngineLoopOpti
   c.enable_prefix_caching = !o.no_prefix_caching;
   c.seed = static_cast<uint64_t>(o.seed);
   c.prefix_hash_seed = o.prefix_hash_seed;
+  if (!o.kv_offload_dir.empty() && !(o.kv_offload_gb > 0)) {
+    return Fail("--kv-offload-gb",
+                kvferry::InvalidArgumentError("a capacity > 0 is needed with --kv-offload-dir"));
+  }
+  if (o.kv_offload_dir.empty() && o.kv_offload_gb != 0) {
+    return Fail("--kv-offload-gb", kvferry::InvalidArgumentError("needs --kv-offload-dir"));
+  }
+  c.kv_offload_dir = o.kv_offload_dir;
+  c.kv_offload_bytes = static_cast<int64_t>(o.kv_offload_gb * double(1 << 30));
   auto events =
       kv_events::ParseKvEventsConfig(o.kv_events_config.empty() ? "{}" : o.kv_events_config);
   if (!events.ok()) return Fail("--kv-events-config", events.status());
@@ -249,6 +260,12 @@ void AddServe(CLI::App& app) {
                   "Seed of the prefix cache's block hashes: instances of one model with one seed "
                   "give equal prompts equal hashes (one per cluster; docs/kv_events.md)")
       ->capture_default_str();
+  sub->add_option("--kv-offload-dir", o->kv_offload_dir,
+                  "Disk tier (docs/kv_offload.md): every full KV block is also written to a "
+                  "checksummed file here and read back on a prefix hit, also after a restart");
+  sub->add_option("--kv-offload-gb", o->kv_offload_gb,
+                  "The disk tier's capacity in GiB (fractions allowed; least recently used "
+                  "files go first)");
   sub->add_option("--request-timeout", o->request_timeout_s, "A request's whole life, seconds")
       ->capture_default_str();
   kvferry::tools::AddSecurityFlags(sub, &o->security);

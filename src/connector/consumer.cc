@@ -113,8 +113,20 @@ void Consumer::Start() {
   for (auto& [id, r] : recvs_) {
     if (r.started) continue;
     auto peer = peers_.find(r.spec.remote.remote_engine_id);
+    if (peer != peers_.end() && peer->second.state == PeerEntry::State::kReady &&
+        (peer->second.host != r.spec.remote.remote_host ||
+         peer->second.port != r.spec.remote.remote_port)) {
+      // The engine answers on another side channel now: it restarted (same engine id, new
+      // process). Its old connection would fail the pull; handshake with the new one.
+      KVF_LOG_INFO("connector {}: {} moved to {}:{}; handshaking again", ctx_->engine_id,
+                   r.spec.remote.remote_engine_id, r.spec.remote.remote_host,
+                   r.spec.remote.remote_port);
+      DropPeer(r.spec.remote.remote_engine_id);
+      peer = peers_.end();
+    }
     if (peer == peers_.end()) {
-      // Its engine was dropped (a sibling's transfer failed) before this load started.
+      // Its engine was dropped (a sibling's transfer failed, or it moved) before this load
+      // started.
       EnsureHandshake(r.spec.remote);
       continue;
     }

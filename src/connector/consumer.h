@@ -72,6 +72,8 @@ struct PeerEntry {
   enum class State { kHandshaking, kReady };
   State state = State::kHandshaking;
   std::shared_ptr<HandshakeJob> job;
+  std::string host;  // the side channel the handshake went to: another one is another process
+  int32_t port = 0;
   std::vector<HandshakeMetadata> ranks;  // P's ranks, in rank order
   kv::HeadSharding sharding;             // P's
   // reads[d]: D rank d's head reads (which P ranks, which heads); links[d][p]: D rank d's

@@ -67,6 +67,8 @@ void Consumer::EnsureHandshake(const KvTransferParams& remote) {
   auto job = std::make_shared<HandshakeJob>();
   PeerEntry entry;
   entry.job = job;
+  entry.host = remote.remote_host;
+  entry.port = remote.remote_port;
   // The thread gets copies: it touches nothing but its job.
   job->thread =
       std::thread([job, host = remote.remote_host, port = remote.remote_port,

@@ -108,6 +108,7 @@ void EngineLoop::Run(EngineLoopOptions options) {
     }
     if (SteadyNowMs() - last_publish_ms >= 50) {
       PublishStats();
+      PublishKvEvents();  // the disk tier commits its writes between steps
       last_publish_ms = SteadyNowMs();
     }
   }
@@ -172,6 +173,7 @@ void EngineLoop::Dispatch(std::vector<engine::RequestOutput> outputs) {
 void EngineLoop::PublishStats() {
   if (metrics_ == nullptr) return;
   metrics_->UpdateEngine(engine_->stats());
+  if (auto disk = engine_->kv_offload_stats()) metrics_->UpdateKvOffload(*disk);
   if (connector_) metrics_->UpdateConnector(connector_->Stats());
 }
 

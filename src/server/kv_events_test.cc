@@ -1,8 +1,11 @@
 // A serving engine's KV events, read back by a subscriber over loopback ZeroMQ: what the prefix
 // cache stores is published with the hashes the cache itself computes, and evictions follow.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <numeric>
 #include <set>
 #include <thread>
@@ -16,11 +19,13 @@ namespace {
 
 constexpr int32_t kBlock = 16;
 
-std::unique_ptr<EngineLoop> StartLoop(int32_t num_blocks) {
+std::unique_ptr<EngineLoop> StartLoop(int32_t num_blocks, const std::string& offload_dir = "") {
   EngineLoopOptions o;
   o.engine.model = "tiny";
   o.engine.block_size = kBlock;
   o.engine.num_kv_blocks = num_blocks;
+  o.engine.kv_offload_dir = offload_dir;
+  o.engine.kv_offload_bytes = offload_dir.empty() ? 0 : 1 << 20;
   o.engine.prefix_hash_seed = 42;
   o.kv_events.emplace();
   o.kv_events->endpoint = o.kv_events->replay_endpoint = "tcp://127.0.0.1:0";
@@ -104,6 +109,53 @@ TEST(KvEventsTest, StoredBlocksCarryThePoolsHashesAndEvictionsFollow) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   EXPECT_GE(loop->kv_events_stats().published, 3);
+}
+
+std::unique_ptr<kv_events::Subscriber> Subscribe(const EngineLoop& loop) {
+  kv_events::SubscriberOptions so;
+  so.endpoint = loop.kv_events_endpoint();
+  so.replay_endpoint = loop.kv_events_replay_endpoint();
+  auto sub = kv_events::Subscriber::Connect(so);
+  EXPECT_TRUE(sub.ok()) << sub.status();
+  return sub.ok() ? std::move(*sub) : nullptr;
+}
+
+// The hashes of `medium`'s BlockStored events until both of `want` came.
+std::set<uint64_t> StoredIn(kv_events::Subscriber& s, std::string_view medium,
+                            const std::set<uint64_t>& want) {
+  std::set<uint64_t> got;
+  for (int i = 0; i < 20 && !std::includes(got.begin(), got.end(), want.begin(), want.end()); ++i) {
+    for (const kv_events::Event& e : EventsUntil(s, "BlockStored")) {
+      const auto* st = std::get_if<kv_events::BlockStored>(&e);
+      if (st != nullptr && st->medium == std::optional<std::string>(medium)) {
+        got.insert(st->block_hashes.begin(), st->block_hashes.end());
+      }
+    }
+  }
+  return got;
+}
+
+TEST(KvEventsTest, DiskTierBlocksAreStorageEventsAlsoAfterARestart) {
+  const std::string dir = ::testing::TempDir() + "kvf_events_offload_" + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  std::vector<int32_t> prompt(40);
+  std::iota(prompt.begin(), prompt.end(), 3);
+  std::set<uint64_t> want;
+  {
+    auto loop = StartLoop(/*num_blocks=*/6, dir);
+    auto sub = Subscribe(*loop);
+    ASSERT_NE(sub, nullptr);
+    Generate(*loop, "a", prompt);
+    const std::vector<uint64_t> h = kv::ChainHashes(loop->prefix_hash_salt(), 0, kBlock, prompt);
+    want = {h[0], h[1]};
+    EXPECT_EQ(StoredIn(*sub, "STORAGE", want), want);
+  }
+  // A restarted instance announces the blocks its disk still holds, with no request at all.
+  auto loop = StartLoop(/*num_blocks=*/6, dir);
+  auto sub = Subscribe(*loop);
+  ASSERT_NE(sub, nullptr);
+  EXPECT_EQ(StoredIn(*sub, "STORAGE", want), want);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(KvEventsTest, TheSeedChangesTheSalt) {

@@ -63,9 +63,44 @@ void ServerMetrics::UpdateEngine(const engine::EngineStats& s) {
   total("kvferry:prefix_cache_hit_tokens_total",
         "Prompt tokens served from the local prefix cache.",
         static_cast<double>(s.num_prefix_cache_hit_tokens));
+  total("kvferry:kv_offload_hit_tokens_total",
+        "Of the prompt tokens served from the prefix cache, those read back from the disk tier.",
+        static_cast<double>(s.num_disk_hit_tokens));
   total("kvferry:num_preemptions_total", "Requests preempted (recomputed later).",
         static_cast<double>(s.num_preemptions));
   total("kvferry:engine_steps_total", "Engine steps run.", static_cast<double>(s.num_steps));
+}
+
+void ServerMetrics::UpdateKvOffload(const kv_offload::DiskTierStats& s) {
+  auto gauge = [this](const char* name, const char* help, double v) {
+    registry_.GetGauge(name, help, {})->Set(v);
+  };
+  auto total = [this](const char* name, const char* help, double v) {
+    registry_.GetCounter(name, help)->SetTotal(v);
+  };
+  gauge("kvferry:kv_offload_files", "Block files of the disk tier.", static_cast<double>(s.files));
+  gauge("kvferry:kv_offload_bytes", "Bytes of the disk tier's block files.",
+        static_cast<double>(s.bytes));
+  gauge("kvferry:kv_offload_capacity_bytes", "The disk tier's capacity (--kv-offload-gb).",
+        static_cast<double>(s.capacity_bytes));
+  gauge("kvferry:kv_offload_pending_bytes", "Block bytes queued for writing.",
+        static_cast<double>(s.pending_bytes));
+  gauge("kvferry:kv_offload_paused",
+        "1 while offloading is paused after a failed write (a full disk); reads go on.",
+        s.paused ? 1 : 0);
+  total("kvferry:kv_offload_stored_total", "Block files written.", static_cast<double>(s.stored));
+  total("kvferry:kv_offload_loaded_total", "Blocks read back from disk.",
+        static_cast<double>(s.loaded));
+  total("kvferry:kv_offload_corrupt_total",
+        "Damaged block files found (torn, truncated, checksum) and deleted: misses.",
+        static_cast<double>(s.corrupt));
+  total("kvferry:kv_offload_evicted_total", "Block files deleted to stay within capacity.",
+        static_cast<double>(s.evicted));
+  total("kvferry:kv_offload_write_errors_total", "Failed writes (each pauses offloading).",
+        static_cast<double>(s.write_errors));
+  total("kvferry:kv_offload_dropped_total",
+        "Blocks not written: offloading paused, the write queue full, or larger than capacity.",
+        static_cast<double>(s.dropped));
 }
 
 void ServerMetrics::UpdateConnector(const connector::ConnectorStats& s) {

@@ -3,9 +3,10 @@ and leaving, prefix affinity, routing by KV events, conditional disaggregation, 
 and coming back, bad registry data, two proxies.
 Real processes: etcd, `kvferry serve --registry`, `kvferry proxy --registry`.
 """
+import os
 import time
 
-from cluster_harness import Etcd, colocated_reference, parse_args, proxy, run, serve
+from cluster_harness import CASE, Etcd, colocated_reference, parse_args, proxy, run, serve
 from harness.runner import check, measure, wait_until
 
 args = None
@@ -222,6 +223,53 @@ def case_kv_routing():
         check(wait_until(lambda: m.blocks_in_use() == 0, 10) is not None, f"{m.name} holds blocks")
 
 
+def case_disk_tier_survives_a_restart():
+    """--kv-offload-dir: a P restarted with its disk tier announces the blocks its files hold
+    (STORAGE events, before any request), the proxy routes the document's next question back to
+    it, and it reads the document's blocks from disk instead of computing them. Answers equal
+    colocated, and are pulled."""
+    etcd = Etcd()
+    reg = etcd.registry()
+
+    def start_p(i):
+        disk = ("--kv-offload-dir", os.path.join(CASE["dir"], f"disk{i}"), "--kv-offload-gb", "0.05")
+        return serve(args.kvferry, f"p{i}", "kv_producer", reg, args=EVENTS + disk)
+
+    ps = [start_p(0), start_p(1)]
+    serve(args.kvferry, "d0", "kv_consumer", reg, args=EVENTS)
+    px = proxy(args.kvferry, "proxy", reg)
+
+    def following(home, blocks):
+        return (len(px.members("healthy")) == 3 and
+                px.metric(f'kvferry:proxy_kv_index_blocks{{member="{home}"}}') >= blocks)
+
+    check(wait_until(lambda: following("p0", 0) and following("p1", 0), 20) is not None,
+          "the proxy does not follow the members' events")
+    doc = "".join(chr(ord("a") + (i * 13) % 26) for i in range(160))
+    first, second = body(doc + " question 1?"), body(doc + " question 2?")
+    want = colocated_reference(args.kvferry, [first, second])
+    status, resp, hdr = px.complete(first)
+    check(status == 200 and resp["choices"][0]["text"] == want[(doc + " question 1?", 6)],
+          f"first: {status} {resp}")
+    home = hdr.get("X-Kvferry-Prefill")
+    p = ps[int(home[1:])]
+    check(wait_until(lambda: p.metric("kvferry:kv_offload_files") >= 10, 10) is not None,
+          f"{home} wrote no block files")
+    p.stop()
+    p = ps[int(home[1:])] = start_p(int(home[1:]))
+    check(wait_until(lambda: following(home, 10), 20) is not None,
+          f"the restarted {home}'s disk blocks never reached the index")
+    check(p.metric("kvferry:prefix_cache_hit_tokens_total") == 0, "a fresh process has hits")
+    status, resp, hdr = px.complete(second)
+    check(status == 200 and resp["choices"][0]["text"] == want[(doc + " question 2?", 6)],
+          f"second: {status} {resp}")
+    assert_pulled(resp, "second")
+    check(hdr.get("X-Kvferry-Prefill") == home, f"routed to {hdr.get('X-Kvferry-Prefill')}, "
+          f"not to {home}, whose disk holds the document")
+    hits = p.metric("kvferry:kv_offload_hit_tokens_total")
+    check(hits >= 160, f"{home} read {hits} prompt tokens from disk, want >= 160")
+
+
 def case_conditional_disaggregation():
     """--disagg-min-uncached-tokens: a short prompt, and a long one whose D already holds all but
     a few of its tokens, go to a D alone; a long new prompt goes P then D. Answers equal
@@ -294,6 +342,7 @@ if __name__ == "__main__":
          ("prefix_affinity", case_prefix_affinity),
          ("kv_routing", case_kv_routing),
          ("conditional_disaggregation", case_conditional_disaggregation),
+         ("disk_tier_survives_a_restart", case_disk_tier_survives_a_restart),
          ("registry_goes_away_and_comes_back", case_registry_goes_away_and_comes_back),
          ("bad_registry_data_is_ignored", case_bad_registry_data_is_ignored),
          ("two_proxies_side_by_side", case_two_proxies_side_by_side)])

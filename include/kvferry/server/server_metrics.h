@@ -45,6 +45,7 @@ class ServerMetrics {
   // Snapshots taken by the engine thread.
   void UpdateEngine(const engine::EngineStats& stats);
   void UpdateConnector(const connector::ConnectorStats& stats);
+  void UpdateKvOffload(const kv_offload::DiskTierStats& stats);  // only with a disk tier
 
  private:
   MetricsRegistry registry_;
