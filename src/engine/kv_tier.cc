@@ -9,7 +9,7 @@ namespace kvferry::engine {
 
 namespace {
 
-uint64_t Mix(uint64_t h, uint64_t v) {
+uint64_t MixLayoutKey(uint64_t h, uint64_t v) {
   // splitmix64 of the running value: a fixed function, stable across builds and runs.
   uint64_t z = h ^ (v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2));
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -27,14 +27,14 @@ KvTier::KvTier(std::unique_ptr<kv_offload::DiskTier> disk, std::vector<kv::KvCac
 
 uint64_t KvTier::LayoutKey(const std::vector<kv::KvCache*>& caches,
                            const kv::BlockGeometry& geometry) {
-  uint64_t h = Mix(1, caches.size());
-  h = Mix(h, static_cast<uint64_t>(geometry.block_size_logical()));
+  uint64_t h = MixLayoutKey(1, caches.size());
+  h = MixLayoutKey(h, static_cast<uint64_t>(geometry.block_size_logical()));
   for (const kv::KvCache* c : caches) {
     const kv::CacheSpec& s = c->spec();
     for (int64_t v : {int64_t{s.num_layers}, int64_t{s.num_kv_heads}, int64_t{s.head_dim},
                       int64_t{s.mla_rope_dim}, int64_t(s.dtype), int64_t(s.kind),
                       int64_t(s.layout), int64_t{s.block_size_kernel}}) {
-      h = Mix(h, static_cast<uint64_t>(v));
+      h = MixLayoutKey(h, static_cast<uint64_t>(v));
     }
   }
   return h;

@@ -52,6 +52,21 @@ TEST(PrefixIndexTest, MatchesTheLongestHeldPrefixPerMember) {
   EXPECT_EQ(index.MatchedTokens(prompt).at("a"), 0);
 }
 
+TEST(PrefixIndexTest, ABlockStaysHeldWhileAnyTierHoldsIt) {
+  PrefixIndex index;
+  index.SetMember("a", {kBs, 7});
+  const std::vector<int32_t> prompt = Tokens(9);
+  BlockStored ram = StoredOf(std::span(prompt).first(8), 7);
+  BlockStored disk = ram;
+  disk.medium = "STORAGE";
+  index.Apply("a", Batch(ram));
+  index.Apply("a", Batch(disk));
+  index.Apply("a", Batch(BlockRemoved{ram.block_hashes, "CPU"}));  // evicted from RAM
+  EXPECT_EQ(index.MatchedTokens(prompt).at("a"), 8);               // still on disk
+  index.Apply("a", Batch(BlockRemoved{{ram.block_hashes[1]}, "STORAGE"}));
+  EXPECT_EQ(index.MatchedTokens(prompt).at("a"), 4);
+}
+
 TEST(PrefixIndexTest, RefusesWhatItCannotCheck) {
   PrefixIndex index;
   index.SetMember("a", {kBs, 7});
