@@ -24,6 +24,11 @@ void AddServeRegistryFlags(CLI::App* serve, ServeRegistryFlags* f) {
                    "Seconds of the registry lease: a crashed or cut-off instance leaves the "
                    "cluster this long after its last keep-alive")
       ->capture_default_str();
+  serve->add_option("--cluster-role", f->cluster_role,
+                    "The legs proxies route here: prefill, decode or both (default: from "
+                    "kv_role). A prefill member with kv_role kv_both can also pull a prefix "
+                    "another member holds (docs/deploy.md, \"Prefix pulls\")")
+      ->check(CLI::IsMember({"prefill", "decode", "both"}));
   serve->add_option("--advertise-host", f->advertise_host,
                     "Address proxies reach this instance at (default: --host)");
 }
@@ -45,7 +50,16 @@ StatusOr<std::unique_ptr<cluster::Registrar>> StartServeRegistration(const Serve
   }
   cluster::MemberInfo m;
   m.id = m.engine_id = in.loop->engine_id();
-  KVF_ASSIGN_OR_RETURN(m.role, cluster::MemberRoleFromKvRole(connector::KvRoleName(kv->kv_role)));
+  m.kv_role = std::string(connector::KvRoleName(kv->kv_role));
+  KVF_ASSIGN_OR_RETURN(m.role, cluster::MemberRoleFromKvRole(m.kv_role));
+  if (!f.cluster_role.empty()) {
+    KVF_ASSIGN_OR_RETURN(m.role, cluster::MemberRoleFromName(f.cluster_role));
+    if ((m.role == cluster::MemberRole::kPrefill && m.kv_role == "kv_consumer") ||
+        (m.role == cluster::MemberRole::kDecode && m.kv_role == "kv_producer")) {
+      return InvalidArgumentError("--cluster-role " + f.cluster_role + " with kv_role " +
+                                  m.kv_role + ": that connector cannot serve that leg");
+    }
+  }
   m.url = (in.https ? "https://" : "http://") + host + ":" + std::to_string(in.port);
   if (in.loop->side_channel_port() != 0) {
     m.side_channel = kv->side_channel_host + ":" + std::to_string(in.loop->side_channel_port());
@@ -88,6 +102,11 @@ void AddProxyClusterFlags(CLI::App* p, proxy::ProxyOptions* o) {
                 "(needs the prompt's tokens: --routing kv with members publishing KV events, "
                 "or token-id prompts; 0: always prefill on a P)")
       ->capture_default_str();
+  p->add_option("--prefix-pull-min-tokens", o->prefix_pull_min_tokens,
+                "Prefix pulls: a prefill instance started with kv_role kv_both that lacks at "
+                "least this many leading prompt tokens another member holds pulls them from it "
+                "instead of computing them (docs/deploy.md, \"Prefix pulls\"; needs members "
+                "publishing KV events; 0: never; default 128 with --routing kv, never otherwise)");
   p->add_option("--max-tries", o->max_tries,
                 "Instances tried per leg before the error is the client's answer")
       ->capture_default_str();

@@ -22,6 +22,7 @@ struct ServeRegistryFlags {
   std::string registry;  // etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]
   int ttl_s = 10;
   std::string advertise_host;  // the address proxies use; default --host
+  std::string cluster_role;    // prefill|decode|both; "" from kv_role
 };
 
 void AddServeRegistryFlags(CLI::App* serve, ServeRegistryFlags* flags);

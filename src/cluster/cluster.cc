@@ -98,9 +98,12 @@ uint64_t Cluster::CountUpstreamAuthFailure(const std::string& upstream) {
   return state_->CountUpstreamAuthFailure(upstream);
 }
 std::string Cluster::RenderMetrics() const { return state_->RenderMetrics(); }
-std::vector<MemberInfo> Cluster::MemberInfos() const {
+std::vector<MemberInfo> Cluster::MemberInfos(bool routable_only) const {
   std::vector<MemberInfo> out;
-  for (ClusterState::MemberView& v : state_->Members()) out.push_back(std::move(v.info));
+  for (ClusterState::MemberView& v : state_->Members()) {
+    if (routable_only && v.state != MemberHealth::State::kHealthy) continue;
+    out.push_back(std::move(v.info));
+  }
   return out;
 }
 

@@ -12,13 +12,6 @@ namespace {
 
 constexpr int kVersion = 1;
 
-StatusOr<MemberRole> RoleFromName(std::string_view name) {
-  if (name == "prefill") return MemberRole::kPrefill;
-  if (name == "decode") return MemberRole::kDecode;
-  if (name == "both") return MemberRole::kBoth;
-  return InvalidArgumentError("unknown role '" + std::string(name) + "'");
-}
-
 // The field `key` of `j` as T; InvalidArgument naming it when missing or of another type.
 template <typename T>
 StatusOr<T> Field(const json& j, const char* key) {
@@ -62,6 +55,13 @@ std::string_view MemberRoleName(MemberRole role) {
   return "both";
 }
 
+StatusOr<MemberRole> MemberRoleFromName(std::string_view name) {
+  if (name == "prefill") return MemberRole::kPrefill;
+  if (name == "decode") return MemberRole::kDecode;
+  if (name == "both") return MemberRole::kBoth;
+  return InvalidArgumentError("unknown role '" + std::string(name) + "'");
+}
+
 StatusOr<MemberRole> MemberRoleFromKvRole(std::string_view kv_role) {
   if (kv_role == "kv_producer") return MemberRole::kPrefill;
   if (kv_role == "kv_consumer") return MemberRole::kDecode;
@@ -102,6 +102,7 @@ std::string EncodeMember(const MemberInfo& m) {
             {"tp_size", m.tp_size},
             {"kv_blocks_total", m.kv_blocks_total},
             {"block_size", m.block_size}};
+  if (!m.kv_role.empty()) j["kv_role"] = m.kv_role;
   if (!m.kv_events.empty()) {
     j["kv_events"] = m.kv_events;
     j["kv_events_replay"] = m.kv_events_replay;
@@ -125,7 +126,7 @@ StatusOr<MemberInfo> DecodeMember(std::string_view id, std::string_view text) {
   MemberInfo m;
   m.id = std::string(id);
   KVF_ASSIGN_OR_RETURN(std::string role, Field<std::string>(j, "role"));
-  KVF_ASSIGN_OR_RETURN(m.role, RoleFromName(role));
+  KVF_ASSIGN_OR_RETURN(m.role, MemberRoleFromName(role));
   KVF_ASSIGN_OR_RETURN(m.url, Field<std::string>(j, "url"));
   KVF_RETURN_IF_ERROR(ValidateHttpUrl(m.url));
   KVF_ASSIGN_OR_RETURN(m.engine_id, Field<std::string>(j, "engine_id"));
@@ -140,6 +141,10 @@ StatusOr<MemberInfo> DecodeMember(std::string_view id, std::string_view text) {
   m.tp_size = static_cast<int32_t>(tp);
   m.block_size = static_cast<int32_t>(block);
   KVF_RETURN_IF_ERROR(DecodeKvEvents(j, &m));
+  if (j.contains("kv_role")) {
+    KVF_ASSIGN_OR_RETURN(m.kv_role, Field<std::string>(j, "kv_role"));
+    KVF_RETURN_IF_ERROR(MemberRoleFromKvRole(m.kv_role).status());
+  }
   return m;
 }
 

@@ -156,7 +156,12 @@ FinishResult SchedulerHalf::RequestFinished(const RequestView& request,
                                             std::span<const kv::LogicalBlockId> block_ids) {
   const KvTransferParams* p = request.kv_transfer_params;
   if (p == nullptr || c_->registration_.shut_down()) return {};
-  if (IsConsumerRequest(p)) return ConsumerRequestFinished(request, *p);
+  if (IsConsumerRequest(p)) {
+    FinishResult consumed = ConsumerRequestFinished(request, *p);
+    // A prefill leg that pulled its prompt's prefix from another member (kv_both; the proxy's
+    // prefix pulls) hands its blocks to D as well — unless its pull is still stopping.
+    if (consumed.delay_free_blocks || !p->do_remote_decode) return consumed;
+  }
   if (!p->do_remote_decode || c_->ctx_.config.kv_role == KvRole::kConsumer) return {};
   return c_->producer_.Finish(request, block_ids);
 }

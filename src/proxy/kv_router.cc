@@ -1,5 +1,7 @@
 #include "proxy/kv_router.h"
 
+#include <limits>
+
 #include <fmt/format.h>
 #include <httplib.h>
 
@@ -150,6 +152,11 @@ std::shared_ptr<const std::map<std::string, int64_t>> KvRouter::Holdings(
   MutexLock lock(&mu_);
   return std::make_shared<const std::map<std::string, int64_t>>(
       index_.MatchedTokens(tokens, SteadyNowMs()));
+}
+
+std::map<std::string, int64_t> KvRouter::ConfirmedHoldings(std::span<const int32_t> tokens) const {
+  MutexLock lock(&mu_);
+  return index_.MatchedTokens(tokens, std::numeric_limits<int64_t>::max());
 }
 
 void KvRouter::NoteRouted(const std::string& member, std::span<const int32_t> tokens) {

@@ -51,6 +51,9 @@ class KvRouter {
   StatusOr<std::vector<int32_t>> Tokenize(const std::string& client_body);
   std::shared_ptr<const std::map<std::string, int64_t>> Holdings(
       std::span<const int32_t> tokens) const;
+  // The same, counting only blocks the members' events confirmed (no expected ones): what a
+  // member can lend now.
+  std::map<std::string, int64_t> ConfirmedHoldings(std::span<const int32_t> tokens) const;
   // A leg of a prompt was just sent to `member`: it will hold the prompt's blocks (expected for
   // kExpectMs, or until its events confirm them; PrefixIndex::Expect).
   void NoteRouted(const std::string& member, std::span<const int32_t> tokens);

@@ -61,7 +61,8 @@ struct ProxyServer::Impl {
   std::shared_ptr<http::ConnectionThreads> connections;  // its task queue
   std::unique_ptr<http::RequestDeadline> deadline;       // for reading each request
   Drain drain;                                           // flow.drain points here
-  std::unique_ptr<KvRouter> kv;  // --routing kv: flow.kv points here; followed by kv_sync
+  std::unique_ptr<KvRouter> kv;  // --routing kv or prefix pulls: flow.kv; followed by kv_sync
+  std::unique_ptr<PrefixPuller> prefix_pull;  // flow.prefix_pull points here
   std::thread kv_sync;
   std::atomic<bool> kv_stop{false};
   std::thread thread;
@@ -129,7 +130,15 @@ StatusOr<std::unique_ptr<ProxyServer>> ProxyServer::Create(ProxyOptions options)
   impl->flow.first_token_from_prefill = options.first_token_from_prefill;
   impl->flow.drain = &impl->drain;
   impl->flow.disagg_min_uncached_tokens = options.disagg_min_uncached_tokens;
-  if (options.routing.mode == cluster::RoutingMode::kKv) {
+  const bool kv_routing = options.routing.mode == cluster::RoutingMode::kKv;
+  const int64_t pull_min =
+      options.prefix_pull_min_tokens >= 0 ? options.prefix_pull_min_tokens : (kv_routing ? 128 : 0);
+  if (pull_min > 0) {
+    impl->prefix_pull = std::make_unique<PrefixPuller>(
+        options.upstream, options.connect_timeout_ms, options.prefill_timeout_ms, pull_min);
+    impl->flow.prefix_pull = impl->prefix_pull.get();
+  }
+  if (kv_routing || pull_min > 0) {
     impl->kv = std::make_unique<KvRouter>(options.upstream, options.connect_timeout_ms);
     impl->flow.kv = impl->kv.get();
     Impl* raw = impl.get();
@@ -156,7 +165,8 @@ void ProxyServer::Impl::InstallRoutes(httplib::Server& http) {
   http.Get("/metrics", arrived.Guard([this](const httplib::Request&, httplib::Response& res) {
     res.set_content(cluster->RenderMetrics() + http::ConnectionMetricsText(connections->load()) +
                         http::RequestDeadlineMetricsText(*deadline) +
-                        (kv ? kv->RenderMetrics() : std::string()),
+                        (kv ? kv->RenderMetrics() : std::string()) +
+                        (prefix_pull ? prefix_pull->RenderMetrics() : std::string()),
                     "text/plain; version=0.0.4");
   }));
   http.Get("/openapi.json", arrived.Guard([openapi = http::OpenApiDocument({.proxy = true})](

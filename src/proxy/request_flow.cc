@@ -222,6 +222,9 @@ class Flow : public std::enable_shared_from_this<Flow> {
         "application/json", Route::Outcome::kNeutral);
   }
   void Reply(httplib::Response& res, Attempt& a, Route* route);
+  // The prefill try's body for `route`: `body`, or with a lease on another member's blocks of
+  // the prompt (prefix_pull.h; *leased then, and prefix_source_ names the member).
+  std::string PrefillBodyFor(const Route& route, const std::string& body, bool* leased);
   // Conditional disaggregation (step 0): true when the request was served by a D alone.
   bool ServedByDecodeAlone(httplib::Response& res);
   void RelayStream(httplib::Response& res, Attempt a, std::unique_ptr<Route> route);
@@ -247,6 +250,7 @@ class Flow : public std::enable_shared_from_this<Flow> {
   const cluster::RouteRequest route_request_;
   const bool stream_;
   std::string request_id_;
+  std::string prefix_source_;  // the member the last prefill try's prefix was leased from
   // Held for the request's life, streams included (drain.h); null without a drain.
   const std::shared_ptr<Drain::Ticket> ticket_;
 };
@@ -356,6 +360,25 @@ void Flow::Reply(httplib::Response& res, Attempt& a, Route* route) {
   res.set_content(a.body, a.content_type.empty() ? "application/json" : a.content_type);
 }
 
+std::string Flow::PrefillBodyFor(const Route& route, const std::string& body, bool* leased) {
+  *leased = false;
+  prefix_source_.clear();
+  PrefixPuller* pull = options_.prefix_pull;
+  if (pull == nullptr || options_.kv == nullptr || !kv_view_) return body;
+  const std::vector<cluster::MemberInfo> members = cluster_->MemberInfos(/*routable_only=*/true);
+  auto p = std::find_if(members.begin(), members.end(),
+                        [&](const cluster::MemberInfo& m) { return m.id == route.member_id(); });
+  if (p == members.end()) return body;
+  // Confirmed blocks only: the pick just noted the prompt as expected on P itself.
+  const auto held = options_.kv->ConfirmedHoldings(kv_view_->ids);
+  const std::optional<PrefixSource> source = ChoosePrefixSource(
+      *p, held, members, static_cast<int64_t>(kv_view_->ids.size()), pull->min_tokens());
+  if (!source) return body;
+  std::string out = pull->BodyFor(*source, kv_view_->ids, req_.body, body, request_id_, leased);
+  if (*leased) prefix_source_ = source->member_id;
+  return out;
+}
+
 bool Flow::ServedByDecodeAlone(httplib::Response& res) {
   const int64_t tokens = route_request_.prompt_tokens >= 0 ? route_request_.prompt_tokens
                                                            : route_request_.prompt_token_ids;
@@ -392,9 +415,14 @@ void Flow::Run(httplib::Response& res) {
     return Reply(res, bad, nullptr);
   }
   auto [p, p_route] = WithRetries(Leg::kPrefill, "", [&](const Route& r) {
-    return TryPrefill(r, *prefill_body, /*need_params=*/!whole_on_p);
+    bool leased = false;
+    const std::string body = whole_on_p ? *prefill_body : PrefillBodyFor(r, *prefill_body, &leased);
+    Attempt a = TryPrefill(r, body, /*need_params=*/!whole_on_p);
+    if (leased && a.kind == Attempt::Kind::kOk) options_.prefix_pull->CountOutcome(a.body);
+    return a;
   });
   if (p_route) res.set_header("X-Kvferry-Prefill", p_route->member_id());
+  if (p_route && !prefix_source_.empty()) res.set_header("X-Kvferry-Prefix-Source", prefix_source_);
   if (p.kind != Attempt::Kind::kOk) return Reply(res, p, p_route.get());
   p_route->Finish(Route::Outcome::kOk);
   auto answer = ReadPrefillAnswer(p.body);

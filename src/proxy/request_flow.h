@@ -18,6 +18,10 @@
 //      picked first; if fewer than the threshold of its tokens are not already held by that D,
 //      the client's body goes to that D as it is (retried on another D as in 2), and no P
 //      computes. Otherwise the request goes on at 1.
+//   1b. prefix pull (prefix_pull.h): before each prefill try, when another member holds enough
+//      more of the prompt than the picked P and P can load, the source is asked for a lease and
+//      P's body carries it: P pulls that prefix and computes the rest. The answer names the
+//      source in X-Kvferry-Prefix-Source.
 //   P's first token (kv_transfer_params.first_token_id, first_token.h): a stream sends it as
 //   the first event as soon as P answered and places the D leg from the stream provider (the
 //   first D picked before the headers, which name it; D's retries as in 2; none answered: an
@@ -40,6 +44,7 @@
 #include "kvferry/proxy/upstream.h"
 #include "proxy/drain.h"
 #include "proxy/kv_router.h"
+#include "proxy/prefix_pull.h"
 
 namespace httplib {
 struct Request;
@@ -61,6 +66,8 @@ struct FlowOptions {
   // Conditional disaggregation: a request whose prompt tokens not held by its D are fewer than
   // this goes to that D alone, which prefills it (0: always P then D).
   int64_t disagg_min_uncached_tokens = 0;
+  // Prefix pulls (prefix_pull.h; needs kv): null: none.
+  PrefixPuller* prefix_pull = nullptr;
 };
 
 // Serves `req` (POST /v1/completions or /v1/chat/completions) into `res`.

@@ -270,6 +270,47 @@ def case_disk_tier_survives_a_restart():
     check(hits >= 160, f"{home} read {hits} prompt tokens from disk, want >= 160")
 
 
+def case_prefix_pull_between_prefills():
+    """--prefix-pull-min-tokens: a P (kv_role kv_both, registered prefill) given a document the
+    other P holds pulls the document's blocks from it instead of computing them. Round-robin
+    sends the document's second question to the other P; the proxy leases the blocks from the
+    first. Answers equal colocated; D's KV pulled; every lease ends (pools clean)."""
+    etcd = Etcd()
+    reg = etcd.registry()
+    ps = [serve(args.kvferry, f"p{i}", "kv_both", reg, args=EVENTS + ("--cluster-role", "prefill"))
+          for i in range(2)]
+    d = serve(args.kvferry, "d0", "kv_consumer", reg, args=EVENTS)
+    px = proxy(args.kvferry, "proxy", reg,
+               args=("--routing", "round-robin", "--prefix-pull-min-tokens", "32"))
+    check(wait_until(lambda: len(px.members("healthy")) == 3 and all(
+        f'kvferry:proxy_kv_index_blocks{{member="{m}"}}' in px.metrics() for m in ("p0", "p1")),
+        20) is not None, "members, or the proxy does not follow their events")
+    doc = "".join(chr(ord("a") + (i * 17) % 26) for i in range(160))
+    first, second = body(doc + " question 1?"), body(doc + " question 2?")
+    want = colocated_reference(args.kvferry, [first, second])
+    status, resp, hdr = px.complete(first)
+    check(status == 200 and resp["choices"][0]["text"] == want[(first["prompt"], 6)],
+          f"first: {status} {resp}")
+    home = hdr.get("X-Kvferry-Prefill")
+    check(wait_until(lambda: px.metric(f'kvferry:proxy_kv_index_blocks{{member="{home}"}}') >= 10,
+                     10) is not None, f"{home}'s blocks never reached the index")
+    status, resp, hdr = px.complete(second)
+    check(status == 200 and resp["choices"][0]["text"] == want[(second["prompt"], 6)],
+          f"second: {status} {resp}")
+    assert_pulled(resp, "second (D from P)")
+    other = hdr.get("X-Kvferry-Prefill")
+    check(other != home, f"round-robin sent both to {home}")
+    check(hdr.get("X-Kvferry-Prefix-Source") == home,
+          f"{other} was not given {home}'s prefix: {hdr.get('X-Kvferry-Prefix-Source')}")
+    check(px.metric('kvferry:proxy_prefix_pulls_total{outcome="pulled"}') == 1,
+          "P's pull of the prefix did not happen")
+    p_other = ps[int(other[1:])]
+    pulled = p_other.metric("kvferry:kv_transfer_tokens_total")
+    check(pulled >= 160, f"{other} pulled {pulled} tokens of the document, want >= 160")
+    for m in ps + [d]:
+        check(wait_until(lambda: m.blocks_in_use() == 0, 15) is not None, f"{m.name} holds blocks")
+
+
 def case_conditional_disaggregation():
     """--disagg-min-uncached-tokens: a short prompt, and a long one whose D already holds all but
     a few of its tokens, go to a D alone; a long new prompt goes P then D. Answers equal
@@ -343,6 +384,7 @@ if __name__ == "__main__":
          ("kv_routing", case_kv_routing),
          ("conditional_disaggregation", case_conditional_disaggregation),
          ("disk_tier_survives_a_restart", case_disk_tier_survives_a_restart),
+         ("prefix_pull_between_prefills", case_prefix_pull_between_prefills),
          ("registry_goes_away_and_comes_back", case_registry_goes_away_and_comes_back),
          ("bad_registry_data_is_ignored", case_bad_registry_data_is_ignored),
          ("two_proxies_side_by_side", case_two_proxies_side_by_side)])

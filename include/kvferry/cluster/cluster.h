@@ -67,7 +67,8 @@ class Cluster {
   // An upstream ("host:port") refused the proxy's own API key; returns how many times it has.
   uint64_t CountUpstreamAuthFailure(const std::string& upstream);
 
-  std::vector<MemberInfo> MemberInfos() const;  // the members now, as registered
+  // The members now, as registered (routable_only: those healthy now).
+  std::vector<MemberInfo> MemberInfos(bool routable_only = false) const;
   std::string RenderMetrics() const;            // the proxy's /metrics
   std::string RenderTable() const;              // the proxy's /cluster (JSON)
   bool uses_registry() const { return uses_registry_; }

@@ -27,6 +27,7 @@ namespace kvferry::cluster {
 enum class MemberRole : uint8_t { kPrefill, kDecode, kBoth };
 
 std::string_view MemberRoleName(MemberRole role);  // "prefill", "decode", "both"
+StatusOr<MemberRole> MemberRoleFromName(std::string_view name);  // and back
 // vLLM's kv_role: kv_producer -> kPrefill, kv_consumer -> kDecode, kv_both -> kBoth.
 StatusOr<MemberRole> MemberRoleFromKvRole(std::string_view kv_role);
 inline bool CanPrefill(MemberRole r) { return r != MemberRole::kDecode; }
@@ -45,6 +46,10 @@ struct MemberInfo {
   std::string kv_events;         // tcp://host:port of its KV-event PUB socket; "" none
   std::string kv_events_replay;  // tcp://host:port of its replay socket; "" none
   uint64_t prefix_hash_salt = 0;
+  // Its connector's kv_role ("kv_producer", "kv_consumer", "kv_both"; "" not told): whether it
+  // can lend KV (not a consumer) and load it (not a producer). A member registered as prefill
+  // with kv_both can pull a prefix from another member (docs/deploy.md, "Prefix pulls").
+  std::string kv_role;
 
   bool operator==(const MemberInfo&) const = default;
 };

@@ -66,7 +66,8 @@ class PrefixIndex {
               int64_t expect_ms);
 
   // For every member: how many leading tokens of `tokens` it holds or is expected to hold at
-  // now_ms (whole blocks only), hashing the prompt once per distinct MemberKeys.
+  // now_ms (whole blocks only), hashing the prompt once per distinct MemberKeys. now_ms
+  // INT64_MAX: the blocks its events confirmed only.
   std::map<std::string, int64_t> MatchedTokens(std::span<const int32_t> tokens,
                                                int64_t now_ms = 0) const;
   int64_t blocks(const std::string& id) const;

@@ -59,6 +59,10 @@ struct ProxyOptions {
   // Conditional disaggregation (request_flow.h, step 0): prompts with fewer tokens not held by
   // their D than this skip P (0: never).
   int64_t disagg_min_uncached_tokens = 0;
+  // Prefix pulls (docs/deploy.md): a P (kv_role kv_both) lacking at least this many leading
+  // prompt tokens that another member holds pulls them from it instead of computing them.
+  // 0: never; -1: 128 with kv routing, never otherwise. Needs members publishing KV events.
+  int64_t prefix_pull_min_tokens = -1;
 };
 
 class ProxyServer {

@@ -1,0 +1,92 @@
+#include "proxy/prefix_pull.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace kvferry::proxy {
+namespace {
+
+using nlohmann::json;
+
+cluster::MemberInfo Member(const std::string& id, const std::string& kv_role,
+                           int32_t block_size = 16) {
+  cluster::MemberInfo m;
+  m.id = id;
+  m.url = "http://127.0.0.1:1";
+  m.kv_role = kv_role;
+  m.block_size = block_size;
+  return m;
+}
+
+TEST(PrefixPullTest, TheSourceHoldsTheMostAndEnoughMoreThanP) {
+  const cluster::MemberInfo p = Member("p0", "kv_both");
+  const std::vector<cluster::MemberInfo> members = {p, Member("p1", "kv_producer"),
+                                                    Member("p2", "kv_both"),
+                                                    Member("d0", "kv_consumer")};
+  std::map<std::string, int64_t> held = {{"p0", 16}, {"p1", 64}, {"p2", 96}, {"d0", 200}};
+  auto s = ChoosePrefixSource(p, held, members, 200, 32);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->member_id, "p2");  // d0 holds more but cannot lend (kv_consumer)
+  EXPECT_EQ(s->tokens, 96);
+  EXPECT_FALSE(ChoosePrefixSource(p, held, members, 200, 96).has_value());  // 80 more only
+  // P that cannot load (kv_producer), or no threshold: never.
+  EXPECT_FALSE(ChoosePrefixSource(Member("p0", "kv_producer"), held, members, 200, 32));
+  EXPECT_FALSE(ChoosePrefixSource(p, held, members, 200, 0));
+}
+
+TEST(PrefixPullTest, TheLeaseNeverCoversThePromptsLastTokenAndIsWholeBlocks) {
+  const cluster::MemberInfo p = Member("p0", "kv_both");
+  const std::vector<cluster::MemberInfo> members = {p, Member("p1", "kv_both")};
+  // p1 holds all 64 tokens of a 64-token prompt: 48 can be lent (the last token is computed,
+  // and the block holding it is not whole without it).
+  auto s = ChoosePrefixSource(p, {{"p1", 64}}, members, 64, 16);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->tokens, 48);
+  auto odd = ChoosePrefixSource(p, {{"p1", 40}}, members, 100, 16);  // index counts in blocks
+  ASSERT_TRUE(odd.has_value());
+  EXPECT_EQ(odd->tokens, 32);
+}
+
+TEST(PrefixPullTest, LeaseBodyAsksForOneTokenPastTheBlocks) {
+  const std::vector<int32_t> ids = {5, 6, 7, 8, 9, 10};
+  auto body = BuildPrefixLeaseBody(R"({"model": "m", "prompt": "x"})", ids, 4);
+  ASSERT_TRUE(body.ok()) << body.status();
+  const json j = json::parse(*body);
+  EXPECT_EQ(j["prompt"], json({5, 6, 7, 8, 9}));
+  EXPECT_EQ(j["model"], "m");
+  EXPECT_EQ(j["max_tokens"], 1);
+  EXPECT_EQ(j["kv_transfer_params"]["do_remote_decode"], true);
+  EXPECT_FALSE(BuildPrefixLeaseBody("{}", ids, 6).ok());  // no token left to compute
+}
+
+TEST(PrefixPullTest, PsParamsAreTheSourcesCutToTheLease) {
+  const json source = {{"do_remote_prefill", true},
+                       {"remote_engine_id", "p1"},
+                       {"remote_request_id", "r"},
+                       {"remote_block_ids", {3, 4, 9}},
+                       {"remote_block_generations", {1, 2, 3}},
+                       {"remote_host", "127.0.0.1"},
+                       {"remote_port", 5},
+                       {"remote_num_tokens", 33},
+                       {"first_token_id", 7},
+                       {"first_token_logprob", -0.5},
+                       {"sampling_seed", 1}};
+  auto body = WithPrefixSource(R"({"prompt": "x", "kv_transfer_params": {"do_remote_decode": true}})",
+                               source.dump(), 32, 16);
+  ASSERT_TRUE(body.ok()) << body.status();
+  const json kv = json::parse(*body)["kv_transfer_params"];
+  EXPECT_EQ(kv["remote_block_ids"], json({3, 4}));
+  EXPECT_EQ(kv["remote_block_generations"], json({1, 2}));
+  EXPECT_EQ(kv["remote_num_tokens"], 32);
+  EXPECT_EQ(kv["do_remote_prefill"], true);
+  EXPECT_EQ(kv["do_remote_decode"], true);
+  EXPECT_FALSE(kv.contains("first_token_id"));
+  EXPECT_FALSE(kv.contains("sampling_seed"));
+  EXPECT_EQ(kv["remote_engine_id"], "p1");
+  EXPECT_FALSE(WithPrefixSource("{}", source.dump(), 64, 16).ok());  // more blocks than offered
+  EXPECT_FALSE(WithPrefixSource("{}", source.dump(), 20, 16).ok());  // not whole blocks
+}
+
+}  // namespace
+}  // namespace kvferry::proxy
