@@ -132,8 +132,15 @@ std::string PrefixPuller::BodyFor(const PrefixSource& source, std::span<const in
 void PrefixPuller::CountOutcome(std::string_view p_answer) {
   json j = json::parse(p_answer, nullptr, /*allow_exceptions=*/false);
   const json* load = j.is_object() && j.contains("kv_load") ? &j["kv_load"] : nullptr;
-  const bool pulled = load != nullptr && load->is_object() && load->value("outcome", "") == "pulled";
-  (pulled ? pulled_ : pull_failed_).fetch_add(1);
+  const std::string outcome =
+      load != nullptr && load->is_object() ? load->value("outcome", "") : std::string();
+  if (outcome == "pulled") {
+    pulled_.fetch_add(1);
+  } else if (outcome == "notify_only") {  // P held the prefix itself by then
+    notify_only_.fetch_add(1);
+  } else {
+    pull_failed_.fetch_add(1);
+  }
 }
 
 std::string PrefixPuller::RenderMetrics() const {
@@ -144,6 +151,7 @@ std::string PrefixPuller::RenderMetrics() const {
   w.Sample({{"outcome", "leased"}}, static_cast<double>(leased_.load()));
   w.Sample({{"outcome", "lease_failed"}}, static_cast<double>(lease_failed_.load()));
   w.Sample({{"outcome", "pulled"}}, static_cast<double>(pulled_.load()));
+  w.Sample({{"outcome", "notify_only"}}, static_cast<double>(notify_only_.load()));
   w.Sample({{"outcome", "pull_failed"}}, static_cast<double>(pull_failed_.load()));
   w.Family("kvferry:proxy_prefix_pull_tokens_total", "counter",
            "Prompt tokens of the leases given to prefill legs.");

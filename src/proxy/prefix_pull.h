@@ -80,7 +80,7 @@ class PrefixPuller {
  private:
   const UpstreamAccess upstream_;
   const int64_t connect_timeout_ms_, timeout_ms_, min_tokens_;
-  std::atomic<int64_t> leased_{0}, lease_failed_{0}, pulled_{0}, pull_failed_{0},
+  std::atomic<int64_t> leased_{0}, lease_failed_{0}, pulled_{0}, notify_only_{0}, pull_failed_{0},
       leased_tokens_{0};
 };
 

@@ -88,5 +88,19 @@ TEST(PrefixPullTest, PsParamsAreTheSourcesCutToTheLease) {
   EXPECT_FALSE(WithPrefixSource("{}", source.dump(), 20, 16).ok());  // not whole blocks
 }
 
+TEST(PrefixPullTest, ALeaseThatFailsLeavesTheBodyAsItWasAndIsCounted) {
+  // Nothing listens on port 1 of loopback: the lease request is refused at connect.
+  PrefixPuller pull(UpstreamAccess{}, 500, 500, 16);
+  const PrefixSource source{"p1", "http://127.0.0.1:1", 16, 16};
+  const std::vector<int32_t> ids(40, 3);
+  bool leased = true;
+  const std::string body = R"({"prompt": "x", "kv_transfer_params": {"do_remote_decode": true}})";
+  EXPECT_EQ(pull.BodyFor(source, ids, R"({"prompt": "x"})", body, "req", &leased), body);
+  EXPECT_FALSE(leased);
+  EXPECT_NE(pull.RenderMetrics().find("kvferry:proxy_prefix_pulls_total{outcome=\"lease_failed\"} 1"),
+            std::string::npos)
+      << pull.RenderMetrics();
+}
+
 }  // namespace
 }  // namespace kvferry::proxy

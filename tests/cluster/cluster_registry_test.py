@@ -6,7 +6,7 @@ Real processes: etcd, `kvferry serve --registry`, `kvferry proxy --registry`.
 import os
 import time
 
-from cluster_harness import CASE, Etcd, colocated_reference, parse_args, proxy, run, serve
+from cluster_harness import CASE, Etcd, Kvferry, colocated_reference, parse_args, proxy, run, serve
 from harness.runner import check, measure, wait_until
 
 args = None
@@ -286,8 +286,11 @@ def case_prefix_pull_between_prefills():
         f'kvferry:proxy_kv_index_blocks{{member="{m}"}}' in px.metrics() for m in ("p0", "p1")),
         20) is not None, "members, or the proxy does not follow their events")
     doc = "".join(chr(ord("a") + (i * 17) % 26) for i in range(160))
-    first, second = body(doc + " question 1?"), body(doc + " question 2?")
+    first, second = body(doc + " question 1?"), body(doc + " question 2?", logprobs=1)
     want = colocated_reference(args.kvferry, [first, second])
+    ref = Kvferry(args.kvferry, "colocated_logprobs", "serve", ["--threads", "1"])
+    _, want_second, _ = ref.complete(second)
+    ref.stop()
     status, resp, hdr = px.complete(first)
     check(status == 200 and resp["choices"][0]["text"] == want[(first["prompt"], 6)],
           f"first: {status} {resp}")
@@ -297,6 +300,9 @@ def case_prefix_pull_between_prefills():
     status, resp, hdr = px.complete(second)
     check(status == 200 and resp["choices"][0]["text"] == want[(second["prompt"], 6)],
           f"second: {status} {resp}")
+    check(resp["choices"][0]["logprobs"]["token_logprobs"] ==
+          want_second["choices"][0]["logprobs"]["token_logprobs"],
+          "logprobs differ from colocated")
     assert_pulled(resp, "second (D from P)")
     other = hdr.get("X-Kvferry-Prefill")
     check(other != home, f"round-robin sent both to {home}")
