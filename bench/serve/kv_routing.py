@@ -17,10 +17,23 @@ all prompt tokens — what a router that knew every cache (and never evicted) wo
 answer is also checked against the same prompt's answer in the first mode (greedy, batch
 invariant: equal texts).
 
+Modes: the proxy's `--routing` modes, and `kv-pull`: `--routing kv` with prefill instances that
+can also pull a prefix from each other (kv_role kv_both, `--cluster-role prefill`; prefix pulls,
+docs/deploy.md). `--kv-offload-mb N` gives every instance a disk tier of N MiB
+(docs/kv_offload.md); `--kv-cache-mb` sets their RAM cache.
+
+Sweep (`--sweep 2,4,8,16`): the chat workload again at each number of sessions in flight
+(closed loop: a session sends its next turn when the last one ended; other sessions' texts at
+each level, so earlier levels do not warm later ones beyond the shared system prompt), giving
+requests/s against p99 TTFT per mode; each mode's requests/s at the p99 TTFT bound
+(`--ttft-bound-ms`, linear between the two levels around it) is compared with affinity's.
+`--plot FILE.svg` draws requests/s against p99 TTFT (gnuplot).
+
 Machine: P0, P1 on core 0, D0, D1 on core 1 (`--threads 1`), etcd, proxy and clients unpinned.
 
 usage: bench/serve/kv_routing.py [--kvferry build/bin/kvferry] [--modes kv affinity ...]
-       [--model small] [--json]      (stdout: the table, or with --json only JSON)
+       [--model small] [--sweep 2,4,8] [--ttft-bound-ms 3000] [--plot out.svg]
+       [--kv-offload-mb 64] [--json]      (stdout: the tables, or with --json only JSON)
 """
 import argparse
 import http.client
@@ -36,6 +49,7 @@ import threading
 import time
 
 BLOCK = 16
+PULLED = 'kvferry:proxy_prefix_pulls_total{outcome="pulled"}'
 
 
 def free_port():
@@ -69,7 +83,7 @@ def metrics(port):
 class Cluster:
     """etcd, 2 P and 2 D publishing KV events, a proxy with `--routing mode`."""
 
-    def __init__(self, binary, mode, model, work):
+    def __init__(self, binary, mode, model, work, args):
         self.procs = []
         self.work = work
         client, peer = free_port(), free_port()
@@ -80,25 +94,33 @@ class Cluster:
                             "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer}",
                             "--initial-cluster", f"e=http://127.0.0.1:{peer}"])
         reg = f"etcd://127.0.0.1:{client}/{mode}"
+        pull = mode == "kv-pull"
+        routing = "kv" if pull else mode
         events = json.dumps({"enable_kv_cache_events": True, "endpoint": "tcp://127.0.0.1:0",
                              "replay_endpoint": "tcp://127.0.0.1:0"})
         self.members = {}
-        for name, role, core in (("p0", "kv_producer", 0), ("p1", "kv_producer", 0),
+        p_role = "kv_both" if pull else "kv_producer"
+        for name, role, core in (("p0", p_role, 0), ("p1", p_role, 0),
                                  ("d0", "kv_consumer", 1), ("d1", "kv_consumer", 1)):
             kv = json.dumps({"kv_connector": "FerryConnector", "kv_role": role, "engine_id": name,
                              "kv_connector_extra_config": {"side_channel_host": "127.0.0.1",
                                                            "side_channel_port": 0}})
             port = free_port()
             pin = ["taskset", "-c", str(core)] if os.cpu_count() >= 2 else []
+            extra = ["--cluster-role", "prefill"] if pull and name.startswith("p") else []
+            if args.kv_offload_mb > 0:
+                extra += ["--kv-offload-dir", f"{work}/{name}.disk",
+                          "--kv-offload-gb", str(args.kv_offload_mb / 1024)]
             self.start(name, pin + [binary, "serve", "--model", model, "--port", str(port),
                                     "--threads", "1", "--block-size", str(BLOCK),
-                                    "--kv-cache-memory-mb", "256", "--registry", reg,
-                                    "--kv-transfer-config", kv, "--kv-events-config", events])
+                                    "--kv-cache-memory-mb", str(args.kv_cache_mb),
+                                    "--registry", reg, "--kv-transfer-config", kv,
+                                    "--kv-events-config", events] + extra)
             self.members[name] = port
         self.proxy = free_port()
         self.start("proxy", [binary, "proxy", "--port", str(self.proxy), "--registry", reg,
-                             "--routing", mode, "--poll-interval-ms", "100"])
-        self.wait_ready(mode)
+                             "--routing", routing, "--poll-interval-ms", "100"])
+        self.wait_ready(routing)
 
     def start(self, name, cmd):
         log = open(f"{self.work}/{name}.log", "w")
@@ -174,12 +196,13 @@ def words(rng, n):
     return " ".join(rng.choice(vocab) for _ in range(n))
 
 
-def run_chat(port, args):
+def run_chat(port, args, sessions=None, seed=0):
     """One thread per session; each turn appends to the session's history."""
     rng = random.Random(1)
     system = "System: you are a careful assistant. " + words(rng, 90) + "\n"
-    questions = [[words(random.Random(s * 100 + t), 12) for t in range(args.turns)]
-                 for s in range(args.sessions)]
+    sessions = sessions or args.sessions
+    questions = [[words(random.Random(seed * 100000 + s * 100 + t), 12) for t in range(args.turns)]
+                 for s in range(sessions)]
     sent, lock = [], threading.Lock()
 
     def session(s):
@@ -190,7 +213,7 @@ def run_chat(port, args):
             with lock:
                 sent.append((prompt, text, ttft, e2e, time.monotonic()))
             history = prompt + text + "\n"
-    return sent, run_clients([lambda s=s: session(s) for s in range(args.sessions)])
+    return sent, run_clients([lambda s=s: session(s) for s in range(sessions)])
 
 
 def run_docs(port, args):
@@ -235,9 +258,14 @@ def pct(xs, q):
     return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))] if xs else 0.0
 
 
-def measure(cluster, workload, args, answers):
+def measure(cluster, workload, args, answers, sessions=None, seed=0):
     before = {m: metrics(port) for m, port in cluster.members.items()}
-    sent, wall = (run_chat if workload == "chat" else run_docs)(cluster.proxy, args)
+    proxy_before = metrics(cluster.proxy)
+    if workload == "chat":
+        sent, wall = run_chat(cluster.proxy, args, sessions, seed)
+    else:
+        sent, wall = run_docs(cluster.proxy, args)
+    proxy_after = metrics(cluster.proxy)
     after = {m: metrics(port) for m, port in cluster.members.items()}
 
     def delta(members, name):
@@ -256,9 +284,91 @@ def measure(cluster, workload, args, answers):
         "p_hit_rate": hits / prompt if prompt else 0.0,
         "p_tokens_computed": prompt - hits,
         "d_pulled_bytes": delta(ds, "kvferry:kv_transfer_bytes_total"),
+        "p_pulled_bytes": delta(ps, "kvferry:kv_transfer_bytes_total"),
+        "disk_hit_tokens": delta(ps + ds, "kvferry:kv_offload_hit_tokens_total"),
+        "prefix_pulls": proxy_after.get(PULLED, 0) - proxy_before.get(PULLED, 0),
         "oracle_hit_rate": oracle_hit_rate(cluster.members["p0"], sent),
         "answers_differing_from_first_mode": differ,
     }
+
+
+def at_bound(levels, bound_ms):
+    """Requests/s at a p99 TTFT of `bound_ms`: linear between the two sweep levels around it;
+    the last level's when all are under it; 0 when none is."""
+    pts = sorted((x["ttft_p99_ms"], x["req_per_s"]) for x in levels)
+    under = [p for p in pts if p[0] <= bound_ms]
+    if not under:
+        return 0.0
+    lo = max(under, key=lambda p: p[1])
+    over = [p for p in pts if p[0] > bound_ms and p[1] > lo[1]]
+    if not over:
+        return lo[1]
+    hi = min(over, key=lambda p: p[0])
+    return lo[1] + (hi[1] - lo[1]) * (bound_ms - lo[0]) / (hi[0] - lo[0])
+
+
+def plot(path, sweeps, bound_ms, model):
+    """requests/s against p99 TTFT per mode, as SVG (gnuplot)."""
+    data = {}
+    for mode, levels in sweeps.items():
+        data[mode] = "\n".join(f"{x['ttft_p99_ms']:.1f} {x['req_per_s']:.3f}"
+                               for x in sorted(levels, key=lambda x: x["sessions"]))
+    script = [f"set terminal svg size 720,480 dynamic font 'sans,12'", f"set output '{path}'",
+              f"set title 'Multi-turn chat, 2P2D, model {model}: requests/s against p99 TTFT'",
+              "set xlabel 'p99 TTFT (ms)'", "set ylabel 'requests/s'", "set key bottom right",
+              "set grid", f"set arrow from {bound_ms},graph 0 to {bound_ms},graph 1 nohead dt 2"]
+    plots = ", ".join(f"'-' using 1:2 with linespoints title '{m}'" for m in data)
+    script.append("plot " + plots)
+    for m in data:
+        script += [data[m], "e"]
+    subprocess.run(["gnuplot"], input="\n".join(script) + "\n", text=True, check=True)
+
+
+def print_tables(results, sweeps, args):
+    base = results.get("affinity")
+    for w in ("chat", "docs"):
+        print(f"### {w} (model {args.model})")
+        print("%-13s %7s %7s %9s %9s %7s %7s %11s %12s %9s" % (
+            "mode", "req/s", "vs aff", "TTFT p50", "TTFT p99", "P hit", "oracle",
+            "P computed", "D pulled MB", "P pulls"))
+        for mode, r in results.items():
+            x = r[w]
+            ratio = x["req_per_s"] / base[w]["req_per_s"] if base else float("nan")
+            print("%-13s %7.2f %7.2f %9.1f %9.1f %7.3f %7.3f %11d %12.1f %9d" % (
+                mode, x["req_per_s"], ratio, x["ttft_p50_ms"], x["ttft_p99_ms"],
+                x["p_hit_rate"], x["oracle_hit_rate"], x["p_tokens_computed"],
+                x["d_pulled_bytes"] / 1e6, x["prefix_pulls"]))
+        bad = sum(r[w]["answers_differing_from_first_mode"] for r in results.values())
+        print(f"answers differing across modes: {bad}\n")
+    if not sweeps:
+        return
+    print(f"### chat sweep: sessions in flight -> req/s, TTFT p99 ms (bound {args.ttft_bound_ms} ms)")
+    for mode, levels in sweeps.items():
+        cells = "  ".join(f"{x['sessions']}: {x['req_per_s']:.2f} / {x['ttft_p99_ms']:.0f}"
+                          for x in levels)
+        print(f"{mode:<13} {cells}")
+    base_rate = at_bound(sweeps["affinity"], args.ttft_bound_ms) if "affinity" in sweeps else 0
+    for mode, levels in sweeps.items():
+        rate = at_bound(levels, args.ttft_bound_ms)
+        ratio = rate / base_rate if base_rate else float("nan")
+        print(f"{mode:<13} req/s at p99 TTFT <= {args.ttft_bound_ms} ms: {rate:.2f} "
+              f"({ratio:.2f} x affinity)")
+
+
+def run_mode(mode, args, answers):
+    work = tempfile.mkdtemp(prefix=f"kvferry-kv-routing-{mode}-")
+    cluster = Cluster(args.kvferry, mode, args.model, work, args)
+    try:
+        result = {w: measure(cluster, w, args, answers) for w in ("chat", "docs")}
+        levels = []
+        for n, sessions in enumerate(args.sweep):
+            x = measure(cluster, "chat", args, answers, sessions, seed=n + 1)
+            x["sessions"] = sessions
+            levels.append(x)
+    finally:
+        cluster.stop()
+    shutil.rmtree(work, ignore_errors=True)
+    return result, levels
 
 
 def main():
@@ -271,35 +381,27 @@ def main():
     ap.add_argument("--docs", type=int, default=4)
     ap.add_argument("--questions", type=int, default=6)
     ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--sweep", type=lambda v: [int(x) for x in v.split(",") if x], default=[])
+    ap.add_argument("--ttft-bound-ms", type=float, default=3000)
+    ap.add_argument("--plot", default="")
+    ap.add_argument("--kv-cache-mb", type=int, default=256)
+    ap.add_argument("--kv-offload-mb", type=int, default=0)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    answers, results = {}, {}
+    answers, results, sweeps = {}, {}, {}
     for mode in args.modes:
-        work = tempfile.mkdtemp(prefix=f"kvferry-kv-routing-{mode}-")
-        cluster = Cluster(args.kvferry, mode, args.model, work)
-        try:
-            results[mode] = {w: measure(cluster, w, args, answers) for w in ("chat", "docs")}
-        finally:
-            cluster.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        results[mode], levels = run_mode(mode, args, answers)
+        if levels:
+            sweeps[mode] = levels
+    if args.plot and sweeps:
+        plot(args.plot, sweeps, args.ttft_bound_ms, args.model)
     if args.json:
-        print(json.dumps({"model": args.model, "results": results}, indent=1))
+        at = {m: at_bound(v, args.ttft_bound_ms) for m, v in sweeps.items()}
+        print(json.dumps({"model": args.model, "results": results, "sweeps": sweeps,
+                          "ttft_bound_ms": args.ttft_bound_ms, "req_per_s_at_bound": at},
+                         indent=1))
         return
-    base = results.get("affinity")
-    for w in ("chat", "docs"):
-        print(f"### {w} (model {args.model})")
-        print("%-13s %7s %7s %9s %9s %7s %7s %11s %12s" % (
-            "mode", "req/s", "vs aff", "TTFT p50", "TTFT p99", "P hit", "oracle",
-            "P computed", "D pulled MB"))
-        for mode, r in results.items():
-            x = r[w]
-            ratio = x["req_per_s"] / base[w]["req_per_s"] if base else float("nan")
-            print("%-13s %7.2f %7.2f %9.1f %9.1f %7.3f %7.3f %11d %12.1f" % (
-                mode, x["req_per_s"], ratio, x["ttft_p50_ms"], x["ttft_p99_ms"],
-                x["p_hit_rate"], x["oracle_hit_rate"], x["p_tokens_computed"],
-                x["d_pulled_bytes"] / 1e6))
-        bad = sum(r[w]["answers_differing_from_first_mode"] for r in results.values())
-        print(f"answers differing across modes: {bad}\n")
+    print_tables(results, sweeps, args)
 
 
 if __name__ == "__main__":
