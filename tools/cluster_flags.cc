@@ -24,10 +24,11 @@ void AddServeRegistryFlags(CLI::App* serve, ServeRegistryFlags* f) {
                    "Seconds of the registry lease: a crashed or cut-off instance leaves the "
                    "cluster this long after its last keep-alive")
       ->capture_default_str();
-  serve->add_option("--cluster-role", f->cluster_role,
-                    "The legs proxies route here: prefill, decode or both (default: from "
-                    "kv_role). A prefill member with kv_role kv_both can also pull a prefix "
-                    "another member holds (docs/deploy.md, \"Prefix pulls\")")
+  serve
+      ->add_option("--cluster-role", f->cluster_role,
+                   "The legs proxies route here: prefill, decode or both (default: from "
+                   "kv_role). A prefill member with kv_role kv_both can also pull a prefix "
+                   "another member holds (docs/deploy.md, \"Prefix pulls\")")
       ->check(CLI::IsMember({"prefill", "decode", "both"}));
   serve->add_option("--advertise-host", f->advertise_host,
                     "Address proxies reach this instance at (default: --host)");

@@ -3,8 +3,8 @@
 #include <filesystem>
 #include <functional>
 
-#include "engine/model/model_loader.h"
 #include "engine/kv_tier.h"
+#include "engine/model/model_loader.h"
 #include "engine/model_runner.h"
 #include "engine/request.h"
 #include "engine/sampler.h"

@@ -32,8 +32,8 @@ uint64_t KvTier::LayoutKey(const std::vector<kv::KvCache*>& caches,
   for (const kv::KvCache* c : caches) {
     const kv::CacheSpec& s = c->spec();
     for (int64_t v : {int64_t{s.num_layers}, int64_t{s.num_kv_heads}, int64_t{s.head_dim},
-                      int64_t{s.mla_rope_dim}, int64_t(s.dtype), int64_t(s.kind),
-                      int64_t(s.layout), int64_t{s.block_size_kernel}}) {
+                      int64_t{s.mla_rope_dim}, int64_t(s.dtype), int64_t(s.kind), int64_t(s.layout),
+                      int64_t{s.block_size_kernel}}) {
       h = MixLayoutKey(h, static_cast<uint64_t>(v));
     }
   }

@@ -45,8 +45,8 @@ std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
 class KvTierTest : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("kvf_kv_tier_" + std::to_string(::getpid()) + "_" +
-                                        CaseName({GetParam(), 0}));
+    dir_ = fs::temp_directory_path() /
+           ("kvf_kv_tier_" + std::to_string(::getpid()) + "_" + CaseName({GetParam(), 0}));
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
@@ -132,7 +132,7 @@ TEST_P(KvTierTest, AnswersEqualColocatedFromDiskAndAfterARestart) {
     EXPECT_EQ(e->stats().num_blocks_used, 0);
     ASSERT_TRUE(e->kv_offload_stats().has_value());
     EXPECT_EQ(e->kv_offload_stats()->loaded, kReusable / kBlock);
-  }  // the tier finishes its writes
+  }                     // the tier finishes its writes
   auto e = Make(true);  // a restart: only the files remain
   EXPECT_GE(e->kv_offload_stats()->files, 3 * kReusable / kBlock);
   ExpectSame(Run(*e, 0), want);
@@ -166,7 +166,8 @@ TEST_P(KvTierTest, DamagedFilesAreRecomputedExactly) {
 TEST_P(KvTierTest, FilesOfAnotherCacheLayoutAreNeverRead) {
   Run(*Make(true), 0);
   EngineConfig other = Config(true);
-  other.kv_cache_dtype = other.kv_cache_dtype == kv::DType::kF32 ? kv::DType::kF16 : kv::DType::kF32;
+  other.kv_cache_dtype =
+      other.kv_cache_dtype == kv::DType::kF32 ? kv::DType::kF16 : kv::DType::kF32;
   EngineConfig plain = other;
   plain.kv_offload_dir.clear();
   auto want_engine = Engine::Create(plain);

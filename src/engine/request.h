@@ -59,9 +59,9 @@ struct Request {
   std::optional<connector::KvTransferParams> kv_transfer_params;
 
   RequestState state = RequestState::kWaiting;
-  int32_t num_computed_tokens = 0;    // tokens whose KV is in the cache
-  int32_t num_cached_tokens = 0;      // prompt tokens from the prefix cache or remote KV
-  int32_t num_blocks_registered = 0;  // full blocks already offered to the prefix cache
+  int32_t num_computed_tokens = 0;          // tokens whose KV is in the cache
+  int32_t num_cached_tokens = 0;            // prompt tokens from the prefix cache or remote KV
+  int32_t num_blocks_registered = 0;        // full blocks already offered to the prefix cache
   std::vector<kv::BlockHash> block_hashes;  // chain hashes of its first full blocks (disk tier)
   kv::BlockTable table;
   bool connector_consulted = false;     // GetNumNewMatchedTokens asked (first schedule only)

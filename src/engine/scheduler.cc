@@ -112,10 +112,10 @@ const std::vector<kv::BlockHash>& Scheduler::BlockHashes(Request* r, int32_t n) 
   const int32_t have = static_cast<int32_t>(h.size());
   if (n > have) {
     const int32_t B = geometry_.block_size_logical();
-    const std::vector<kv::BlockHash> more = kv::ChainHashes(
-        pool_.hash_salt(), have == 0 ? 0 : h.back(), B,
-        std::span<const int32_t>(r->tokens).subspan(static_cast<size_t>(have) * B,
-                                                    static_cast<size_t>(n - have) * B));
+    const std::vector<kv::BlockHash> more =
+        kv::ChainHashes(pool_.hash_salt(), have == 0 ? 0 : h.back(), B,
+                        std::span<const int32_t>(r->tokens).subspan(
+                            static_cast<size_t>(have) * B, static_cast<size_t>(n - have) * B));
     h.insert(h.end(), more.begin(), more.end());
   }
   return h;

@@ -137,7 +137,8 @@ void BlockPool::DropEntry(int32_t b) {
   if (blk.in_free_queue) --num_cached_free_;
   if (options_.record_events) {
     if (events_.empty() || events_.back().kind != BlockEvent::Kind::kRemoved) {
-      events_.push_back(BlockEvent{BlockEvent::Kind::kRemoved, {}, std::nullopt, {}, BlockEvent::Tier::kMemory});
+      events_.push_back(
+          BlockEvent{BlockEvent::Kind::kRemoved, {}, std::nullopt, {}, BlockEvent::Tier::kMemory});
     }
     events_.back().block_hashes.push_back(blk.hash);
   }
@@ -291,7 +292,8 @@ Status BlockPool::CacheFullBlocks(std::span<const LogicalBlockId> ids,
 void BlockPool::RecordStored(BlockHash hash, std::optional<BlockHash> parent,
                              std::span<const int32_t> tokens, bool continues_last) {
   if (!continues_last || events_.empty() || events_.back().kind != BlockEvent::Kind::kStored) {
-    events_.push_back(BlockEvent{BlockEvent::Kind::kStored, {}, parent, {}, BlockEvent::Tier::kMemory});
+    events_.push_back(
+        BlockEvent{BlockEvent::Kind::kStored, {}, parent, {}, BlockEvent::Tier::kMemory});
   }
   BlockEvent& e = events_.back();
   e.block_hashes.push_back(hash);

@@ -198,10 +198,11 @@ TEST(BlockPoolEventsTest, StoresRemovalsAndNothingWhenOff) {
   const BlockHash h1 = HashBlockTokens(5, h0, std::span(tokens).subspan(4, 4));
   std::vector<BlockEvent> events = pool.TakeEvents();
   ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(
-      events[0],
-      (BlockEvent{BlockEvent::Kind::kStored, {h0, h1}, std::nullopt, {1, 2, 3, 4, 5, 6, 7, 8},
-                  BlockEvent::Tier::kMemory}));
+  EXPECT_EQ(events[0], (BlockEvent{BlockEvent::Kind::kStored,
+                                   {h0, h1},
+                                   std::nullopt,
+                                   {1, 2, 3, 4, 5, 6, 7, 8},
+                                   BlockEvent::Tier::kMemory}));
   EXPECT_TRUE(pool.TakeEvents().empty());
   // Registering again stores nothing new; freeing keeps the entries (cached).
   ASSERT_TRUE(pool.CacheFullBlocks(*a, tokens, 2).ok());
@@ -213,8 +214,10 @@ TEST(BlockPoolEventsTest, StoresRemovalsAndNothingWhenOff) {
   ASSERT_TRUE(pool.Allocate(1).ok());
   events = pool.TakeEvents();
   ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0], (BlockEvent{BlockEvent::Kind::kRemoved, {h1, h0}, std::nullopt, {},
-                                   BlockEvent::Tier::kMemory}));
+  EXPECT_EQ(
+      events[0],
+      (BlockEvent{
+          BlockEvent::Kind::kRemoved, {h1, h0}, std::nullopt, {}, BlockEvent::Tier::kMemory}));
 }
 
 TEST(BlockPoolEventsTest, AStoreAfterACachedBlockNamesItsParent) {

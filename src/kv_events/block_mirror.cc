@@ -39,8 +39,8 @@ std::vector<Event> BlockMirror::Snapshot() const {
   out.emplace_back(AllBlocksCleared{});
   for (const auto& [unused, key] : order) {
     const Block& b = blocks_.at(*key);
-    out.emplace_back(BlockStored{{key->second}, b.parent, b.tokens,
-                                 static_cast<int32_t>(b.tokens.size()), MediumOf(*key)});
+    out.emplace_back(BlockStored{
+        {key->second}, b.parent, b.tokens, static_cast<int32_t>(b.tokens.size()), MediumOf(*key)});
   }
   return out;
 }

@@ -5,7 +5,8 @@
 //
 // Blocks are kept per medium ("CPU", "STORAGE", none): a block in RAM and on disk is two entries,
 // and removing it from one medium leaves the other. A hash stored twice in one medium (two
-// chains that collide, or a publisher that repeats itself) is counted and needs as many removals. Not thread-safe: the publisher's thread owns it.
+// chains that collide, or a publisher that repeats itself) is counted and needs as many removals.
+// Not thread-safe: the publisher's thread owns it.
 #pragma once
 
 #include <cstdint>

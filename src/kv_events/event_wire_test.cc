@@ -128,17 +128,19 @@ TEST(EventWireTest, SequenceFramesAreBigEndian) {
 
 TEST(EventWireTest, PoolEventsGoOnTheWireWithTheirBlockSizeAndTier) {
   using Tier = kv::BlockEvent::Tier;
-  const kv::BlockEvent stored{kv::BlockEvent::Kind::kStored, {4, 5}, 3, {1, 2, 3, 4}, Tier::kMemory};
+  const kv::BlockEvent stored{
+      kv::BlockEvent::Kind::kStored, {4, 5}, 3, {1, 2, 3, 4}, Tier::kMemory};
   EXPECT_EQ(std::get<BlockStored>(ToWire(stored, 2)),
             (BlockStored{{4, 5}, 3, {1, 2, 3, 4}, 2, "CPU"}));
   const kv::BlockEvent on_disk{kv::BlockEvent::Kind::kStored, {4}, 3, {1, 2}, Tier::kDisk};
   EXPECT_EQ(std::get<BlockStored>(ToWire(on_disk, 2)), (BlockStored{{4}, 3, {1, 2}, 2, "STORAGE"}));
   const kv::BlockEvent removed{kv::BlockEvent::Kind::kRemoved, {4}, std::nullopt, {}, Tier::kDisk};
   EXPECT_EQ(std::get<BlockRemoved>(ToWire(removed, 2)), (BlockRemoved{{4}, "STORAGE"}));
-  EXPECT_EQ(EventName(ToWire(
-                kv::BlockEvent{kv::BlockEvent::Kind::kAllCleared, {}, std::nullopt, {}, Tier::kMemory},
-                2)),
-            "AllBlocksCleared");
+  EXPECT_EQ(
+      EventName(ToWire(
+          kv::BlockEvent{kv::BlockEvent::Kind::kAllCleared, {}, std::nullopt, {}, Tier::kMemory},
+          2)),
+      "AllBlocksCleared");
 }
 
 }  // namespace

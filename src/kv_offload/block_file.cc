@@ -80,8 +80,8 @@ StatusOr<BlockFileHeader> DecodeBlockFileHeader(std::span<const std::byte> head)
   if (flags & kHasParent) h.parent = Get<uint64_t>(head, 48);
   h.payload_bytes = Get<uint64_t>(head, 56);
   if (h.block_size <= 0 || h.num_tokens <= 0 || h.num_tokens % h.block_size != 0 ||
-      static_cast<uint32_t>(h.num_tokens) > kMaxBlockFileTokens ||
-      (flags & ~kHasParent) != 0 || (h.parent.has_value() != (h.num_tokens > h.block_size)) ||
+      static_cast<uint32_t>(h.num_tokens) > kMaxBlockFileTokens || (flags & ~kHasParent) != 0 ||
+      (h.parent.has_value() != (h.num_tokens > h.block_size)) ||
       h.payload_bytes > (uint64_t{1} << 40)) {
     return DataLossError("block file header is inconsistent");
   }
@@ -97,8 +97,9 @@ StatusOr<BlockFileView> DecodeBlockFile(std::span<const std::byte> file) {
   BlockFileView v;
   KVF_ASSIGN_OR_RETURN(v.header, DecodeBlockFileHeader(file));
   if (file.size() != BlockFileSize(v.header)) {
-    return DataLossError("block file is " + std::to_string(file.size()) + " bytes, its header says " +
-                         std::to_string(BlockFileSize(v.header)) + " (truncated or torn)");
+    return DataLossError("block file is " + std::to_string(file.size()) +
+                         " bytes, its header says " + std::to_string(BlockFileSize(v.header)) +
+                         " (truncated or torn)");
   }
   const size_t token_bytes = 4 * static_cast<size_t>(v.header.num_tokens);
   const size_t body = file.size() - kBlockFileChecksumBytes;

@@ -34,7 +34,9 @@ Status WriteAll(int fd, const std::byte* data, size_t size, const std::string& p
 
 Status WriteParts(int fd, std::string_view head, std::span<const std::byte> payload,
                   std::string_view tail, const std::string& path) {
-  const auto bytes = [](std::string_view s) { return reinterpret_cast<const std::byte*>(s.data()); };
+  const auto bytes = [](std::string_view s) {
+    return reinterpret_cast<const std::byte*>(s.data());
+  };
   KVF_RETURN_IF_ERROR(WriteAll(fd, bytes(head), head.size(), path));
   KVF_RETURN_IF_ERROR(WriteAll(fd, payload.data(), payload.size(), path));
   return WriteAll(fd, bytes(tail), tail.size(), path);

@@ -41,8 +41,11 @@ using Tier = kv::BlockEvent::Tier;
 
 kv::BlockEvent StoredEvent(uint64_t hash, std::optional<uint64_t> parent,
                            std::span<const int32_t> block_tokens) {
-  return {kv::BlockEvent::Kind::kStored, {hash}, parent,
-          std::vector<int32_t>(block_tokens.begin(), block_tokens.end()), Tier::kDisk};
+  return {kv::BlockEvent::Kind::kStored,
+          {hash},
+          parent,
+          std::vector<int32_t>(block_tokens.begin(), block_tokens.end()),
+          Tier::kDisk};
 }
 
 kv::BlockEvent RemovedEvent(uint64_t hash) {
@@ -93,6 +96,8 @@ struct DiskTier::State {
   void Finish(const Job& job, uint64_t size, const Status& written) EXCLUDES(mu);
   void Write(const Job& job) EXCLUDES(mu);
   void WriterLoop() EXCLUDES(mu);
+  struct Found;
+  std::optional<Found> Inspect(const fs::directory_entry& de, int64_t* corrupt) const;
   Status Scan() EXCLUDES(mu);
   StatusOr<std::vector<std::byte>> ReadChecked(uint64_t hash, std::span<const int32_t> prefix);
 };
@@ -220,48 +225,56 @@ StatusOr<std::vector<std::byte>> DiskTier::State::ReadChecked(uint64_t hash,
   return std::vector<std::byte>(view.payload.begin(), view.payload.end());
 }
 
+// A block file found in the directory at Open.
+struct DiskTier::State::Found {
+  fs::file_time_type mtime;
+  int32_t num_tokens = 0;
+  uint64_t hash = 0;
+  uint64_t size = 0;
+  kv::BlockEvent event;  // its BlockStored
+};
+
+// The file `de` as a block of this tier, or nullopt when it is not one; a damaged file (a header
+// or size that is wrong, another salt, layout or hash) is deleted and counts in *corrupt.
+std::optional<DiskTier::State::Found> DiskTier::State::Inspect(const fs::directory_entry& de,
+                                                               int64_t* corrupt) const {
+  std::error_code ec;
+  const std::string name = de.path().filename().string();
+  if (name.ends_with(".tmp")) {  // a write a crash interrupted
+    fs::remove(de.path(), ec);
+    return std::nullopt;
+  }
+  const std::optional<uint64_t> hash = HashOfName(name);
+  if (!hash) return std::nullopt;
+  bool whole = false;
+  auto head =
+      ReadFileStart(de.path().string(), kBlockFileHeadBytes + 4ull * kMaxBlockFileTokens, &whole);
+  auto header = head.ok() ? DecodeBlockFileHeader(*head) : StatusOr<BlockFileHeader>(head.status());
+  const auto size = FileSize(de.path().string());
+  if (!header.ok() || !size.ok() || header->hash != *hash || header->salt != options.salt ||
+      header->layout != options.layout || header->block_size != options.block_size ||
+      *size != BlockFileSize(*header) ||
+      head->size() < kBlockFileHeadBytes + 4ull * header->num_tokens) {
+    fs::remove(de.path(), ec);
+    ++*corrupt;
+    return std::nullopt;
+  }
+  std::vector<int32_t> block(static_cast<size_t>(options.block_size));
+  std::memcpy(block.data(),
+              head->data() + kBlockFileHeadBytes + 4 * (header->num_tokens - options.block_size),
+              block.size() * 4);
+  return Found{de.last_write_time(ec), header->num_tokens, *hash, *size,
+               StoredEvent(*hash, header->parent, block)};
+}
+
 // Indexes the files already in the directory, oldest modification first (the LRU order they
 // had, near enough), parents before children in the events.
 Status DiskTier::State::Scan() {
-  struct Found {
-    fs::file_time_type mtime;
-    int32_t num_tokens;
-    uint64_t hash;
-    uint64_t size;
-    kv::BlockEvent event;
-  };
   std::vector<Found> found;
   int64_t corrupt = 0;
   std::error_code ec;
   for (const fs::directory_entry& de : fs::directory_iterator(directory, ec)) {
-    const std::string name = de.path().filename().string();
-    if (name.ends_with(".tmp")) {  // a write a crash interrupted
-      fs::remove(de.path(), ec);
-      continue;
-    }
-    const std::optional<uint64_t> hash = HashOfName(name);
-    if (!hash) continue;
-    bool whole = false;
-    auto head = ReadFileStart(de.path().string(), kBlockFileHeadBytes + 4ull * kMaxBlockFileTokens,
-                              &whole);
-    auto header = head.ok() ? DecodeBlockFileHeader(*head) : StatusOr<BlockFileHeader>(head.status());
-    const auto size = FileSize(de.path().string());
-    const bool good = header.ok() && size.ok() && header->hash == *hash &&
-                      header->salt == options.salt && header->layout == options.layout &&
-                      header->block_size == options.block_size &&
-                      *size == BlockFileSize(*header) &&
-                      head->size() >= kBlockFileHeadBytes + 4ull * header->num_tokens;
-    if (!good) {
-      fs::remove(de.path(), ec);
-      ++corrupt;
-      continue;
-    }
-    std::vector<int32_t> block(static_cast<size_t>(options.block_size));
-    std::memcpy(block.data(),
-                head->data() + kBlockFileHeadBytes + 4 * (header->num_tokens - options.block_size),
-                block.size() * 4);
-    found.push_back({de.last_write_time(ec), header->num_tokens, *hash, *size,
-                     StoredEvent(*hash, header->parent, block)});
+    if (std::optional<Found> f = Inspect(de, &corrupt)) found.push_back(std::move(*f));
   }
   if (ec) return UnavailableError("kv offload: cannot read " + directory + ": " + ec.message());
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
@@ -321,7 +334,8 @@ bool DiskTier::Put(uint64_t hash, std::optional<uint64_t> parent,
   MutexLock lock(&s.mu);
   if (s.index.count(hash) != 0 || s.pending.count(hash) != 0) return false;
   const int64_t bytes = static_cast<int64_t>(payload.size());
-  if (s.Paused() || s.stats.pending_bytes + bytes > static_cast<int64_t>(s.options.max_pending_bytes)) {
+  if (s.Paused() ||
+      s.stats.pending_bytes + bytes > static_cast<int64_t>(s.options.max_pending_bytes)) {
     ++s.stats.dropped;
     return false;
   }

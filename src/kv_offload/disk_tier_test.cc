@@ -87,8 +87,10 @@ TEST_F(DiskTierTest, ABlockIsFoundWhileQueuedAndAfterItIsWritten) {
   EXPECT_EQ(s.pending_bytes, 0);
   const std::vector<kv::BlockEvent> ev = t->TakeEvents();
   ASSERT_EQ(ev.size(), 1u);
-  EXPECT_EQ(ev[0], (kv::BlockEvent{Kind::kStored, {Hash(0)}, std::nullopt, {1, 4, 7, 10},
-                                   kv::BlockEvent::Tier::kDisk}));
+  EXPECT_EQ(
+      ev[0],
+      (kv::BlockEvent{
+          Kind::kStored, {Hash(0)}, std::nullopt, {1, 4, 7, 10}, kv::BlockEvent::Tier::kDisk}));
 }
 
 TEST_F(DiskTierTest, AnotherPrefixUnderTheSameHashIsAMiss) {
@@ -178,8 +180,8 @@ TEST_F(DiskTierTest, CapacityEvictsTheLeastRecentlyUsed) {
   EXPECT_EQ(s.evicted, 1);
   const std::vector<kv::BlockEvent> ev = t->TakeEvents();
   ASSERT_FALSE(ev.empty());
-  EXPECT_EQ(ev[0], (kv::BlockEvent{Kind::kRemoved, {Hash(1)}, std::nullopt, {},
-                                   kv::BlockEvent::Tier::kDisk}));
+  EXPECT_EQ(ev[0], (kv::BlockEvent{
+                       Kind::kRemoved, {Hash(1)}, std::nullopt, {}, kv::BlockEvent::Tier::kDisk}));
   // A block larger than the whole capacity is dropped, nothing evicted for it.
   ASSERT_TRUE(PutBlock(*t, 4, 1000));
   ASSERT_TRUE(t->Flush(10'000));

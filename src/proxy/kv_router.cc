@@ -1,11 +1,10 @@
 #include "proxy/kv_router.h"
 
-#include <limits>
-
 #include <fmt/format.h>
 #include <httplib.h>
 
 #include <chrono>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "kvferry/common/deadline.h"

@@ -103,8 +103,8 @@ std::string PrefixPuller::BodyFor(const PrefixSource& source, std::span<const in
   *leased = false;
   auto fail = [&](const Status& why) {
     lease_failed_.fetch_add(1);
-    KVF_LOG_WARN("prefix pull {} from {}: {}; P computes the prompt", request_id,
-                 source.member_id, why.ToString());
+    KVF_LOG_WARN("prefix pull {} from {}: {}; P computes the prompt", request_id, source.member_id,
+                 why.ToString());
     return prefill_body;
   };
   auto lease = BuildPrefixLeaseBody(client_body, ids, source.tokens);

@@ -21,9 +21,8 @@ cluster::MemberInfo Member(const std::string& id, const std::string& kv_role,
 
 TEST(PrefixPullTest, TheSourceHoldsTheMostAndEnoughMoreThanP) {
   const cluster::MemberInfo p = Member("p0", "kv_both");
-  const std::vector<cluster::MemberInfo> members = {p, Member("p1", "kv_producer"),
-                                                    Member("p2", "kv_both"),
-                                                    Member("d0", "kv_consumer")};
+  const std::vector<cluster::MemberInfo> members = {
+      p, Member("p1", "kv_producer"), Member("p2", "kv_both"), Member("d0", "kv_consumer")};
   std::map<std::string, int64_t> held = {{"p0", 16}, {"p1", 64}, {"p2", 96}, {"d0", 200}};
   auto s = ChoosePrefixSource(p, held, members, 200, 32);
   ASSERT_TRUE(s.has_value());
@@ -72,8 +71,9 @@ TEST(PrefixPullTest, PsParamsAreTheSourcesCutToTheLease) {
                        {"first_token_id", 7},
                        {"first_token_logprob", -0.5},
                        {"sampling_seed", 1}};
-  auto body = WithPrefixSource(R"({"prompt": "x", "kv_transfer_params": {"do_remote_decode": true}})",
-                               source.dump(), 32, 16);
+  auto body =
+      WithPrefixSource(R"({"prompt": "x", "kv_transfer_params": {"do_remote_decode": true}})",
+                       source.dump(), 32, 16);
   ASSERT_TRUE(body.ok()) << body.status();
   const json kv = json::parse(*body)["kv_transfer_params"];
   EXPECT_EQ(kv["remote_block_ids"], json({3, 4}));
@@ -97,8 +97,9 @@ TEST(PrefixPullTest, ALeaseThatFailsLeavesTheBodyAsItWasAndIsCounted) {
   const std::string body = R"({"prompt": "x", "kv_transfer_params": {"do_remote_decode": true}})";
   EXPECT_EQ(pull.BodyFor(source, ids, R"({"prompt": "x"})", body, "req", &leased), body);
   EXPECT_FALSE(leased);
-  EXPECT_NE(pull.RenderMetrics().find("kvferry:proxy_prefix_pulls_total{outcome=\"lease_failed\"} 1"),
-            std::string::npos)
+  EXPECT_NE(
+      pull.RenderMetrics().find("kvferry:proxy_prefix_pulls_total{outcome=\"lease_failed\"} 1"),
+      std::string::npos)
       << pull.RenderMetrics();
 }
 

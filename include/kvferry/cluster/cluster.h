@@ -69,8 +69,8 @@ class Cluster {
 
   // The members now, as registered (routable_only: those healthy now).
   std::vector<MemberInfo> MemberInfos(bool routable_only = false) const;
-  std::string RenderMetrics() const;            // the proxy's /metrics
-  std::string RenderTable() const;              // the proxy's /cluster (JSON)
+  std::string RenderMetrics() const;  // the proxy's /metrics
+  std::string RenderTable() const;    // the proxy's /cluster (JSON)
   bool uses_registry() const { return uses_registry_; }
   // Waits until a healthy member serves each leg (the registry listed, the members probed):
   // true then, false at `deadline`. A proxy calls it before it listens, so that a restarted

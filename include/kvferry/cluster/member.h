@@ -26,7 +26,7 @@ namespace kvferry::cluster {
 
 enum class MemberRole : uint8_t { kPrefill, kDecode, kBoth };
 
-std::string_view MemberRoleName(MemberRole role);  // "prefill", "decode", "both"
+std::string_view MemberRoleName(MemberRole role);                // "prefill", "decode", "both"
 StatusOr<MemberRole> MemberRoleFromName(std::string_view name);  // and back
 // vLLM's kv_role: kv_producer -> kPrefill, kv_consumer -> kDecode, kv_both -> kBoth.
 StatusOr<MemberRole> MemberRoleFromKvRole(std::string_view kv_role);

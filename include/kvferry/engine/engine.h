@@ -63,10 +63,10 @@ struct EngineConfig {
   // process. Needs enable_prefix_caching.
   std::string kv_offload_dir;
   int64_t kv_offload_bytes = 0;
-  int32_t max_num_batched_tokens = 256;        // token budget of one Step()
-  int32_t max_num_seqs = 64;                   // running requests at most
-  int32_t max_model_len = 0;                   // 0: the model's max_position
-  int32_t num_threads = 2;                     // kernel threads per TP rank (>= 1)
+  int32_t max_num_batched_tokens = 256;  // token budget of one Step()
+  int32_t max_num_seqs = 64;             // running requests at most
+  int32_t max_model_len = 0;             // 0: the model's max_position
+  int32_t num_threads = 2;               // kernel threads per TP rank (>= 1)
   // Tensor-parallel ranks (vLLM's --tensor-parallel-size): each owns a shard of the attention
   // heads and MLP columns and its own KV cache (its KV heads), and runs on its own thread; the
   // output is bit-identical for every allowed size (docs/engine.md, "Tensor parallelism").
