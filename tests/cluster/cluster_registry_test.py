@@ -182,7 +182,8 @@ EVENTS = ("--kv-events-config", '{"enable_kv_cache_events": true, "endpoint": '
 def case_kv_routing():
     """--routing kv (the proxy's default) with members publishing KV events: a family of prompts
     sharing a document goes where the document is cached, the next family to the other P; the
-    index's predictions match what P reports cached; answers equal colocated, and are pulled."""
+    index's predictions match what P reports cached; answers equal colocated, and are pulled;
+    a second proxy routes each family where the first did."""
     etcd = Etcd()
     reg = etcd.registry()
     ps = [serve(args.kvferry, f"p{i}", "kv_producer", reg, args=EVENTS) for i in range(2)]
@@ -210,6 +211,18 @@ def case_kv_routing():
                 is not None, f"{home}'s blocks never reached the index")
     check(all(len(set(h)) == 1 for h in homes.values()), f"families were split: {homes}")
     check(homes[0][0] != homes[1][0], f"both families went to {homes[0][0]}")
+    # A second proxy, following the same events, sends each family where the first did.
+    px2 = proxy(args.kvferry, "proxy2", reg)
+    check(wait_until(lambda: all(px2.metric(f'kvferry:proxy_kv_index_blocks{{member="{h[0]}"}}')
+                                 >= 10 for h in homes.values()), 20) is not None,
+          "the second proxy does not follow the members' events")
+    for family, doc in enumerate(docs):
+        b = body(doc + " one more question?")
+        status, resp, hdr = px2.complete(b)
+        check(status == 200, f"second proxy: {status} {resp}")
+        check(hdr.get("X-Kvferry-Prefill") == homes[family][0],
+              f"the proxies disagree on family {family}: {hdr.get('X-Kvferry-Prefill')} against "
+              f"{homes[family][0]}")
     hits = px.metric('kvferry:proxy_routes_total{leg="prefill",reason="kv_hit"}')
     check(hits >= 6, f"{hits} prefill routes were kv hits, want >= 6")
     predicted = px.metric('kvferry:proxy_kv_prefix_tokens_total{kind="predicted"}')
