@@ -29,11 +29,13 @@ requests/s against p99 TTFT per mode; each mode's requests/s at the p99 TTFT bou
 (`--ttft-bound-ms`, linear between the two levels around it) is compared with affinity's.
 `--plot FILE.svg` draws requests/s against p99 TTFT (gnuplot).
 
-Machine: P0, P1 on core 0, D0, D1 on core 1 (`--threads 1`), etcd, proxy and clients unpinned.
+Machine: P0, P1 on core 0, D0, D1 on core 1 (`--pinning split`, the default), or P0 and D0 on
+core 0, P1 and D1 on core 1 (`--pinning pairs`: two hosts of a P and a D each); `--threads 1`;
+etcd, proxy and clients unpinned.
 
 usage: bench/serve/kv_routing.py [--kvferry build/bin/kvferry] [--modes kv affinity ...]
        [--model small] [--sweep 2,4,8] [--ttft-bound-ms 3000] [--plot out.svg]
-       [--kv-offload-mb 64] [--json]      (stdout: the tables, or with --json only JSON)
+       [--kv-offload-mb 64] [--pinning split|pairs] [--json]      (stdout: the tables, or with --json only JSON)
 """
 import argparse
 import http.client
@@ -100,8 +102,12 @@ class Cluster:
                              "replay_endpoint": "tcp://127.0.0.1:0"})
         self.members = {}
         p_role = "kv_both" if pull else "kv_producer"
-        for name, role, core in (("p0", p_role, 0), ("p1", p_role, 0),
-                                 ("d0", "kv_consumer", 1), ("d1", "kv_consumer", 1)):
+        cores = {"p0": 0, "p1": 0, "d0": 1, "d1": 1}  # --pinning split: P on 0, D on 1
+        if args.pinning == "pairs":  # a P and a D per core, as two hosts would have
+            cores = {"p0": 0, "d0": 0, "p1": 1, "d1": 1}
+        for name, role in (("p0", p_role), ("p1", p_role), ("d0", "kv_consumer"),
+                           ("d1", "kv_consumer")):
+            core = cores[name]
             kv = json.dumps({"kv_connector": "FerryConnector", "kv_role": role, "engine_id": name,
                              "kv_connector_extra_config": {"side_channel_host": "127.0.0.1",
                                                            "side_channel_port": 0}})
@@ -386,6 +392,7 @@ def main():
     ap.add_argument("--plot", default="")
     ap.add_argument("--kv-cache-mb", type=int, default=256)
     ap.add_argument("--kv-offload-mb", type=int, default=0)
+    ap.add_argument("--pinning", choices=["split", "pairs"], default="split")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     answers, results, sweeps = {}, {}, {}
