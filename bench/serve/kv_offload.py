@@ -18,45 +18,18 @@ usage: bench/serve/kv_offload.py [--kvferry build/bin/kvferry] [--model small] [
        [--rounds 3] [--threads 2] [--json]       (stdout: the table, or with --json only JSON)
 """
 import argparse
-import http.client
 import json
-import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+from serve_http import free_port, metrics, request, words
+
 BLOCK = 16
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def request(port, method, path, body=None, timeout=300):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    c.request(method, path, json.dumps(body) if body is not None else None,
-              {"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read().decode("utf-8", "replace")
-    c.close()
-    return r.status, data
-
-
-def metric(port, name):
-    _, text = request(port, "GET", "/metrics")
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.rpartition(" ")[2])
-    return 0.0
 
 
 class Server:
@@ -85,9 +58,7 @@ class Server:
 
 def document(port, rng, tokens):
     """A prompt of exactly `tokens` token ids: words, tokenized by the instance, cut."""
-    vocab = ["alpha", "beta", "gamma", "delta", "kernel", "block", "cache", "route", "token",
-             "prefill", "decode", "layer", "value", "query", "engine", "proxy", "member"]
-    text = " ".join(rng.choice(vocab) for _ in range(tokens))  # a word is at least one token
+    text = words(rng, tokens)  # a word is at least one token
     status, body = request(port, "POST", "/tokenize", {"prompt": text})
     if status != 200:
         raise SystemExit(f"/tokenize: HTTP {status}: {body[:300]}")
@@ -98,7 +69,7 @@ def ask(port, prompt):
     """(seconds, text) of a one-token completion."""
     t0 = time.monotonic()
     status, body = request(port, "POST", "/v1/completions",
-                           {"prompt": prompt, "max_tokens": 1, "temperature": 0})
+                           {"prompt": prompt, "max_tokens": 1, "temperature": 0}, timeout=600)
     if status != 200:
         raise SystemExit(f"HTTP {status}: {body[:300]}")
     return time.monotonic() - t0, json.loads(body)["choices"][0]["text"]
@@ -115,11 +86,11 @@ def run_round(server, rng, args, times, answers):
             raise SystemExit(f"{kind}: the answer differs from the computed one")
     for _ in range(3):  # evict it from RAM (the cache holds two documents)
         ask(server.port, document(server.port, rng, args.tokens))
-    disk_before = metric(server.port, "kvferry:kv_offload_hit_tokens_total")
+    disk_before = metrics(server.port).get("kvferry:kv_offload_hit_tokens_total", 0.0)
     seconds, text = ask(server.port, prompt)
     if text != answers[tuple(prompt)]:
         raise SystemExit("disk: the answer differs from the computed one")
-    if metric(server.port, "kvferry:kv_offload_hit_tokens_total") - disk_before < args.tokens / 2:
+    if metrics(server.port).get("kvferry:kv_offload_hit_tokens_total", 0.0) - disk_before < args.tokens / 2:
         raise SystemExit("disk: the prompt was not read from disk (evicted from it, or not "
                          "evicted from RAM)")
     times["disk"].append(seconds)
@@ -151,9 +122,9 @@ def main():
             if text != answers[tuple(prompt)]:
                 raise SystemExit("restart: the answer differs from the computed one")
             times["restart"].append(seconds)
-        restart_hits = metric(server.port, "kvferry:kv_offload_hit_tokens_total")
-        file_bytes = metric(server.port, "kvferry:kv_offload_bytes")
-        files = metric(server.port, "kvferry:kv_offload_files")
+        restart_hits = metrics(server.port).get("kvferry:kv_offload_hit_tokens_total", 0.0)
+        file_bytes = metrics(server.port).get("kvferry:kv_offload_bytes", 0.0)
+        files = metrics(server.port).get("kvferry:kv_offload_files", 0.0)
     finally:
         server.stop()
     shutil.rmtree(work, ignore_errors=True)

@@ -43,43 +43,16 @@ import json
 import os
 import random
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+from serve_http import free_port, metrics, request, words
+
 BLOCK = 16
 PULLED = 'kvferry:proxy_prefix_pulls_total{outcome="pulled"}'
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-def request(port, method, path, body=None, timeout=60):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    c.request(method, path, json.dumps(body) if body is not None else None,
-              {"Content-Type": "application/json"})
-    r = c.getresponse()
-    data = r.read().decode("utf-8", "replace")
-    c.close()
-    return r.status, data
-
-
-def metrics(port):
-    out = {}
-    _, text = request(port, "GET", "/metrics")
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            out[name] = out.get(name, 0.0) + float(value)
-    return out
 
 
 class Cluster:
@@ -194,12 +167,6 @@ def run_clients(fns):
     for th in threads:
         th.join()
     return time.monotonic() - t0
-
-
-def words(rng, n):
-    vocab = ["alpha", "beta", "gamma", "delta", "kernel", "block", "cache", "route", "token",
-             "prefill", "decode", "layer", "value", "query", "engine", "proxy", "member"]
-    return " ".join(rng.choice(vocab) for _ in range(n))
 
 
 def run_chat(port, args, sessions=None, seed=0):

@@ -111,6 +111,36 @@ StatusOr<RoutingMode> ParseRoutingMode(std::string_view name) {
                               "' is not one of kv, affinity, least-loaded, round-robin");
 }
 
+namespace {
+
+bool CanLoad(const MemberInfo& m) { return m.kv_role == "kv_both"; }
+bool CanLend(const MemberInfo& m) { return m.kv_role == "kv_producer" || m.kv_role == "kv_both"; }
+
+int64_t HeldBy(const std::map<std::string, int64_t>& held, const std::string& id) {
+  auto it = held.find(id);
+  return it == held.end() ? 0 : std::max<int64_t>(it->second, 0);
+}
+
+}  // namespace
+
+std::optional<PrefixSource> ChoosePrefixSource(const MemberInfo& p,
+                                               const std::map<std::string, int64_t>& held,
+                                               std::span<const MemberInfo> members,
+                                               int64_t prompt_tokens, int64_t min_tokens) {
+  if (!CanLoad(p) || min_tokens <= 0) return std::nullopt;
+  const int64_t own = HeldBy(held, p.id);
+  std::optional<PrefixSource> best;
+  for (const MemberInfo& m : members) {
+    if (m.id == p.id || !CanLend(m) || m.block_size <= 0) continue;
+    // Whole blocks, and never the prompt's last token (the source computes one past them).
+    const int64_t limit = (prompt_tokens - 1) / m.block_size * m.block_size;
+    const int64_t tokens = std::min(HeldBy(held, m.id), limit) / m.block_size * m.block_size;
+    if (tokens - own < min_tokens || (best && best->tokens >= tokens)) continue;
+    best = PrefixSource{m.id, m.url, tokens, m.block_size};
+  }
+  return best;
+}
+
 uint64_t RendezvousWeight(uint64_t key, std::string_view member_id) {
   return Mix(key ^ Mix(Fnv1a(member_id)));
 }

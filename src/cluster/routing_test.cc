@@ -233,5 +233,42 @@ TEST(RoutingModesTest, ModeNamesRoundTrip) {
   EXPECT_EQ(ParseRoutingMode("random").status().code(), StatusCode::kInvalidArgument);
 }
 
+MemberInfo LendingMember(const std::string& id, const std::string& kv_role, int32_t block_size = 16) {
+  MemberInfo m;
+  m.id = id;
+  m.url = "http://127.0.0.1:1";
+  m.kv_role = kv_role;
+  m.block_size = block_size;
+  return m;
+}
+
+TEST(PrefixSourceTest, TheSourceHoldsTheMostAndEnoughMoreThanP) {
+  const MemberInfo p = LendingMember("p0", "kv_both");
+  const std::vector<MemberInfo> members = {p, LendingMember("p1", "kv_producer"), LendingMember("p2", "kv_both"),
+                                           LendingMember("d0", "kv_consumer")};
+  std::map<std::string, int64_t> held = {{"p0", 16}, {"p1", 64}, {"p2", 96}, {"d0", 200}};
+  auto s = ChoosePrefixSource(p, held, members, 200, 32);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->member_id, "p2");  // d0 holds more but cannot lend (kv_consumer)
+  EXPECT_EQ(s->tokens, 96);
+  EXPECT_FALSE(ChoosePrefixSource(p, held, members, 200, 96).has_value());  // 80 more only
+  // P that cannot load (kv_producer), or no threshold: never.
+  EXPECT_FALSE(ChoosePrefixSource(LendingMember("p0", "kv_producer"), held, members, 200, 32));
+  EXPECT_FALSE(ChoosePrefixSource(p, held, members, 200, 0));
+}
+
+TEST(PrefixSourceTest, TheLeaseNeverCoversThePromptsLastTokenAndIsWholeBlocks) {
+  const MemberInfo p = LendingMember("p0", "kv_both");
+  const std::vector<MemberInfo> members = {p, LendingMember("p1", "kv_both")};
+  // p1 holds all 64 tokens of a 64-token prompt: 48 can be lent (the last token is computed,
+  // and the block holding it is not whole without it).
+  auto s = ChoosePrefixSource(p, {{"p1", 64}}, members, 64, 16);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->tokens, 48);
+  auto odd = ChoosePrefixSource(p, {{"p1", 40}}, members, 100, 16);  // index counts in blocks
+  ASSERT_TRUE(odd.has_value());
+  EXPECT_EQ(odd->tokens, 32);
+}
+
 }  // namespace
 }  // namespace kvferry::cluster

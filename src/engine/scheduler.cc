@@ -133,11 +133,10 @@ void Scheduler::OffloadBlocks(Request* r, int32_t from, int32_t to) {
   }
 }
 
-void Scheduler::PromoteFromDisk(Request* r) {
-  if (tier_ == nullptr || !options_.enable_prefix_caching) return;
+void Scheduler::ExtendFromDisk(Request* r, std::vector<kv::LogicalBlockId>* hits) {
   const int32_t B = geometry_.block_size_logical();
   const int32_t max_hits = (r->num_tokens() - 1) / B;
-  std::vector<kv::LogicalBlockId> ids = LocalPrefixHits(*r);
+  std::vector<kv::LogicalBlockId>& ids = *hits;
   const int32_t have = static_cast<int32_t>(ids.size());
   if (have >= max_hits) return;
   const std::vector<kv::BlockHash>& h = BlockHashes(r, max_hits);
@@ -145,15 +144,20 @@ void Scheduler::PromoteFromDisk(Request* r) {
   while (have + on_disk < max_hits && tier_->Contains(h[have + on_disk])) ++on_disk;
   if (on_disk == 0) return;
   KVF_CHECK_OK(pool_.Touch(ids));  // the RAM hits must survive the allocation below
+  int32_t loaded = 0;
   if (pool_.Stats().free >= geometry_.LogicalBlocksFor(r->num_tokens()) - have) {
     const std::vector<kv::LogicalBlockId> fresh = *pool_.Allocate(on_disk);
-    const int32_t loaded = LoadFromDisk(r, have, fresh);
+    loaded = LoadFromDisk(r, have, fresh);
     ids.insert(ids.end(), fresh.begin(), fresh.end());
     const Status s = pool_.CacheFullBlocks(ids, r->tokens, have + loaded);
-    if (!s.ok()) KVF_LOG_WARN("prefix cache (from disk): {}", s.ToString());
+    if (!s.ok()) {
+      KVF_LOG_WARN("prefix cache (from disk): {}", s.ToString());
+      loaded = 0;
+    }
     num_disk_hit_tokens_ += static_cast<int64_t>(loaded) * B;
   }
-  KVF_CHECK_OK(pool_.Free(ids));  // all back, the loaded ones cached: Admit finds them
+  KVF_CHECK_OK(pool_.Free(ids));  // all back, the loaded ones cached like the RAM hits
+  ids.resize(static_cast<size_t>(have + loaded));
 }
 
 int32_t Scheduler::LoadFromDisk(Request* r, int32_t have,
@@ -173,8 +177,7 @@ bool Scheduler::Admit(Request* r, int32_t budget, ScheduledChunk* chunk) {
   const int32_t B = geometry_.block_size_logical();
   if (r->table.num_blocks_logical() == 0) {
     // Fresh (or preempted): local prefix hits, never covering the last token.
-    PromoteFromDisk(r);
-    std::vector<kv::LogicalBlockId> hits = LocalPrefixHits(*r);
+    std::vector<kv::LogicalBlockId> hits = LocalPrefixHits(r);
     const int32_t local = static_cast<int32_t>(hits.size()) * B;
     connector::MatchResult match;
     const bool consult = connector_ != nullptr && !r->connector_consulted;
@@ -216,13 +219,14 @@ bool Scheduler::Admit(Request* r, int32_t budget, ScheduledChunk* chunk) {
   return AdmitAfterRemoteLoad(r, budget, chunk);
 }
 
-std::vector<kv::LogicalBlockId> Scheduler::LocalPrefixHits(const Request& r) const {
+std::vector<kv::LogicalBlockId> Scheduler::LocalPrefixHits(Request* r) {
   std::vector<kv::LogicalBlockId> hits;
   if (options_.enable_prefix_caching) {
-    hits = pool_.FindCachedPrefix(r.tokens);
+    hits = pool_.FindCachedPrefix(r->tokens);
     const size_t max_hits =
-        static_cast<size_t>((r.num_tokens() - 1) / geometry_.block_size_logical());
+        static_cast<size_t>((r->num_tokens() - 1) / geometry_.block_size_logical());
     if (hits.size() > max_hits) hits.resize(max_hits);
+    if (tier_ != nullptr) ExtendFromDisk(r, &hits);
   }
   return hits;
 }

@@ -24,10 +24,10 @@
 // Disk tier (docs/kv_offload.md; a KvTier given): every block RegisterFullBlocks offers the
 // prefix cache is also written to disk unless it is there. A fresh request whose prompt goes on
 // past its RAM hits with blocks the disk holds has them read into fresh blocks and registered in
-// the prefix cache first (PromoteFromDisk) — only when the pool could then hold the whole
-// request, so a request that must wait does not read blocks the wait would evict — after which
-// it is admitted like any request with local hits. A block the disk cannot give back (damaged,
-// gone) ends the run there: the rest is computed.
+// the prefix cache as it looks up its hits (ExtendFromDisk) — only when the pool could then hold
+// the whole request, so a request that must wait does not read blocks the wait would evict — after
+// which it is admitted like any request with local hits. A block the disk cannot give back
+// (damaged, gone) ends the run there: the rest is computed.
 //
 // Accounting: every block reference a request takes (Touch / Allocate) is released exactly once
 // (Free, or Hold + Free then Release), so when all requests are done and nothing is held the
@@ -119,16 +119,20 @@ class Scheduler {
   // [from, to) of r written to disk where missing; r's disk hits read into the prefix cache.
   const std::vector<kv::BlockHash>& BlockHashes(Request* r, int32_t n) const;
   void OffloadBlocks(Request* r, int32_t from, int32_t to);
-  void PromoteFromDisk(Request* r);
+  // Past `hits` (r's RAM hits): the blocks the disk holds, read into fresh blocks and
+  // registered in the prefix cache, appended to `hits` (which stay free and cached, as RAM hits
+  // are until Admit touches them).
+  void ExtendFromDisk(Request* r, std::vector<kv::LogicalBlockId>* hits);
   // Reads blocks [have, have + n) of r from disk into `fresh`; how many leading ones it read.
   int32_t LoadFromDisk(Request* r, int32_t have, std::span<const kv::LogicalBlockId> fresh);
   // Tries to admit waiting request `r`; false when it must wait (no blocks). Sets *chunk when
   // it computes this step.
   bool Admit(Request* r, int32_t budget, ScheduledChunk* chunk);
-  // Admit's steps. A fresh request's local prefix hits (prefix caching on), never covering its
-  // last token; a consulted connector's match recorded on `r` (the no-load outcome) and told of
-  // the blocks; a request whose remote load finished admitted like a running one.
-  std::vector<kv::LogicalBlockId> LocalPrefixHits(const Request& r) const;
+  // Admit's steps. A fresh request's local prefix hits (prefix caching on; RAM, then disk),
+  // never covering its last token; a consulted connector's match recorded on `r` (the no-load
+  // outcome) and told of the blocks; a request whose remote load finished admitted like a running
+  // one.
+  std::vector<kv::LogicalBlockId> LocalPrefixHits(Request* r);
   void RecordConnectorMatch(Request* r, const connector::MatchResult& match, int32_t local,
                             int32_t ext);
   bool AdmitAfterRemoteLoad(Request* r, int32_t budget, ScheduledChunk* chunk);

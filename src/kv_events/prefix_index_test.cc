@@ -142,6 +142,9 @@ TEST(PrefixIndexExpectTest, ARoutedPromptCountsUntilConfirmedOrExpired) {
   index.Expect("a", prompt, 2000, 500);
   index.Apply("a", Batch(StoredOf(std::span(prompt).first(4), 7)));  // confirms the first block
   EXPECT_EQ(index.MatchedTokens(prompt, 2600).at("a"), 4);           // the second one expired
+  index.Expect("a", prompt, 2700, 500);
+  EXPECT_EQ(index.MatchedTokens(prompt, 2800).at("a"), 8);
+  EXPECT_EQ(index.MatchedTokens(prompt, PrefixIndex::kConfirmedOnly).at("a"), 4);  // confirmed only
   index.Expect("b", prompt, 3000, 500);
   index.Apply("b", Batch(AllBlocksCleared{}));  // a restart forgets what it was expected to hold
   EXPECT_EQ(index.MatchedTokens(prompt, 3100).at("b"), 0);

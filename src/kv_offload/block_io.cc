@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -56,16 +57,14 @@ Status WriteFileAtomically(const std::string& path, std::string_view head,
   return s;
 }
 
-StatusOr<std::vector<std::byte>> ReadFileStart(const std::string& path, uint64_t max_bytes,
-                                               bool* whole) {
+StatusOr<std::vector<std::byte>> ReadFileStart(const std::string& path, uint64_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoError("open", path, errno);
   ScopeExit closer([fd] { ::close(fd); });
   struct stat st {};
   if (::fstat(fd, &st) != 0) return ErrnoError("fstat", path, errno);
   const uint64_t size = static_cast<uint64_t>(st.st_size);
-  *whole = size <= max_bytes;
-  std::vector<std::byte> out(*whole ? size : max_bytes);
+  std::vector<std::byte> out(std::min(size, max_bytes));
   size_t done = 0;
   while (done < out.size()) {
     const ssize_t n = ::pread(fd, out.data() + done, out.size() - done, static_cast<off_t>(done));

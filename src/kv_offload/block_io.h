@@ -23,10 +23,9 @@ namespace kvferry::kv_offload {
 Status WriteFileAtomically(const std::string& path, std::string_view head,
                            std::span<const std::byte> payload, std::string_view tail);
 
-// The whole file, or its first `max_bytes` when it is longer (`*whole` says which). NotFound when
-// it does not exist, Unavailable on other errors.
-StatusOr<std::vector<std::byte>> ReadFileStart(const std::string& path, uint64_t max_bytes,
-                                               bool* whole);
+// The whole file, or its first `max_bytes` when it is longer. NotFound when it does not exist,
+// Unavailable on other errors.
+StatusOr<std::vector<std::byte>> ReadFileStart(const std::string& path, uint64_t max_bytes);
 
 // The file's size; NotFound / Unavailable as above.
 StatusOr<uint64_t> FileSize(const std::string& path);

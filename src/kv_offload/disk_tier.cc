@@ -91,6 +91,7 @@ struct DiskTier::State {
   void Insert(uint64_t hash, uint64_t size) REQUIRES(mu);
   void Erase(uint64_t hash) REQUIRES(mu);
   bool Paused() const REQUIRES(mu) { return SteadyNowMs() < paused_until_ms; }
+  void Unqueue(const Job& job) REQUIRES(mu);  // no longer pending (written or dropped)
   void DropQueued() REQUIRES(mu);
   std::vector<uint64_t> MakeRoom(uint64_t size) REQUIRES(mu);
   void Finish(const Job& job, uint64_t size, const Status& written) EXCLUDES(mu);
@@ -119,10 +120,14 @@ void DiskTier::State::Erase(uint64_t hash) {
   Record(RemovedEvent(hash));
 }
 
+void DiskTier::State::Unqueue(const Job& job) {
+  pending.erase(job.hash);
+  stats.pending_bytes -= static_cast<int64_t>(job.payload.size());
+}
+
 void DiskTier::State::DropQueued() {
   for (const auto& job : queue) {
-    pending.erase(job->hash);
-    stats.pending_bytes -= static_cast<int64_t>(job->payload.size());
+    Unqueue(*job);
     ++stats.dropped;
   }
   queue.clear();
@@ -144,8 +149,7 @@ std::vector<uint64_t> DiskTier::State::MakeRoom(uint64_t size) {
 
 void DiskTier::State::Finish(const Job& job, uint64_t size, const Status& written) {
   MutexLock lock(&mu);
-  pending.erase(job.hash);
-  stats.pending_bytes -= static_cast<int64_t>(job.payload.size());
+  Unqueue(job);
   if (written.ok()) {
     Insert(job.hash, size);
     ++stats.stored;
@@ -177,8 +181,7 @@ void DiskTier::State::Write(const Job& job) {
   {
     MutexLock lock(&mu);
     if (size > options.capacity_bytes) {
-      pending.erase(job.hash);
-      stats.pending_bytes -= static_cast<int64_t>(job.payload.size());
+      Unqueue(job);
       ++stats.dropped;
       done_cv.NotifyAll();
       return;
@@ -212,9 +215,7 @@ void DiskTier::State::WriterLoop() {
 
 StatusOr<std::vector<std::byte>> DiskTier::State::ReadChecked(uint64_t hash,
                                                               std::span<const int32_t> prefix) {
-  bool whole = false;
-  KVF_ASSIGN_OR_RETURN(std::vector<std::byte> file,
-                       ReadFileStart(PathOf(hash), uint64_t{1} << 40, &whole));
+  KVF_ASSIGN_OR_RETURN(std::vector<std::byte> file, ReadFileStart(PathOf(hash), uint64_t{1} << 40));
   KVF_ASSIGN_OR_RETURN(BlockFileView view, DecodeBlockFile(file));
   const BlockFileHeader& h = view.header;
   if (h.hash != hash || h.salt != options.salt || h.layout != options.layout ||
@@ -246,14 +247,16 @@ std::optional<DiskTier::State::Found> DiskTier::State::Inspect(const fs::directo
   }
   const std::optional<uint64_t> hash = HashOfName(name);
   if (!hash) return std::nullopt;
-  bool whole = false;
-  auto head =
-      ReadFileStart(de.path().string(), kBlockFileHeadBytes + 4ull * kMaxBlockFileTokens, &whole);
+  // The header, then the prefix's tokens: never the payload.
+  auto head = ReadFileStart(de.path().string(), kBlockFileHeadBytes);
   auto header = head.ok() ? DecodeBlockFileHeader(*head) : StatusOr<BlockFileHeader>(head.status());
   const auto size = FileSize(de.path().string());
-  if (!header.ok() || !size.ok() || header->hash != *hash || header->salt != options.salt ||
-      header->layout != options.layout || header->block_size != options.block_size ||
-      *size != BlockFileSize(*header) ||
+  if (header.ok()) {
+    head = ReadFileStart(de.path().string(), kBlockFileHeadBytes + 4ull * header->num_tokens);
+  }
+  if (!header.ok() || !size.ok() || !head.ok() || header->hash != *hash ||
+      header->salt != options.salt || header->layout != options.layout ||
+      header->block_size != options.block_size || *size != BlockFileSize(*header) ||
       head->size() < kBlockFileHeadBytes + 4ull * header->num_tokens) {
     fs::remove(de.path(), ec);
     ++*corrupt;

@@ -1,10 +1,7 @@
 #include "proxy/kv_router.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
 
-#include <chrono>
-#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "kvferry/common/deadline.h"
@@ -121,21 +118,16 @@ StatusOr<std::vector<int32_t>> KvRouter::Tokenize(const std::string& client_body
     if (urls_.empty()) return UnavailableError("no member publishes KV events");
     url = urls_[next_tokenizer_.fetch_add(1) % urls_.size()];
   }
-  auto parsed = ParseUpstreamUrl(url);
-  if (!parsed.ok()) return parsed.status();
-  auto client = MakeUpstreamClient(*parsed, upstream_);
-  const auto timeout = std::chrono::milliseconds(tokenize_timeout_ms_);
-  client->set_connection_timeout(timeout);
-  client->set_read_timeout(timeout);
-  client->set_write_timeout(timeout);
-  auto r = client->Post("/tokenize", client_body, "application/json");
-  const nlohmann::json j =
-      r && r->status == 200 ? nlohmann::json::parse(r->body, nullptr, false) : nlohmann::json();
+  StatusOr<UpstreamAnswer> r =
+      PostJson(url, upstream_, "/tokenize", client_body, tokenize_timeout_ms_);
+  const nlohmann::json j = r.ok() && r->status == 200
+                               ? nlohmann::json::parse(r->body, nullptr, false)
+                               : nlohmann::json();
   if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) {
     tokenize_failures_.fetch_add(1);
     return UnavailableError(
         fmt::format("tokenize at {}: {}", url,
-                    r ? "HTTP " + std::to_string(r->status) : httplib::to_string(r.error())));
+                    r.ok() ? "HTTP " + std::to_string(r->status) : r.status().ToString()));
   }
   std::vector<int32_t> tokens;
   tokens.reserve(j["tokens"].size());
@@ -155,7 +147,7 @@ std::shared_ptr<const std::map<std::string, int64_t>> KvRouter::Holdings(
 
 std::map<std::string, int64_t> KvRouter::ConfirmedHoldings(std::span<const int32_t> tokens) const {
   MutexLock lock(&mu_);
-  return index_.MatchedTokens(tokens, std::numeric_limits<int64_t>::max());
+  return index_.MatchedTokens(tokens, kv_events::PrefixIndex::kConfirmedOnly);
 }
 
 void KvRouter::NoteRouted(const std::string& member, std::span<const int32_t> tokens) {

@@ -3,27 +3,16 @@
 #include <nlohmann/json.hpp>
 
 #include "http/json_body.h"
-#include "kvferry/common/deadline.h"
 #include "kvferry/common/logging.h"
 #include "kvferry/common/prometheus_text.h"
 #include "kvferry/proxy/handoff.h"
-#include "proxy/stream_relay.h"
+#include "proxy/upstream_client.h"
 
 namespace kvferry::proxy {
 
 namespace {
 
 using nlohmann::json;
-
-bool CanLoad(const cluster::MemberInfo& m) { return m.kv_role == "kv_both"; }
-bool CanLend(const cluster::MemberInfo& m) {
-  return m.kv_role == "kv_producer" || m.kv_role == "kv_both";
-}
-
-int64_t HeldBy(const std::map<std::string, int64_t>& held, const std::string& id) {
-  auto it = held.find(id);
-  return it == held.end() ? 0 : std::max<int64_t>(it->second, 0);
-}
 
 StatusOr<json> Object(std::string_view text, const char* what) {
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -37,24 +26,6 @@ void CutArray(json* list, size_t n) {
 }
 
 }  // namespace
-
-std::optional<PrefixSource> ChoosePrefixSource(const cluster::MemberInfo& p,
-                                               const std::map<std::string, int64_t>& held,
-                                               std::span<const cluster::MemberInfo> members,
-                                               int64_t prompt_tokens, int64_t min_tokens) {
-  if (!CanLoad(p) || min_tokens <= 0) return std::nullopt;
-  const int64_t own = HeldBy(held, p.id);
-  std::optional<PrefixSource> best;
-  for (const cluster::MemberInfo& m : members) {
-    if (m.id == p.id || !CanLend(m) || m.block_size <= 0) continue;
-    // Whole blocks, and never the prompt's last token (the source computes one past them).
-    const int64_t limit = (prompt_tokens - 1) / m.block_size * m.block_size;
-    const int64_t tokens = std::min(HeldBy(held, m.id), limit) / m.block_size * m.block_size;
-    if (tokens - own < min_tokens || (best && best->tokens >= tokens)) continue;
-    best = PrefixSource{m.id, m.url, tokens, m.block_size};
-  }
-  return best;
-}
 
 StatusOr<std::string> BuildPrefixLeaseBody(std::string_view client_body,
                                            std::span<const int32_t> ids, int64_t tokens) {
@@ -108,18 +79,12 @@ std::string PrefixPuller::BodyFor(const PrefixSource& source, std::span<const in
     return prefill_body;
   };
   auto lease = BuildPrefixLeaseBody(client_body, ids, source.tokens);
-  auto url = ParseUpstreamUrl(source.url);
   if (!lease.ok()) return fail(lease.status());
-  if (!url.ok()) return fail(url.status());
-  const Deadline deadline = Deadline::AfterMs(connect_timeout_ms_ + timeout_ms_);
-  StreamRelay relay(*url, upstream_, "/v1/completions", request_id + "-prefix", *lease,
-                    {connect_timeout_ms_, timeout_ms_});
-  auto status = relay.WaitStatus(deadline);
-  if (!status.ok()) return fail(status.status());
-  auto text = relay.ReadAll(deadline);
-  if (!text.ok()) return fail(text.status());
-  if (*status != 200) return fail(UnavailableError("HTTP " + std::to_string(*status)));
-  auto params = ExtractKvTransferParams(*text);
+  auto answer = PostJson(source.url, upstream_, "/v1/completions", *lease, timeout_ms_);
+  if (!answer.ok()) return fail(answer.status());
+  if (answer->status != 200)
+    return fail(UnavailableError("HTTP " + std::to_string(answer->status)));
+  auto params = ExtractKvTransferParams(answer->body);
   if (!params.ok()) return fail(params.status());
   auto body = WithPrefixSource(prefill_body, *params, source.tokens, source.block_size);
   if (!body.ok()) return fail(body.status());

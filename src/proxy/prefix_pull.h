@@ -1,16 +1,14 @@
 // PrefixPull (proxy-internal): a P that lacks a prefix another member holds reads it from that
 // member over the transfer engine instead of computing it (docs/deploy.md, "Prefix pulls").
 //
-// For a prefill leg to member P (registered prefill or both, with kv_role kv_both: it can load),
-// the source is the member that holds the most leading tokens of the prompt by the KV index,
-// among the healthy members that can lend KV (kv_role kv_producer or kv_both, not P), when it
-// holds at least `min_tokens` more than P. The proxy asks the source for a lease on them: a
-// /v1/completions request for the prompt's first h + 1 token ids (h: the tokens it holds, whole
-// blocks), max_tokens 1, do_remote_decode — its prefix cache serves the h tokens and it computes
-// one. Its kv_transfer_params name the blocks; cut to the h tokens' whole blocks and without
-// its first token, they become P's, beside do_remote_decode: P pulls them (leased and
-// generation-checked as any pull), computes the rest of the prompt, and hands off to D as usual.
-// A lease that fails costs nothing (P computes the whole prompt); a pull that fails is
+// For a prefill leg to member P, the source is the routing policy's (cluster::ChoosePrefixSource,
+// over the healthy members and the KV index's confirmed holdings). The proxy asks the source
+// for a lease on them: a /v1/completions request for the prompt's first h + 1 token ids (h: the
+// tokens it holds, whole blocks), max_tokens 1, do_remote_decode — its prefix cache serves the h
+// tokens and it computes one. Its kv_transfer_params name the blocks; cut to the h tokens' whole
+// blocks and without its first token, they become P's, beside do_remote_decode: P pulls them
+// (leased and generation-checked as any pull), computes the rest of the prompt, and hands off to D
+// as usual. A lease that fails costs nothing (P computes the whole prompt); a pull that fails is
 // recomputed by P's connector (kv_load_failure_policy recompute): the answer is the same either
 // way. P's read-done notification ends the source's lease.
 //
@@ -26,25 +24,13 @@
 #include <string>
 #include <vector>
 
-#include "kvferry/cluster/member.h"
+#include "kvferry/cluster/routing.h"
 #include "kvferry/common/status.h"
 #include "kvferry/proxy/upstream.h"
 
 namespace kvferry::proxy {
 
-struct PrefixSource {
-  std::string member_id;
-  std::string url;
-  int64_t tokens = 0;      // leading prompt tokens it lends: whole blocks of its block size
-  int32_t block_size = 0;  // its logical block size
-};
-
-// The member P should pull the prompt's prefix from, or nullopt (see above). `held`: leading
-// tokens each member holds (KvRouter::Holdings); `prompt_tokens`: the prompt's length.
-std::optional<PrefixSource> ChoosePrefixSource(const cluster::MemberInfo& p,
-                                               const std::map<std::string, int64_t>& held,
-                                               std::span<const cluster::MemberInfo> members,
-                                               int64_t prompt_tokens, int64_t min_tokens);
+using cluster::PrefixSource;
 
 // The lease request to the source: the client's model, the first `tokens` + 1 ids as the
 // prompt, greedy, one token, do_remote_decode.
@@ -60,12 +46,9 @@ StatusOr<std::string> WithPrefixSource(std::string_view prefill_body,
 // The lease call and the counters (kvferry:proxy_prefix_pulls_total, ..._tokens_total).
 class PrefixPuller {
  public:
-  PrefixPuller(UpstreamAccess upstream, int64_t connect_timeout_ms, int64_t timeout_ms,
-               int64_t min_tokens)
-      : upstream_(std::move(upstream)),
-        connect_timeout_ms_(connect_timeout_ms),
-        timeout_ms_(timeout_ms),
-        min_tokens_(min_tokens) {}
+  // `timeout_ms`: the lease request's connect, write and read each.
+  PrefixPuller(UpstreamAccess upstream, int64_t timeout_ms, int64_t min_tokens)
+      : upstream_(std::move(upstream)), timeout_ms_(timeout_ms), min_tokens_(min_tokens) {}
 
   int64_t min_tokens() const { return min_tokens_; }
   // `prefill_body` for P, with a lease on `source`'s blocks; as it is when the lease fails.
@@ -79,7 +62,7 @@ class PrefixPuller {
 
  private:
   const UpstreamAccess upstream_;
-  const int64_t connect_timeout_ms_, timeout_ms_, min_tokens_;
+  const int64_t timeout_ms_, min_tokens_;
   std::atomic<int64_t> leased_{0}, lease_failed_{0}, pulled_{0}, notify_only_{0}, pull_failed_{0},
       leased_tokens_{0};
 };

@@ -9,44 +9,6 @@ namespace {
 
 using nlohmann::json;
 
-cluster::MemberInfo Member(const std::string& id, const std::string& kv_role,
-                           int32_t block_size = 16) {
-  cluster::MemberInfo m;
-  m.id = id;
-  m.url = "http://127.0.0.1:1";
-  m.kv_role = kv_role;
-  m.block_size = block_size;
-  return m;
-}
-
-TEST(PrefixPullTest, TheSourceHoldsTheMostAndEnoughMoreThanP) {
-  const cluster::MemberInfo p = Member("p0", "kv_both");
-  const std::vector<cluster::MemberInfo> members = {
-      p, Member("p1", "kv_producer"), Member("p2", "kv_both"), Member("d0", "kv_consumer")};
-  std::map<std::string, int64_t> held = {{"p0", 16}, {"p1", 64}, {"p2", 96}, {"d0", 200}};
-  auto s = ChoosePrefixSource(p, held, members, 200, 32);
-  ASSERT_TRUE(s.has_value());
-  EXPECT_EQ(s->member_id, "p2");  // d0 holds more but cannot lend (kv_consumer)
-  EXPECT_EQ(s->tokens, 96);
-  EXPECT_FALSE(ChoosePrefixSource(p, held, members, 200, 96).has_value());  // 80 more only
-  // P that cannot load (kv_producer), or no threshold: never.
-  EXPECT_FALSE(ChoosePrefixSource(Member("p0", "kv_producer"), held, members, 200, 32));
-  EXPECT_FALSE(ChoosePrefixSource(p, held, members, 200, 0));
-}
-
-TEST(PrefixPullTest, TheLeaseNeverCoversThePromptsLastTokenAndIsWholeBlocks) {
-  const cluster::MemberInfo p = Member("p0", "kv_both");
-  const std::vector<cluster::MemberInfo> members = {p, Member("p1", "kv_both")};
-  // p1 holds all 64 tokens of a 64-token prompt: 48 can be lent (the last token is computed,
-  // and the block holding it is not whole without it).
-  auto s = ChoosePrefixSource(p, {{"p1", 64}}, members, 64, 16);
-  ASSERT_TRUE(s.has_value());
-  EXPECT_EQ(s->tokens, 48);
-  auto odd = ChoosePrefixSource(p, {{"p1", 40}}, members, 100, 16);  // index counts in blocks
-  ASSERT_TRUE(odd.has_value());
-  EXPECT_EQ(odd->tokens, 32);
-}
-
 TEST(PrefixPullTest, LeaseBodyAsksForOneTokenPastTheBlocks) {
   const std::vector<int32_t> ids = {5, 6, 7, 8, 9, 10};
   auto body = BuildPrefixLeaseBody(R"({"model": "m", "prompt": "x"})", ids, 4);
@@ -90,7 +52,7 @@ TEST(PrefixPullTest, PsParamsAreTheSourcesCutToTheLease) {
 
 TEST(PrefixPullTest, ALeaseThatFailsLeavesTheBodyAsItWasAndIsCounted) {
   // Nothing listens on port 1 of loopback: the lease request is refused at connect.
-  PrefixPuller pull(UpstreamAccess{}, 500, 500, 16);
+  PrefixPuller pull(UpstreamAccess{}, 500, 16);
   const PrefixSource source{"p1", "http://127.0.0.1:1", 16, 16};
   const std::vector<int32_t> ids(40, 3);
   bool leased = true;

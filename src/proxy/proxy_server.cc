@@ -134,8 +134,8 @@ StatusOr<std::unique_ptr<ProxyServer>> ProxyServer::Create(ProxyOptions options)
   const int64_t pull_min =
       options.prefix_pull_min_tokens >= 0 ? options.prefix_pull_min_tokens : (kv_routing ? 128 : 0);
   if (pull_min > 0) {
-    impl->prefix_pull = std::make_unique<PrefixPuller>(options.upstream, options.connect_timeout_ms,
-                                                       options.prefill_timeout_ms, pull_min);
+    impl->prefix_pull =
+        std::make_unique<PrefixPuller>(options.upstream, options.prefill_timeout_ms, pull_min);
     impl->flow.prefix_pull = impl->prefix_pull.get();
   }
   if (kv_routing || pull_min > 0) {

@@ -371,7 +371,7 @@ std::string Flow::PrefillBodyFor(const Route& route, const std::string& body, bo
   if (p == members.end()) return body;
   // Confirmed blocks only: the pick just noted the prompt as expected on P itself.
   const auto held = options_.kv->ConfirmedHoldings(kv_view_->ids);
-  const std::optional<PrefixSource> source = ChoosePrefixSource(
+  const std::optional<PrefixSource> source = cluster::ChoosePrefixSource(
       *p, held, members, static_cast<int64_t>(kv_view_->ids.size()), pull->min_tokens());
   if (!source) return body;
   std::string out = pull->BodyFor(*source, kv_view_->ids, req_.body, body, request_id_, leased);

@@ -17,15 +17,33 @@ std::unique_ptr<httplib::Client> MakeUpstreamClient(const UpstreamUrl& url,
   return client;
 }
 
-StatusOr<std::string> FetchMetrics(const std::string& url, const UpstreamAccess& access,
-                                   int64_t timeout_ms) {
-  KVF_ASSIGN_OR_RETURN(const UpstreamUrl u, ParseUpstreamUrl(url));
+namespace {
+
+std::unique_ptr<httplib::Client> ClientWithin(const UpstreamUrl& u, const UpstreamAccess& access,
+                                              int64_t timeout_ms) {
   std::unique_ptr<httplib::Client> c = MakeUpstreamClient(u, access);
   const auto timeout = std::chrono::milliseconds(timeout_ms);
   c->set_connection_timeout(timeout);
   c->set_read_timeout(timeout);
   c->set_write_timeout(timeout);
-  auto r = c->Get("/metrics");
+  return c;
+}
+
+}  // namespace
+
+StatusOr<UpstreamAnswer> PostJson(const std::string& url, const UpstreamAccess& access,
+                                  const std::string& path, const std::string& body,
+                                  int64_t timeout_ms) {
+  KVF_ASSIGN_OR_RETURN(const UpstreamUrl u, ParseUpstreamUrl(url));
+  auto r = ClientWithin(u, access, timeout_ms)->Post(path, body, "application/json");
+  if (!r) return UpstreamError(u.ToString() + path, static_cast<int>(r.error()));
+  return UpstreamAnswer{r->status, std::move(r->body)};
+}
+
+StatusOr<std::string> FetchMetrics(const std::string& url, const UpstreamAccess& access,
+                                   int64_t timeout_ms) {
+  KVF_ASSIGN_OR_RETURN(const UpstreamUrl u, ParseUpstreamUrl(url));
+  auto r = ClientWithin(u, access, timeout_ms)->Get("/metrics");
   if (!r) return UpstreamError(u.ToString() + "/metrics", static_cast<int>(r.error()));
   return r->status == 200 ? std::move(r->body) : std::string();
 }

@@ -30,4 +30,18 @@ std::unique_ptr<httplib::Client> MakeUpstreamClient(const UpstreamUrl& url,
 StatusOr<std::string> FetchMetrics(const std::string& url, const UpstreamAccess& access,
                                    int64_t timeout_ms);
 
+// An upstream's answer to a small request: its HTTP status and whole body.
+struct UpstreamAnswer {
+  int status = 0;
+  std::string body;
+};
+
+// POST <url><path> with a JSON body, the same TLS verification and key, within timeout_ms
+// (connect, write and read each): the answer whatever its status, an error naming the URL
+// when nothing answered. For the proxy's side requests (a member's /tokenize, a prefix lease),
+// not for the legs, which stream (stream_relay.h).
+StatusOr<UpstreamAnswer> PostJson(const std::string& url, const UpstreamAccess& access,
+                                  const std::string& path, const std::string& body,
+                                  int64_t timeout_ms);
+
 }  // namespace kvferry::proxy

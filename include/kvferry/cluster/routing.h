@@ -34,14 +34,23 @@
 // fail still answers with the members' real errors rather than none; `avoid` (the instance
 // already serving the request's other leg) only when nothing else is left.
 //
+// Prefix pulls (docs/deploy.md, "Prefix pulls"): ChoosePrefixSource picks the member a P
+// should pull the prompt's prefix from — the one holding the most leading tokens of it (whole
+// blocks, never the prompt's last token) among the members that can lend KV (kv_role
+// kv_producer or kv_both, not P), when that is at least `min_tokens` more than P holds and P can
+// load (kv_role kv_both).
+//
 // Thread-safety: pure functions.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 
+#include "kvferry/cluster/member.h"
 #include "kvferry/common/status.h"
 
 namespace kvferry::cluster {
@@ -92,6 +101,20 @@ std::optional<Choice> ChoosePrefill(std::optional<uint64_t> affinity_key,
                                     std::span<const Candidate> members, const RoutingConfig& config,
                                     int64_t prompt_tokens = -1);
 std::optional<Choice> ChooseDecode(std::span<const Candidate> members, const RoutingConfig& config);
+
+struct PrefixSource {
+  std::string member_id;
+  std::string url;
+  int64_t tokens = 0;      // leading prompt tokens it lends: whole blocks of its block size
+  int32_t block_size = 0;  // its logical block size
+};
+
+// `held`: leading prompt tokens each member holds (by its KV events); `prompt_tokens`: the
+// prompt's length; `members`: those that may serve (P among them).
+std::optional<PrefixSource> ChoosePrefixSource(const MemberInfo& p,
+                                               const std::map<std::string, int64_t>& held,
+                                               std::span<const MemberInfo> members,
+                                               int64_t prompt_tokens, int64_t min_tokens);
 
 // The rendezvous weight of `member_id` for `key` (64-bit mix of the key and FNV-1a of the id).
 uint64_t RendezvousWeight(uint64_t key, std::string_view member_id);

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <span>
 #include <string>
@@ -67,7 +68,8 @@ class PrefixIndex {
 
   // For every member: how many leading tokens of `tokens` it holds or is expected to hold at
   // now_ms (whole blocks only), hashing the prompt once per distinct MemberKeys. now_ms
-  // INT64_MAX: the blocks its events confirmed only.
+  // kConfirmedOnly: the blocks its events confirmed only (every expectation has ended by then).
+  static constexpr int64_t kConfirmedOnly = std::numeric_limits<int64_t>::max();
   std::map<std::string, int64_t> MatchedTokens(std::span<const int32_t> tokens,
                                                int64_t now_ms = 0) const;
   int64_t blocks(const std::string& id) const;

@@ -48,6 +48,12 @@ class ServerMetrics {
   void UpdateKvOffload(const kv_offload::DiskTierStats& stats);  // only with a disk tier
 
  private:
+  // The snapshot families: a gauge's value, a counter's running total (the engine's own count).
+  void SetGauge(const char* name, const char* help, const Labels& labels, double v);
+  void SetGauge(const char* name, const char* help, double v) { SetGauge(name, help, {}, v); }
+  void SetTotal(const char* name, const char* help, const Labels& labels, double v);
+  void SetTotal(const char* name, const char* help, double v) { SetTotal(name, help, {}, v); }
+
   MetricsRegistry registry_;
   Histogram* ttft_;
   Histogram* itl_;
