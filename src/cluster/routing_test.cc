@@ -233,7 +233,8 @@ TEST(RoutingModesTest, ModeNamesRoundTrip) {
   EXPECT_EQ(ParseRoutingMode("random").status().code(), StatusCode::kInvalidArgument);
 }
 
-MemberInfo LendingMember(const std::string& id, const std::string& kv_role, int32_t block_size = 16) {
+MemberInfo LendingMember(const std::string& id, const std::string& kv_role,
+                         int32_t block_size = 16) {
   MemberInfo m;
   m.id = id;
   m.url = "http://127.0.0.1:1";
@@ -244,7 +245,8 @@ MemberInfo LendingMember(const std::string& id, const std::string& kv_role, int3
 
 TEST(PrefixSourceTest, TheSourceHoldsTheMostAndEnoughMoreThanP) {
   const MemberInfo p = LendingMember("p0", "kv_both");
-  const std::vector<MemberInfo> members = {p, LendingMember("p1", "kv_producer"), LendingMember("p2", "kv_both"),
+  const std::vector<MemberInfo> members = {p, LendingMember("p1", "kv_producer"),
+                                           LendingMember("p2", "kv_both"),
                                            LendingMember("d0", "kv_consumer")};
   std::map<std::string, int64_t> held = {{"p0", 16}, {"p1", 64}, {"p2", 96}, {"d0", 200}};
   auto s = ChoosePrefixSource(p, held, members, 200, 32);
