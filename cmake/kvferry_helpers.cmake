@@ -7,6 +7,10 @@
 #       -> gtest executable registered with CTest (one CTest entry per binary)
 #   kvferry_benchmark(NAME kv_bench SOURCES kv_bench.cc DEPS kvferry::kv)
 #       -> Google Benchmark executable in bin/ (not run by ctest)
+#   kvferry_sanitizer_timeouts()
+#       -> in a sanitizer build, every TIMEOUT of this directory's tests times
+#          KVFERRY_SANITIZER_TIMEOUT_SCALE (kvferry_test calls it; a directory that declares
+#          tests with add_test calls it once)
 include_guard(GLOBAL)
 include(GNUInstallDirs)
 
@@ -42,6 +46,35 @@ function(kvferry_test)
     set(A_TIMEOUT 300)
   endif()
   set_tests_properties(${A_NAME} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT})
+  kvferry_sanitizer_timeouts()
+endfunction()
+
+# A test's TIMEOUT is set for the plain build; under ASan or TSan the same work runs several times
+# slower, by how much depends on the machine (cli_quantize computes MoE models for minutes under
+# ASan). CMake 3.25 sets test properties only from the directory that declares the test, so this
+# defers, once per directory, to the end of that directory's CMakeLists.txt, when all its tests
+# exist. The plain build's limits stay as declared.
+set(KVFERRY_SANITIZER_TIMEOUT_SCALE 3 CACHE STRING
+    "Factor applied to every test's TIMEOUT in a sanitizer build (KVFERRY_SANITIZE)")
+
+function(kvferry_sanitizer_timeouts)
+  get_property(scheduled DIRECTORY PROPERTY KVFERRY_TIMEOUTS_SCALED)
+  if(NOT KVFERRY_SANITIZE OR scheduled)
+    return()
+  endif()
+  set_property(DIRECTORY PROPERTY KVFERRY_TIMEOUTS_SCALED ON)
+  cmake_language(DEFER CALL _kvferry_scale_directory_timeouts)
+endfunction()
+
+function(_kvferry_scale_directory_timeouts)
+  get_property(tests DIRECTORY PROPERTY TESTS)
+  foreach(test IN LISTS tests)
+    get_test_property(${test} TIMEOUT limit)
+    if(limit)
+      math(EXPR scaled "${limit} * ${KVFERRY_SANITIZER_TIMEOUT_SCALE}")
+      set_tests_properties(${test} PROPERTIES TIMEOUT ${scaled})
+    endif()
+  endforeach()
 endfunction()
 
 function(kvferry_benchmark)
