@@ -4,8 +4,15 @@ namespace (which runs the load). UCX over TCP on eth0, as in tests/cluster/clust
 
 Members are restarted under their old names (a P or D under its engine id, a proxy on its old
 address and port); `incarnation` counts the starts.
+
+Each P and D runs with a disk tier (`--kv-offload-dir`) on its own small tmpfs, mounted here
+before it starts and kept across its restarts, so a restarted member finds its blocks on disk and
+the disk_full fault can fill it (chaos_faults). Without the right to mount one (no
+CAP_SYS_ADMIN) the members run without a disk tier and the report says so.
 """
+import errno
 import os
+import subprocess
 import time
 
 from cluster.cluster_harness import Etcd, Kvferry, proxy, serve
@@ -24,6 +31,9 @@ TTL_S = 3
 LEASE_MS = 5000
 UCX = {"UCX_TLS": "tcp", "UCX_NET_DEVICES": "eth0"}
 PROXY_ARGS = ["--prefill-timeout-ms", "6000", "--decode-timeout-ms", "10000"]
+DISK_MB = 16        # each member's tmpfs
+OFFLOAD_MB = 12     # its --kv-offload-gb: room left for the filler only when disk_full fills it
+FILLER = ".chaos-filler"
 
 
 HOSTS_NET = BridgedHosts(f"kvs{TAG}", "kx", TAG, BRIDGE, NET, HOSTS)
@@ -35,11 +45,53 @@ def role_of(name):
     return {"p": "prefill", "d": "decode", "x": "proxy", "e": "etcd"}[name[0]]
 
 
-class Cluster:
-    """Every process of the soak by name (`procs`), started and restarted here."""
+def mount_disks(root):
+    """A tmpfs of DISK_MB per P and D under root: ({name: folder}, None), or ({}, why not)."""
+    disks = {}
+    for name in PREFILL + DECODE:
+        path = os.path.join(root, f"disk-{name}")
+        os.makedirs(path, exist_ok=True)
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={DISK_MB}m", "tmpfs", path],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            unmount_disks(disks)
+            return {}, f"left out: mount -t tmpfs failed: {r.stderr.strip()}"
+        disks[name] = path
+    return disks, None
 
-    def __init__(self, binary):
+
+def unmount_disks(disks):
+    for path in disks.values():
+        subprocess.run(["umount", "-l", path], capture_output=True)
+
+
+def fill_disk(path):
+    """Writes a filler file until the tmpfs is full (ENOSPC); returns the bytes written."""
+    written, chunk = 0, b"\0" * (256 << 10)
+    with open(os.path.join(path, FILLER), "wb", buffering=0) as f:
+        while True:
+            try:
+                written += f.write(chunk)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                return written
+
+
+def free_disk(path):
+    try:
+        os.unlink(os.path.join(path, FILLER))
+    except FileNotFoundError:
+        pass
+
+
+class Cluster:
+    """Every process of the soak by name (`procs`), started and restarted here; `disks` maps a P
+    or D to its disk tier's folder (empty: no disk tier)."""
+
+    def __init__(self, binary, disks=None):
         self.binary = binary
+        self.disks = disks or {}
         self.procs, self.incarnations = {}, {}
         self.launches = {}  # name -> monotonic time of each start, taken before it runs
         members = {e: ip(e) for e in ETCD}
@@ -73,9 +125,11 @@ class Cluster:
                       args=PROXY_ARGS, port=PROXY_PORT)
             return self._track(name, p)
         kv_role = "kv_producer" if role == "prefill" else "kv_consumer"
+        disk = ["--kv-offload-dir", self.disks[name], "--kv-offload-gb",
+                str(OFFLOAD_MB / 1024)] if name in self.disks else []
         m = serve(self.binary, name, kv_role, self.registry, host=ip(name), netns=ns(name),
                   ttl=TTL_S, extra_kv={"lease_ms": LEASE_MS, "handshake_timeout_ms": 2000,
-                                       "transfer_timeout_ms": 5000}, env=UCX)
+                                       "transfer_timeout_ms": 5000}, env=UCX, args=disk)
         return self._track(name, m)
 
     def incarnation_at(self, name, t):

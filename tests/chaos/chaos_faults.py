@@ -7,8 +7,9 @@ Kinds: kill -9 of a P, D or proxy (restarted after the hold), SIGSTOP/SIGCONT of
 restart (SIGTERM, started again on its address), a follower etcd member killed, the etcd leader
 killed, a link cut (the member's veth down), and a degraded P-D link: delay 50 ms, 5 % loss and
 reordering both ways between one D and one P (chaos_netem.py on an NFQUEUE, iptables in the D's
-namespace; this kernel has no sch_netem). Not here: the offload disk full (kvferry has no disk
-tier yet).
+namespace; this kernel has no sch_netem), and the offload disk full: a P's or D's disk tier
+(its own tmpfs) filled to ENOSPC while it serves; a request of its own (new blocks to write) must
+still be answered, and the tier must pause offloading.
 """
 import os
 import random
@@ -20,14 +21,15 @@ from cluster.cluster_harness import Proc
 from harness.netns import sh
 
 KINDS = ("kill9", "sigstop", "proxy_restart", "etcd_member_kill", "etcd_leader_kill", "link_cut",
-         "pd_link_netem")
+         "pd_link_netem", "disk_full")
 # Target groups per kind: each use takes the next group of a seeded order (every group once per
 # len(groups) uses: a 3-minute run kills a P, a D and a proxy), then a seeded member of it.
 TARGETS = {"kill9": (cc.PREFILL, cc.DECODE, cc.PROXIES),
            "sigstop": (cc.PREFILL, cc.DECODE, cc.PROXIES),
-           "proxy_restart": (cc.PROXIES,), "link_cut": (cc.PREFILL, cc.DECODE)}
+           "proxy_restart": (cc.PROXIES,), "link_cut": (cc.PREFILL, cc.DECODE),
+           "disk_full": (cc.PREFILL, cc.DECODE)}
 HOLD_S = {"kill9": 2.0, "sigstop": 4.0, "proxy_restart": 0.0, "etcd_member_kill": 3.0,
-          "etcd_leader_kill": 3.0, "link_cut": 4.0, "pd_link_netem": 10.0}
+          "etcd_leader_kill": 3.0, "link_cut": 4.0, "pd_link_netem": 10.0, "disk_full": 5.0}
 NETEM = {"delay_ms": 50, "loss": 0.05, "reorder": 0.1}
 QUEUE = 7
 
@@ -39,6 +41,7 @@ class Fault:
         self.kind, self.target = kind, target
         self.t_inject = self.t_heal = self.t_recovered = None
         self.detail = ""
+        self.violation = None  # what the injector found wrong while it held the fault
 
     @property
     def recovery_s(self):
@@ -86,6 +89,7 @@ class Injector:
         self.cluster = cluster
         self.down = set()
         self.netem = None
+        self.probes = 0
 
     def run(self, fault):
         getattr(self, fault.kind)(fault)
@@ -161,6 +165,40 @@ class Injector:
         fault.t_heal = time.monotonic()
         fault.detail = self.heal_netem()
 
+    def disk_full(self, fault):
+        """Fills the member's tmpfs, then asks it directly for answers with new prompts (blocks
+        it must try to write) until its tier reports offloading paused, within the hold. A
+        refused request or a tier that never pauses is the fault's `violation`."""
+        member, path = self.cluster.procs[fault.target], self.cluster.disks[fault.target]
+        errors0 = member.metric("kvferry:kv_offload_write_errors_total") or 0
+        fault.t_inject = time.monotonic()
+        filled = cc.fill_disk(path)
+        deadline, answers = fault.t_inject + HOLD_S[fault.kind], []
+        while True:
+            answers.append(self._probe(member))
+            paused = member.metric("kvferry:kv_offload_paused") == 1
+            if paused or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        time.sleep(max(0.0, deadline - time.monotonic()))
+        fault.t_heal = time.monotonic()
+        cc.free_disk(path)
+        errors = (member.metric("kvferry:kv_offload_write_errors_total") or 0) - errors0
+        fault.detail = (f"filled {filled >> 10} KiB; {len(answers)} own requests: {answers}; "
+                        f"write errors +{errors:g}; paused {paused}")
+        if any(a != 200 for a in answers):
+            fault.violation = f"a request to {fault.target} on a full disk failed: {answers}"
+        elif not paused:
+            fault.violation = f"{fault.target}'s disk tier did not pause on a full disk"
+
+    def _probe(self, member):
+        """One greedy completion of a prompt no one sent before (its blocks are new)."""
+        self.probes += 1
+        words = " ".join(f"w{self.probes}x{i}" for i in range(60))
+        status, _, _ = member.complete({"prompt": f"disk full probe {self.probes}: {words}",
+                                        "max_tokens": 4, "temperature": 0}, timeout=20)
+        return status
+
     def heal_netem(self):
         """Removes the rules, then stops the helper (it accepts what it still holds)."""
         if self.netem is None:
@@ -174,8 +212,11 @@ class Injector:
         return m.group(1) if m else helper.log_text()[-300:]
 
     def heal_all(self):
-        """At the end or after a failure: every process continued, links up, netem off."""
+        """At the end or after a failure: every process continued, links up, netem off, disks
+        emptied of the filler."""
         self.heal_netem()
+        for path in self.cluster.disks.values():
+            cc.free_disk(path)
         for name in cc.PREFILL + cc.DECODE + cc.PROXIES:
             sh("ip", "link", "set", cc.veth(name), "up", check_rc=False)
             proc = self.cluster.procs.get(name)

@@ -1,7 +1,7 @@
 """The chaos soak's report (docs/reliability.md, "Chaos soak"): requests, faults by kind,
 errors by kind, latency (p50/p99/max) in steady state and while a fault is active (overall and
-per kind), recovery time per fault kind, counter balances, files and RSS. Printed, and written
-as JSON."""
+per kind), recovery time per fault kind, counter balances, files and RSS, and each P's and D's
+disk tier (`disk_tier`, given by the caller). Printed, and written as JSON."""
 import json
 
 
@@ -67,6 +67,6 @@ def emit(report, path):
         print(f"REPORT   during {k}: {v}")
     for k, v in report["recovery_s"].items():
         print(f"REPORT recovery {k}: {v}")
-    for k in ("counters", "usage", "violations"):
+    for k in ("counters", "usage", "disk_tier", "violations"):
         print(f"REPORT {k}: {json.dumps(report.get(k))}")
     print(f"REPORT written to {path}", flush=True)

@@ -42,6 +42,8 @@ def inject_until(cluster, injector, judge, faults, end):
     for kind, target, gap in cf.schedule(opts.seed):
         if kind == "pd_link_netem" and not shutil.which("iptables"):
             continue
+        if kind == "disk_full" and not cluster.disks:
+            continue
         if time.monotonic() + gap + cf.HOLD_S[kind] + 15 > end:
             return
         time.sleep(gap)
@@ -49,6 +51,8 @@ def inject_until(cluster, injector, judge, faults, end):
         faults.append(fault)
         print(f"FAULT {kind} {target}", flush=True)
         injector.run(fault)
+        if fault.violation:
+            judge.violation(f"{kind} {fault.target}: {fault.violation}")
         took = cluster.wait_full_strength(RECOVERY_BOUND_S)
         if took is None:
             judge.violation(f"{kind} {fault.target}: not back to full strength "
@@ -104,8 +108,16 @@ def case_soak():
     ref = cc.colocated(opts.kvferry)
     want = references(ref)
     ref.stop()
+    disks, no_disks = cc.mount_disks(ch.CASE["dir"])
+    try:
+        soak(want, disks, no_disks)
+    finally:
+        cc.unmount_disks(disks)
+
+
+def soak(want, disks, no_disks):
     t_setup = time.monotonic()
-    cluster = cc.Cluster(opts.kvferry)
+    cluster = cc.Cluster(opts.kvferry, disks)
     check(cluster.wait_full_strength(60) is not None, "the cluster did not reach full strength")
     print(f"cluster up in {time.monotonic() - t_setup:.1f} s; etcd leader {cluster.etcd_leader()}",
           flush=True)
@@ -127,7 +139,8 @@ def case_soak():
     check(load.stop(ci.ANSWER_BOUND_S + 30), "client threads still waiting for answers")
     monitor.stop()
     quiesce(cluster, judge)
-    report = finish(cluster, load, judge, faults, want, monitor, origin, soak_s)
+    report = finish(cluster, load, judge, faults, want, monitor, origin, soak_s,
+                    no_disks or offload_stats(cluster))
     check(not judge.violations, f"{len(judge.violations)} invariant violations, first: "
           f"{judge.violations[0][1] if judge.violations else ''}")
     check(report["requests"]["outcomes"].get("ok", 0) > 0, "no request succeeded")
@@ -145,7 +158,15 @@ def quiesce(cluster, judge):
         measure("chaos.survivor_pools_clean", time.monotonic() - t0, QUIET_POOLS_BOUND_S)
 
 
-def finish(cluster, load, judge, faults, want, monitor, origin, soak_s):
+def offload_stats(cluster):
+    """Each P's and D's disk tier at the end (its current start): files, writes, reads, errors."""
+    names = ("files", "stored_total", "loaded_total", "hit_tokens_total", "corrupt_total",
+             "evicted_total", "write_errors_total", "dropped_total")
+    return {f"{m.name} (start {m.incarnation})": {
+        n: m.metric(f"kvferry:kv_offload_{n}") for n in names} for m in cluster.instances}
+
+
+def finish(cluster, load, judge, faults, want, monitor, origin, soak_s, disk_tier):
     errors = judge.verdict(load.results, faults)
     extra = {"seed": opts.seed, "minutes": opts.minutes, "soak_s": round(soak_s, 1),
              "concurrency": CONCURRENCY, "answer_bound_s": ci.ANSWER_BOUND_S,
@@ -153,7 +174,7 @@ def finish(cluster, load, judge, faults, want, monitor, origin, soak_s):
              "client_failovers": sum(len(r.failovers) for r in load.results),
              "usage": monitor.final_usage_check(),
              "netem": cf.NETEM if shutil.which("iptables") else "left out: no iptables",
-             "disk_full": "left out: kvferry has no disk tier yet"}
+             "disk_tier": disk_tier}
     extra["violations"] = [f"{t - origin:.1f} s: {v}" for t, v in judge.violations]
     report = chaos_report.build(load.results, faults, errors, origin, extra)
     chaos_report.emit(report, os.path.join(ch.CASE["dir"], "chaos_report.json"))
