@@ -7,6 +7,7 @@
 
 #include "engine/kernels/quant_amx.h"
 #include "engine/kernels/quant_q4_q5.h"
+#include "engine/kernels/quant_vnni_panel.h"
 #include "engine/kernels/simd.h"
 #include "engine/thread_pool.h"
 #include "kvferry/common/half.h"
@@ -440,9 +441,11 @@ KVF_Q8_AVX2 KVF_Q8_INLINE void Transpose8x8(__m256i v[8]) {
 // W's rows n .. n + 15 as an AmxPanel (quant_amx.h): each block's 32 values as bytes in the
 // tile's order (row r's 4-byte group k at k * 64 + r * 4), its scale and minimum as f32. Eight
 // rows at a time: their blocks' eight groups transposed, so one store writes a group of 8 rows.
+// `as_unsigned`: each byte + 128 (XOR 0x80), the form quant_vnni_panel.h takes.
 template <typename F>
 KVF_Q8_AVX2_ENTRY void PackPanel(const WeightMatrix& w, int64_t n, int64_t nb, int8_t* q, float* dw,
-                                 float* mw) {
+                                 float* mw, bool as_unsigned = false) {
+  const __m256i flip = _mm256_set1_epi8(as_unsigned ? static_cast<char>(0x80) : 0);
   for (int64_t r0 = 0; r0 < kAmxTile; r0 += 8) {
     const std::byte* rows[8];
     for (int j = 0; j < 8; ++j) rows[j] = w.row(n + r0 + j);
@@ -455,7 +458,8 @@ KVF_Q8_AVX2_ENTRY void PackPanel(const WeightMatrix& w, int64_t n, int64_t nb, i
       }
       Transpose8x8(v);
       for (int k = 0; k < 8; ++k) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 512 + k * 64 + r0 * 4), v[k]);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + b * 512 + k * 64 + r0 * 4),
+                            _mm256_xor_si256(v[k], flip));
       }
       Store8(dw + b * kAmxTile + r0, F16Scales(blocks));
       if constexpr (F::kHasMin) Store8(mw + b * kAmxTile + r0, F16At(blocks, 2));
@@ -482,6 +486,24 @@ void AmxColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_
   TileColumnsAvx512<F>(xq, w, y, ldy, n16, n1);
 }
 
+// Columns [n0, n1) on VNNI panels (quant_vnni_panel.h): every row of x against whole panels of
+// 16 columns, the columns they leave on the VNNI tiles.
+template <typename F>
+void VnniPanelColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy,
+                      int64_t n0, int64_t n1) {
+  const int64_t nb = xq.blocks_per_row;
+  const int64_t n16 = n0 + (n1 - n0) / kAmxTile * kAmxTile;
+  const std::vector<int32_t> starts = VnniPanelStarts(xq);
+  std::vector<int8_t> q(static_cast<size_t>(nb * 512));
+  std::vector<float> dw(static_cast<size_t>(nb * kAmxTile)), mw(dw.size());
+  for (int64_t n = n0; n < n16; n += kAmxTile) {
+    PackPanel<F>(w, n, nb, q.data(), dw.data(), mw.data(), /*as_unsigned=*/true);
+    const AmxPanel panel{nb, q.data(), dw.data(), F::kHasMin ? mw.data() : nullptr};
+    VnniPanelTiles(xq, starts.data(), panel, y + n, ldy);
+  }
+  TileColumnsAvx512<F>(xq, w, y, ldy, n16, n1);
+}
+
 // The widest copy for one block format.
 template <typename F>
 bool SimdColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64_t ldy, int64_t n0,
@@ -495,6 +517,8 @@ bool SimdColumns(const QuantizedRows& xq, const WeightMatrix& w, float* y, int64
     StreamColumnsAvx2<F>(xq, w, y, ldy, n0, n1);
   } else if (widest == QuantPath::kAmx && vnni && xq.rows >= kAmxTile && CpuHasAmxInt8()) {
     AmxColumns<F>(xq, w, y, ldy, n0, n1);
+  } else if (vnni && xq.rows >= kAmxTile) {
+    VnniPanelColumns<F>(xq, w, y, ldy, n0, n1);
   } else if (vnni) {
     TileColumnsAvx512<F>(xq, w, y, ldy, n0, n1);
   } else {

@@ -53,7 +53,8 @@ void ForEachRowShare(int64_t M, ThreadPool* pool, const std::function<void(int64
 // The SIMD copies, widest first; each falls back to the next narrower where the CPU or the
 // build lacks it (g++ x86 builds have all; the integer sums are exact, so all give the same
 // bits): AMX-INT8 tiles (quant_amx.h; 32-value blocks, 16 rows of x or more), AVX-512 with VNNI
-// (vpdpbusd, two blocks per vector), AVX2 (vpmaddubsw), portable.
+// (vpdpbusd: on packed panels of 16 columns for 16 rows of x or more, quant_vnni_panel.h; two
+// blocks per vector below that), AVX2 (vpmaddubsw), portable.
 enum class QuantPath { kAmx, kAvx512Vnni, kAvx2, kPortable };
 
 // y[m][n] for n in [n0, n1) of one Q8_0, Q4_0, Q5_0, Q4_1 or Q5_1 matrix w (K = w.cols, a multiple
