@@ -8,6 +8,7 @@
 
 #include "engine/kernels/quant_amx.h"
 #include "engine/kernels/quant_k_amx.h"
+#include "engine/kernels/quant_k_vnni_panel.h"
 #include "engine/kernels/simd.h"
 
 namespace kvferry::engine::kernels {
@@ -485,6 +486,54 @@ void AmxK6Columns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, int
   ColumnsAvx512<Q6_KFormat>(xq, w, y, ldy, n16, n1);
 }
 
+// W's rows n .. n + 15 as a KVnniPanel (quant_k_vnni_panel.h) into the given buffers: each
+// super-block decoded as the VNNI code decodes it (KVectors), its values regrouped four by four
+// across the 16 rows, its group scales, n_g, d and dmin per row.
+template <typename F>
+KVF_K_AVX2_ENTRY void PackKVnniPanel(const WeightMatrix& w, int64_t n, int64_t nb, uint8_t* u,
+                                     int32_t* scales, int16_t* mins, float* d, float* dmin) {
+  KVectors k;
+  alignas(32) uint8_t values[kSuperBlock];
+  alignas(32) int16_t s16[16], n16[16];
+  for (int64_t j = 0; j < kKPanelRows; ++j) {
+    const std::byte* row = w.row(n + j);
+    for (int64_t b = 0; b < nb; ++b) {
+      Decode(F{}, row + b * F::kBytes, &k);
+      for (int v = 0; v < 8; ++v) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(values + 32 * v), k.u[v]);
+      }
+      _mm256_store_si256(reinterpret_cast<__m256i*>(s16), k.scales);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(n16), k.mins);
+      uint8_t* ub = u + b * kKPanelValueBytes + j * 4;
+      for (int k4 = 0; k4 < kSuperBlock / 4; ++k4) std::memcpy(ub + k4 * 64, values + 4 * k4, 4);
+      for (int g = 0; g < 16; ++g) scales[b * kKPanelScales + g * kKPanelRows + j] = s16[g];
+      for (int g = 0; g < 16; ++g) mins[b * kKPanelMins + (g / 2) * 32 + j * 2 + g % 2] = n16[g];
+      d[b * kKPanelRows + j] = k.d;
+      dmin[b * kKPanelRows + j] = k.dmin;
+    }
+  }
+}
+
+// Columns [n0, n1) on VNNI panels: every row of x against whole panels of 16 columns, the
+// columns they leave on the VNNI code.
+template <typename F>
+void KVnniColumns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, int64_t ldy,
+                  int64_t n0, int64_t n1) {
+  const int64_t nb = xq.blocks_per_row;
+  const int64_t n16 = n0 + (n1 - n0) / kKPanelRows * kKPanelRows;
+  std::vector<uint8_t> u(static_cast<size_t>(nb * kKPanelValueBytes));
+  std::vector<int32_t> scales(static_cast<size_t>(nb * kKPanelScales));
+  std::vector<int16_t> mins(static_cast<size_t>(nb * kKPanelMins));
+  std::vector<float> d(static_cast<size_t>(nb * kKPanelRows)), dmin(d.size());
+  for (int64_t n = n0; n < n16; n += kKPanelRows) {
+    PackKVnniPanel<F>(w, n, nb, u.data(), scales.data(), mins.data(), d.data(), dmin.data());
+    const KVnniPanel panel{nb,          F::kHasMin, u.data(),   scales.data(),
+                           mins.data(), d.data(),   dmin.data()};
+    KVnniPanelTiles(xq, panel, y + n, ldy);
+  }
+  ColumnsAvx512<F>(xq, w, y, ldy, n16, n1);
+}
+
 // Columns [n0, n1) of a Q4_K or Q5_K matrix on the AMX tiles: whole tiles of 16 rows and 16
 // columns there; the rows and columns they leave on the VNNI code.
 template <typename F>
@@ -545,6 +594,10 @@ void KQuantColumns(const QuantizedRowsK& xq, const WeightMatrix& w, float* y, in
         AmxK6Columns(xq, w, y, ldy, n0, n1);
       }
     });
+    return;
+  }
+  if (vnni && xq.rows >= kKPanelRows) {
+    WithKFormat(w.dtype, [&](auto f) { KVnniColumns<decltype(f)>(xq, w, y, ldy, n0, n1); });
     return;
   }
   if (vnni && xq.rows >= kKVnniFromRows) {

@@ -4,6 +4,9 @@
 
 #if defined(__x86_64__) && !defined(__clang__)
 #include <immintrin.h>
+// g++ 12's AVX-512 headers start some intrinsics from _mm512_undefined_* values and then warn
+// that they "may be used uninitialized" where those intrinsics inline.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #define KVF_VNNI_PANEL 1
 #endif
 
