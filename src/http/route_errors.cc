@@ -1,5 +1,6 @@
 #include "kvferry/http/route_errors.h"
 
+#include <charconv>
 #include <utility>
 
 #include "kvferry/http/http_error.h"
@@ -28,6 +29,16 @@ std::string PathOf(const httplib::Request& req) {
   return req.target.substr(0, req.target.find('?'));
 }
 
+// Whether the request declared a Content-Length its body did not reach: httplib answers 400 when
+// a body read fails, which is a body that stalled past the read timeout or a connection that
+// ended, not a malformed request. `declared` is the length it announced.
+bool BodyCameShort(const httplib::Request& req, size_t* declared) {
+  const std::string value = req.get_header_value("Content-Length");
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), *declared);
+  return !value.empty() && ec == std::errc() && end == value.data() + value.size() &&
+         req.body.size() < *declared;
+}
+
 }  // namespace
 
 void InstallErrorHandler(httplib::Server& http, std::vector<Route> routes) {
@@ -44,6 +55,15 @@ void InstallErrorHandler(httplib::Server& http, std::vector<Route> routes) {
           res.set_header("Allow", allow);
           res.set_content(OpenAiErrorBody(405, "Method " + req.method + " not allowed on " + path +
                                                    " (allowed: " + allow + ")"),
+                          "application/json");
+          return;
+        }
+        size_t declared = 0;
+        if (res.status == 400 && BodyCameShort(req, &declared)) {
+          res.status = 408;
+          res.set_content(OpenAiErrorBody(408, "The request body did not arrive in time (" +
+                                                   std::to_string(req.body.size()) + " of " +
+                                                   std::to_string(declared) + " bytes)"),
                           "application/json");
           return;
         }

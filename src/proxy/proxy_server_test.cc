@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -172,6 +173,31 @@ TEST(ProxyServerTest, UpstreamErrorsAreForwardedWithTheirStatus) {
   auto not_json = c.Post("/v1/completions", "{", "application/json");
   ASSERT_TRUE(not_json);
   EXPECT_EQ(not_json->status, 400);
+}
+
+// A member that answers 408 (the proxy's request to it did not arrive whole in time: a link cut
+// under it, as the chaos soak found) never ran the request: another member is tried, and the
+// client gets its answer, not the 408 as if the client had been slow.
+TEST(ProxyServerTest, AMemberAnswering408IsRetriedOnAnother) {
+  Instance p, d;
+  std::atomic<int> hits{0};
+  http::testing::TestServer timed_out([&hits](httplib::Server& s) {
+    s.Post("/v1/completions", [&hits](const httplib::Request&, httplib::Response& res) {
+      ++hits;
+      res.status = 408;
+      res.set_content(R"({"error":{"code":408,"message":"did not arrive"}})", "application/json");
+    });
+  });
+  auto proxy = StartProxy({timed_out.url(), p.url()}, {d.url()});
+  httplib::Client c("127.0.0.1", proxy->port());
+  for (int i = 0; i < 4; ++i) {
+    auto r = c.Post("/v1/completions", R"({"prompt":"abc","max_tokens":5})", "application/json");
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], "bcabc");
+  }
+  EXPECT_GE(hits.load(), 1);  // the 408 member was picked, and the request went on to p
+  EXPECT_EQ(p.fake.submitted().size(), 4u);
 }
 
 TEST(ProxyServerTest, UnreachablePrefillIsA503NamingIt) {

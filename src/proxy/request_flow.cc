@@ -59,7 +59,11 @@ Attempt Retry(Status error) {
   return a;
 }
 
-// A 5xx answer: worth another member; forwarded as is if no other member does better.
+// A member's fault, not the request's: a 5xx, or a 408 (our request to it did not arrive whole
+// in time, as when the link to it was cut: the member never ran it). Worth another member.
+bool MemberFault(int status) { return status >= 500 || status == 408; }
+
+// A member's fault: worth another member; forwarded as is if no other member does better.
 Attempt RetryWithAnswer(int status, std::string body, std::string content_type) {
   Attempt a;
   a.http_status = status;
@@ -295,7 +299,7 @@ Attempt Flow::TryPrefill(const Route& route, const std::string& body, bool need_
   auto text = relay.ReadAll(deadline);
   if (!text.ok()) return Retry(text.status().WithContext(who));
   if (RefusesProxyKey(*status)) return KeyRefused(*url, who, *status);
-  if (*status >= 500) return RetryWithAnswer(*status, *text, relay.content_type());
+  if (MemberFault(*status)) return RetryWithAnswer(*status, *text, relay.content_type());
   if (*status != 200) {
     KVF_LOG_WARN("prefill {} answered {} for {}", url->ToString(), *status, request_id_);
     return Answer(*status, *text, relay.content_type(), Route::Outcome::kNeutral);
@@ -333,7 +337,7 @@ Attempt Flow::TryDecode(const Route& route, const std::string& body) {
     auto text = relay->ReadAll(first);
     if (!text.ok()) return Retry(text.status().WithContext(who));
     if (RefusesProxyKey(*status)) return KeyRefused(*url, who, *status);
-    if (*status >= 500) return RetryWithAnswer(*status, *text, content_type);
+    if (MemberFault(*status)) return RetryWithAnswer(*status, *text, content_type);
     return Answer(*status, *text, content_type,
                   *status == 200 ? Route::Outcome::kOk : Route::Outcome::kNeutral);
   }
