@@ -2,6 +2,7 @@
 errors by kind, latency (p50/p99/max) in steady state and while a fault is active (overall and
 per kind), recovery time per fault kind, counter balances, files and RSS, and each P's and D's
 disk tier (`disk_tier`, given by the caller). Printed, and written as JSON."""
+import bisect
 import json
 
 
@@ -24,14 +25,28 @@ def _count(items):
     return dict(sorted(out.items()))
 
 
+def active_faults(faults, t0, t1, starts):
+    """The faults active during [t0, t1]: `faults` in injection order, `starts` their injection
+    times. Faults run one at a time, each recovered before the next is injected, so their ends
+    rise too: walk back from the last one injected before t1 while they end after t0."""
+    out = []
+    for f in reversed(faults[:bisect.bisect_right(starts, t1)]):
+        if not f.active(t0, t1):
+            break
+        out.append(f)
+    return out
+
+
 def build(results, faults, errors, origin, extra):
     done = [r for r in results if r.t1 is not None]
-    during = [r for r in done if any(f.active(r.t0, r.t1) for f in faults)]
-    steady = [r for r in done if not any(f.active(r.t0, r.t1) for f in faults)]
-    by_kind = {}
-    for f in faults:
-        hit = [r.seconds for r in done if f.active(r.t0, r.t1)]
-        by_kind.setdefault(f.kind, []).extend(hit)
+    injected = [f for f in faults if f.t_inject is not None]
+    starts = [f.t_inject for f in injected]
+    during, steady, by_kind = [], [], {}
+    for r in done:  # one pass: a 60-minute run has ~900,000 requests and ~400 faults
+        active = active_faults(injected, r.t0, r.t1, starts)
+        (during if active else steady).append(r)
+        for f in active:
+            by_kind.setdefault(f.kind, []).append(r.seconds)
     recovery = {}
     for f in faults:
         recovery.setdefault(f.kind, []).append(f.recovery_s)
